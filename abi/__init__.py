@@ -1,0 +1,1 @@
+"""Input/output ABI contract: records, validation, diff, frame geometry."""

@@ -1,0 +1,50 @@
+"""Where tensors live: the registry of targets and the default one (``DEV=CPU`` or ``Device.DEFAULT = ...``)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from jit.errors import DrivepackError
+from targets.base import Target
+
+# name -> "module:class"; the first one that loads is the default, in this order
+_TARGETS: dict[str, str] = {"CPU": "targets.cpu:CPUTarget"}
+
+
+class DeviceError(DrivepackError, ValueError):
+    """An unknown or unavailable device name."""
+
+
+class _Device:
+    def __init__(self) -> None:
+        self._instances: dict[str, Target] = {}
+        self._default: str | None = None
+
+    @staticmethod
+    def canonical(name: str) -> str:
+        base = name.split(":", 1)[0].upper()
+        if base not in _TARGETS:
+            raise DeviceError(f"device: expected one of {sorted(_TARGETS)}, got {name!r}")
+        return base + name[len(base):]
+
+    def __getitem__(self, name: str) -> Target:
+        key = self.canonical(name)
+        if key not in self._instances:
+            module, cls = _TARGETS[key.split(":", 1)[0]].split(":")
+            self._instances[key] = getattr(importlib.import_module(module), cls)()
+        return self._instances[key]
+
+    @property
+    def DEFAULT(self) -> str:  # noqa: N802 - the reference API's spelling
+        if self._default is None:
+            env = os.environ.get("DEV")
+            self._default = self.canonical(env) if env else next(iter(_TARGETS))
+        return self._default
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str) -> None:  # noqa: N802
+        self._default = self.canonical(name)
+
+
+Device = _Device()

@@ -1,0 +1,60 @@
+"""Run settings read from the environment (DEBUG, NOOPT, VIZ, ...), overridable in code with Context."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+
+class Setting:
+    """An integer or string setting whose default comes from the environment variable of the same name."""
+
+    def __init__(self, key: str, default: Any) -> None:
+        self.key = key
+        raw = os.environ.get(key)
+        self.value: Any = default if raw is None else type(default)(raw) if not isinstance(default, str) else raw
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __ge__(self, x: int) -> bool:
+        return int(self.value) >= x
+
+    def __gt__(self, x: int) -> bool:
+        return int(self.value) > x
+
+    def __repr__(self) -> str:
+        return f"{self.key}={self.value!r}"
+
+
+DEBUG = Setting("DEBUG", 0)
+NOOPT = Setting("NOOPT", 0)
+VIZ = Setting("VIZ", 0)
+EMULATED_DTYPES = Setting("EMULATED_DTYPES", "")
+
+_SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, VIZ, EMULATED_DTYPES)}
+
+
+@contextlib.contextmanager
+def Context(**kwargs: Any) -> Iterator[None]:  # noqa: N802 - reads like the reference system's Context
+    """Temporarily override settings: ``with Context(NOOPT=1): ...``."""
+    old = {k: _SETTINGS[k].value for k in kwargs}
+    try:
+        for k, v in kwargs.items():
+            _SETTINGS[k].value = v
+        yield
+    finally:
+        for k, v in old.items():
+            _SETTINGS[k].value = v
+
+
+def prod(xs: Any) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out

@@ -1,0 +1,80 @@
+"""The interface every target answers, so that the compiler, capture and replay never branch on a name."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from jit.dtype import DType
+
+
+@dataclass(frozen=True)
+class TargetLimits:
+    """What a target can launch and how it wants memory laid out."""
+
+    max_local_size: int = 1
+    max_local_dims: tuple[int, ...] = (1, 1, 1)
+    buffer_alignment: int = 64
+    images: bool = False
+
+
+@dataclass
+class Program:
+    """A compiled kernel ready to launch."""
+
+    name: str
+    source: str
+    handle: Any
+    global_size: tuple[int, ...] = (1,)
+    local_size: tuple[int, ...] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Buffer:
+    """Device memory of ``nbytes`` bytes owned by a target."""
+
+    __slots__ = ("target", "nbytes", "handle", "__weakref__")
+
+    def __init__(self, target: Target, nbytes: int, handle: Any) -> None:
+        self.target = target
+        self.nbytes = nbytes
+        self.handle = handle
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.target.name} {self.nbytes} bytes>"
+
+
+class Target(abc.ABC):
+    """A place kernels run: declares dtypes and limits, renders, compiles, allocates, launches, copies."""
+
+    name: str = "?"
+    limits: TargetLimits = TargetLimits()
+
+    @abc.abstractmethod
+    def supported_dtypes(self) -> frozenset[DType]:
+        """The dtypes kernels may use natively; every other dtype is emulated or refused."""
+
+    @abc.abstractmethod
+    def render(self, name: str, sink: Any) -> tuple[str, dict[str, Any]]:
+        """Kernel source for a lowered kernel graph, plus launch metadata (global/local size)."""
+
+    @abc.abstractmethod
+    def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
+        """Compile (or fetch from the on-disk cache) one kernel."""
+
+    @abc.abstractmethod
+    def allocate(self, nbytes: int) -> Buffer: ...
+
+    @abc.abstractmethod
+    def copyin(self, buf: Buffer, data: memoryview) -> None: ...
+
+    @abc.abstractmethod
+    def copyout(self, buf: Buffer, out: memoryview) -> None: ...
+
+    @abc.abstractmethod
+    def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
+        """Run ``prog`` over ``bufs``; with ``wait`` return its run time in seconds."""
+
+    def synchronize(self) -> None:
+        """Wait for every launched kernel to finish."""

@@ -1,0 +1,124 @@
+"""The CPU target: kernels rendered to C, compiled by the system C compiler, loaded with cffi.
+
+Compiled shared objects are cached on disk by a hash of (source, compiler, flags), so a second process
+compiles nothing. The cache lives in ``$DRIVEPACK_CACHE`` or ``~/.cache/drivepack``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import cffi
+import numpy as np
+
+from jit.dtype import DType, dtypes
+from jit.errors import CompileError
+from jit.uop import UOp
+from targets.base import Buffer, Program, Target, TargetLimits
+from targets.cstyle import CStyleLanguage, render_kernel
+
+CPU_LANGUAGE = CStyleLanguage(
+    headers=("#include <math.h>", "#include <stdint.h>"),
+    type_names={dtypes.bool: "_Bool", dtypes.float16: "_Float16"},
+)
+
+CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
+                           "-fno-strict-aliasing")
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("DRIVEPACK_CACHE") or Path.home() / ".cache" / "drivepack")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@cache
+def compiler_identity(cc: str) -> str:
+    """The compiler's version banner: part of the cache key, so a compiler upgrade recompiles."""
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise CompileError(f"C compiler: expected a working `{cc}`, got {e}") from None
+
+
+def compile_shared(source: str, cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> Path:
+    """Compile ``source`` to a shared object, or return the cached one for the same source and flags."""
+    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
+    key = hashlib.sha256("\0".join((source, cc, compiler_identity(cc), *flags)).encode()).hexdigest()
+    out = cache_dir() / f"{key}.so"
+    if out.exists():
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        src_path = Path(tmp) / "kernel.c"
+        src_path.write_text(source)
+        tmp_out = Path(tmp) / "kernel.so"
+        proc = subprocess.run([cc, *flags, str(src_path), "-o", str(tmp_out), "-lm"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"C compile failed ({cc} {' '.join(flags)}):\n{proc.stderr}\n--- source ---\n{source}")
+        # atomic publish: concurrent test workers may compile the same kernel
+        fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".so.tmp")
+        os.close(fd)
+        shutil.copyfile(tmp_out, staged)
+        os.replace(staged, out)
+    return out
+
+
+class CPUTarget(Target):
+    """Single-process CPU execution; buffers are 64-byte aligned host arrays."""
+
+    name = "CPU"
+    limits = TargetLimits(max_local_size=1, buffer_alignment=64)
+    language = CPU_LANGUAGE
+
+    def __init__(self) -> None:
+        self._ffi = cffi.FFI()
+        self.compile_count = 0
+
+    def supported_dtypes(self) -> frozenset[DType]:
+        return frozenset({dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8,
+                          dtypes.uint16, dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32,
+                          dtypes.float64})
+
+    def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
+        return render_kernel(self.language, name, sink), {"global_size": (1,), "local_size": None}
+
+    def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
+        path = compile_shared(source)
+        ffi = cffi.FFI()
+        n_params = source.split(f" {name}(", 1)[1].split(")", 1)[0].count(",") + 1
+        ffi.cdef(f"void {name}({', '.join(['void*'] * n_params)});")
+        lib = ffi.dlopen(str(path))
+        self.compile_count += 1
+        return Program(name, source, getattr(lib, name), meta=meta | {"lib": lib, "ffi": ffi})
+
+    def allocate(self, nbytes: int) -> Buffer:
+        # over-allocate and slice so the data pointer is aligned
+        align = self.limits.buffer_alignment
+        raw = np.empty(max(nbytes, 1) + align, dtype=np.uint8)
+        offset = (-raw.ctypes.data) % align
+        return Buffer(self, nbytes, raw[offset:offset + max(nbytes, 1)])
+
+    def copyin(self, buf: Buffer, data: memoryview) -> None:
+        buf.handle[:buf.nbytes] = np.frombuffer(data, dtype=np.uint8)
+
+    def copyout(self, buf: Buffer, out: memoryview) -> None:
+        np.frombuffer(out, dtype=np.uint8)[:] = buf.handle[:buf.nbytes]
+
+    def host_view(self, buf: Buffer) -> np.ndarray:
+        """The buffer's bytes, without a copy (host memory on this target)."""
+        return buf.handle[:buf.nbytes]
+
+    def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
+        ffi = self._ffi
+        args = [ffi.cast("void*", b.handle.ctypes.data) for b in bufs]
+        start = time.perf_counter()
+        prog.handle(*args)
+        return time.perf_counter() - start if wait else None

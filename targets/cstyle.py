@@ -1,0 +1,284 @@
+"""The C-style renderer shared by every target: a lowered kernel graph in, C or OpenCL C source out.
+
+Targets differ only in a declared ``CStyleLanguage`` (type names, qualifiers, how global indices are
+obtained, math function spelling); the walk over the graph is one piece of code.
+
+Placement: every value is emitted in the innermost loop among the ranges it depends on. Before a reduce
+loop opens, the parts of its body that do not depend on the loop's ranges are emitted outside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from jit.dtype import DType, PtrDType, dtypes
+from jit.errors import CompileError
+from jit.uop import GroupOp, Ops, UOp, toposort
+
+_INFIX: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPEQ: "==",
+                          Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+_INLINE = frozenset({Ops.CONST, Ops.RANGE, Ops.INDEX, Ops.DEFINE_GLOBAL})
+_FLOAT_FN: dict[Ops, str] = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SQRT: "sqrt", Ops.SIN: "sin", Ops.COS: "cos",
+                             Ops.TAN: "tan", Ops.TANH: "tanh", Ops.ERF: "erf", Ops.TRUNC: "trunc",
+                             Ops.FLOOR: "floor", Ops.CEIL: "ceil", Ops.RINT: "rint", Ops.ABS: "fabs"}
+
+
+@dataclass(frozen=True)
+class CStyleLanguage:
+    """What one C dialect spells differently."""
+
+    kernel_prefix: str = "void"
+    buffer_prefix: str = ""
+    restrict: str = "restrict"
+    headers: tuple[str, ...] = ()
+    type_names: dict[DType, str] = field(default_factory=dict)
+    float_suffix: dict[DType, str] = field(default_factory=lambda: {dtypes.float32: "f"})
+    # math on float32 uses C's f-suffixed names (expf); OpenCL overloads the plain names
+    f32_math_suffix: str = "f"
+    # how many outer global ranges become hardware indices (0 on a CPU: all become loops)
+    global_dims: int = 0
+    global_index_fn: str = "get_global_id"
+    bitcast_fmt: str = "({{ {src_t} _s = ({x}); {dst_t} _d; __builtin_memcpy(&_d, &_s, sizeof(_d)); _d; }})"
+
+    def type_name(self, d: DType) -> str:
+        return self.type_names.get(d, d.cname)
+
+
+def render_const(lang: CStyleLanguage, value: object, d: DType) -> str:
+    if d.is_bool:
+        return "1" if value else "0"
+    if d.is_float:
+        v = float(value)  # type: ignore[arg-type]
+        ctype = lang.type_name(d)
+        if math.isnan(v):
+            text = "NAN"
+        elif math.isinf(v):
+            text = "INFINITY" if v > 0 else "(-INFINITY)"
+        else:
+            # repr is the shortest text that round-trips; the value is already rounded to d
+            text = repr(v) + lang.float_suffix.get(d, "")
+        return text if d in (dtypes.float32, dtypes.float64) else f"(({ctype}){text})"
+    iv = int(value)  # type: ignore[call-overload]
+    if d.is_unsigned:
+        return f"{iv}u" if d.bits <= 32 else f"{iv}ull"
+    if d.bits == 64:
+        return f"({iv + 1}ll-1)" if iv == d.min else f"{iv}ll"
+    if iv == d.min:
+        return f"(({lang.type_name(d)})({iv + 1}-1))"
+    return str(iv) if d.bits == 32 else f"(({lang.type_name(d)}){iv})"
+
+
+class KernelRenderer:
+    """Renders one kernel graph (a SINK of STOREs) to source text."""
+
+    def __init__(self, lang: CStyleLanguage, name: str, sink: UOp) -> None:
+        self.lang, self.name, self.sink = lang, name, sink
+        self.names: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.counter = 0
+        self._deps: dict[UOp, frozenset[UOp]] = {}
+        self.open_ranges: frozenset[UOp] = frozenset()
+        self.loop_stack: list[UOp] = []
+        self.scope_names: list[list[UOp]] = [[]]
+
+    # --- dependency analysis ------------------------------------------------------------------------
+    def deps(self, u: UOp) -> frozenset[UOp]:
+        """The RANGE nodes a value depends on (a REDUCE does not depend on the ranges it reduces over)."""
+        for node in toposort([u]):
+            if node in self._deps:
+                continue
+            if node.op is Ops.RANGE:
+                self._deps[node] = frozenset((node,))
+            elif node.op is Ops.REDUCE:
+                self._deps[node] = self._deps[node.src[0]] - frozenset(node.src[1:])
+            else:
+                self._deps[node] = frozenset().union(*(self._deps[s] for s in node.src))
+        return self._deps[u]
+
+    # --- emission -----------------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def new_var(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def tname(self, d: DType | PtrDType) -> str:
+        if isinstance(d, PtrDType):
+            return self.lang.type_name(d.base) + "*"
+        return self.lang.type_name(d)
+
+    def expr(self, u: UOp) -> str:
+        """The C expression for ``u``, emitting statements for it (and its sources) if needed."""
+        if u in self.names:
+            return self.names[u]
+        op = u.op
+        if op is Ops.CONST:
+            return render_const(self.lang, u.arg, u.dtype)  # type: ignore[arg-type]
+        if op is Ops.REDUCE:
+            return self.emit_reduce(u)
+        if op is Ops.STORE:
+            idx, val = u.src
+            self.line(f"*({self.expr(idx)}) = {self.expr(val)};")
+            return ""
+        if op is Ops.INDEX:
+            return f"{self.expr(u.src[0])}+{self.expr(u.src[1])}"
+        srcs = [self.expr(s) for s in u.src]
+        text = self.alu_text(u, srcs)
+        if op is Ops.LOAD:
+            text = f"*({srcs[0]})"
+        var = self.new_var("val" if op is Ops.LOAD else "alu")
+        self.line(f"{self.tname(u.dtype)} {var} = {text};")
+        self.name_here(u, var)
+        return var
+
+    def name_here(self, u: UOp, var: str) -> None:
+        """Bind ``u`` to ``var`` for the rest of the current loop body."""
+        self.names[u] = var
+        self.scope_names[-1].append(u)
+
+    def alu_text(self, u: UOp, s: list[str]) -> str:
+        op, d = u.op, u.dtype
+        assert isinstance(d, DType) or op is Ops.LOAD
+        if op is Ops.LOAD:
+            return ""
+        src_d = u.src[0].dtype if u.src else d
+        assert isinstance(src_d, DType)
+        if op is Ops.CAST:
+            if d.is_bool:
+                return f"({s[0]} != 0)"
+            return f"({self.tname(d)})({s[0]})"
+        if op is Ops.BITCAST:
+            return self.lang.bitcast_fmt.format(src_t=self.tname(src_d), dst_t=self.tname(d), x=s[0])
+        if op in _INFIX:
+            return f"({s[0]}{_INFIX[op]}{s[1]})"
+        if op is Ops.WHERE:
+            return f"({s[0]}?{s[1]}:{s[2]})"
+        if op is Ops.MULACC:
+            return f"(({s[0]}*{s[1]})+{s[2]})"
+        if op is Ops.NEG:
+            return f"(!{s[0]})" if d.is_bool else f"(-{s[0]})"
+        if op is Ops.NOT:
+            return f"(!{s[0]})" if d.is_bool else f"(~{s[0]})"
+        if op in (Ops.MAX, Ops.MIN):
+            cmp = ">" if op is Ops.MAX else "<"
+            if d.is_float:  # NaN propagates, as numpy's maximum/minimum
+                return f"(({s[0]}{cmp}{s[1]}||{s[0]}!={s[0]})?{s[0]}:{s[1]})"
+            return f"(({s[0]}{cmp}{s[1]})?{s[0]}:{s[1]})"
+        if op is Ops.IDIV:
+            # x/0 and INT_MIN/-1 trap on x86: define them (0 and wrapped negation) like numpy does
+            return f"(({s[1]})==0?0:({s[1]})==-1?-({s[0]}):({s[0]})/({s[1]}))" if not d.is_unsigned \
+                else f"(({s[1]})==0?0:({s[0]})/({s[1]}))"
+        if op is Ops.MOD:
+            if d.is_float:
+                return self.fcall("fmod", d, s)
+            return f"(({s[1]})==0||({s[1]})==-1?0:({s[0]})%({s[1]}))" if not d.is_unsigned \
+                else f"(({s[1]})==0?0:({s[0]})%({s[1]}))"
+        if op is Ops.FDIV:
+            return f"({s[0]}/{s[1]})"
+        if op is Ops.RECIPROCAL:
+            return f"(({self.tname(d)})1/{s[0]})"
+        if op is Ops.POW:
+            if d.is_float:
+                return self.fcall("pow", d, s)
+            return f"({self.tname(d)})pow((double)({s[0]}),(double)({s[1]}))"
+        if op is Ops.ABS and not d.is_float:
+            return f"(({s[0]})<0?-({s[0]}):({s[0]}))"
+        if op in _FLOAT_FN:
+            if not d.is_float:
+                raise CompileError(f"{self.name}: {op.name} expects a float operand, got {d.name}")
+            return self.fcall(_FLOAT_FN[op], d, s)
+        raise CompileError(f"{self.name}: no C rendering for {op.name} on {d.name}")
+
+    def fcall(self, fn: str, d: DType, args: list[str]) -> str:
+        if d is dtypes.float64:
+            return f"{fn}({', '.join(args)})"
+        if d is dtypes.float32:
+            return f"{fn}{self.lang.f32_math_suffix}({', '.join(args)})"
+        # narrow floats compute in float32 and round once
+        inner = ", ".join(f"(float)({a})" for a in args)
+        return f"(({self.tname(d)}){fn}{self.lang.f32_math_suffix}({inner}))"
+
+    def identity(self, r: UOp) -> str:
+        d = r.dtype
+        assert isinstance(d, DType)
+        value: object = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: d.min, Ops.MIN: d.max}[r.arg]
+        return render_const(self.lang, value, d)
+
+    def emit_reduce(self, r: UOp) -> str:
+        value, ranges = r.src[0], r.src[1:]
+        reduced = frozenset(ranges)
+        # hoist what the loop body does not need the loop for
+        for node in toposort([value]):
+            if node in self.names or node.op in _INLINE or not self.deps(node) <= self.open_ranges:
+                continue
+            self.expr(node)
+        acc = self.new_var("acc")
+        self.line(f"{self.tname(r.dtype)} {acc} = {self.identity(r)};")
+        for rng in ranges:
+            self.open_loop(rng)
+        v = self.expr(value)
+        combine = self.alu_text(UOp(r.arg, r.dtype, (value, value)), [acc, v])
+        self.line(f"{acc} = {combine};")
+        for _ in ranges:
+            self.close_loop()
+        self.name_here(r, acc)
+        return acc
+
+    def open_loop(self, rng: UOp) -> None:
+        var = f"ridx{rng.arg[0]}"
+        self.names[rng] = var
+        self.open_ranges |= {rng}
+        self.loop_stack.append(rng)
+        self.scope_names.append([])
+        self.line(f"for (int {var} = 0; {var} < {self.expr(rng.src[0])}; {var}++) {{")
+        self.depth += 1
+
+    def close_loop(self) -> None:
+        # values computed inside the loop body are out of scope after it (unrolled copies reopen the loop)
+        for u in self.scope_names.pop():
+            del self.names[u]
+        self.open_ranges -= {self.loop_stack.pop()}
+        self.depth -= 1
+        self.line("}")
+
+    def render(self) -> str:
+        globals_ = sorted((u for u in toposort([self.sink]) if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+        params = []
+        for g in globals_:
+            assert isinstance(g.dtype, PtrDType)
+            name = f"data{g.arg}"
+            self.names[g] = name
+            params.append(f"{self.lang.buffer_prefix}{self.tname(g.dtype.base)}* {self.lang.restrict} {name}")
+        out_ranges = sorted({u for u in toposort([self.sink]) if u.op is Ops.RANGE and u.arg[1] == "global"},
+                            key=lambda u: u.arg[0])
+        n_hw = min(self.lang.global_dims, len(out_ranges))
+        for i, rng in enumerate(out_ranges[:n_hw]):
+            var = f"gidx{i}"
+            self.names[rng] = var
+            self.open_ranges |= {rng}
+            self.line(f"int {var} = {self.lang.global_index_fn}({n_hw - 1 - i});")
+        for rng in out_ranges[n_hw:]:
+            self.open_loop(rng)
+        for store in self.sink.src:
+            self.expr(store)
+        while self.loop_stack:
+            self.close_loop()
+        head = "\n".join(self.lang.headers)
+        sig = f"{self.lang.kernel_prefix} {self.name}({', '.join(params)}) {{"
+        return f"{head}\n{sig}\n" + "\n".join(self.lines) + "\n}\n"
+
+
+def global_ranges(sink: UOp) -> list[UOp]:
+    return sorted({u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda u: u.arg[0])
+
+
+def render_kernel(lang: CStyleLanguage, name: str, sink: UOp) -> str:
+    if sink.op is not Ops.SINK:
+        raise CompileError(f"{name}: expected a SINK at the kernel root, got {sink.op.name}")
+    for u in toposort([sink]):
+        if u.op in GroupOp.Movement or u.op in (Ops.BUFFER, Ops.REDUCE_AXIS):
+            raise CompileError(f"{name}: tensor-level op {u.op.name} reached the renderer")
+    return KernelRenderer(lang, name, sink).render()

@@ -1,0 +1,40 @@
+"""The drivepack CLI: version, usage errors, and running as a module."""
+
+import subprocess
+import sys
+
+import pytest
+
+from packager import __version__
+from packager.cli import main
+
+
+def test_version_prints_and_returns_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == f"drivepack {__version__}"
+    assert __version__ == "0.1.0"
+
+
+@pytest.mark.parametrize("argv", [["no-such-command"], [], ["--no-such-flag"]])
+def test_usage_error_is_one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("drivepack: error: ")
+    assert "Traceback" not in captured.err
+
+
+def test_unknown_command_is_named_in_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate"]) == 2
+    assert "frobnicate" in capsys.readouterr().err
+
+
+def test_module_help_runs() -> None:
+    proc = subprocess.run([sys.executable, "-m", "packager.cli", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: drivepack")
+    assert "--version" in proc.stdout
+    assert proc.stderr == ""
