@@ -108,6 +108,13 @@ def run_schedule(kernels: list[ScheduledKernel]) -> None:
             target.launch(ck.program, bufs)
 
 
+def compile_uops(targets: list[UOp], device: str | None = None) -> list[CompiledKernel]:
+    """The compiled kernels that realizing ``targets`` would launch, without running them."""
+    dev = device or Device.DEFAULT
+    kernels, _ = create_schedule(targets, dev)
+    return [compile_kernel(k, Device[dev]) for k in kernels]
+
+
 def realize_uops(targets: list[UOp], device: str | None = None) -> dict[UOp, UOp]:
     """Compute ``targets``; returns each one's buffer view, and records every computed node as realized."""
     kernels, becomes = create_schedule(targets, device or Device.DEFAULT)

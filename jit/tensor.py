@@ -976,3 +976,5 @@ def _getitem(t: Tensor, key: Any) -> Tensor:
 
 
 Tensor.__module__ = "jit.tensor"
+
+import jit.nn_ops  # noqa: E402,F401  (attaches composite ops)

@@ -142,7 +142,10 @@ class UOp:
 
     def __new__(cls, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         key = (op, dtype, src, _arg_key(arg))
-        node = cls._interned.get(key)
+        try:
+            node = cls._interned.get(key)
+        except TypeError:
+            raise UOpArgError(f"UOp({op.name}).arg: expected a hashable value, got {arg!r}") from None
         if node is not None:
             return node
         expected = ARG_TYPES.get(op)

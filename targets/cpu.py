@@ -34,6 +34,10 @@ CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shar
                            "-fno-strict-aliasing")
 
 
+# number of times this process ran the C compiler (a warm on-disk cache keeps it at 0)
+cc_invocations = 0
+
+
 def cache_dir() -> Path:
     root = Path(os.environ.get("DRIVEPACK_CACHE") or Path.home() / ".cache" / "drivepack")
     root.mkdir(parents=True, exist_ok=True)
@@ -56,6 +60,8 @@ def compile_shared(source: str, cc: str | None = None, flags: tuple[str, ...] = 
     out = cache_dir() / f"{key}.so"
     if out.exists():
         return out
+    global cc_invocations
+    cc_invocations += 1
     with tempfile.TemporaryDirectory() as tmp:
         src_path = Path(tmp) / "kernel.c"
         src_path.write_text(source)

@@ -82,6 +82,10 @@ class KernelRenderer:
         self.open_ranges: frozenset[UOp] = frozenset()
         self.loop_stack: list[UOp] = []
         self.scope_names: list[list[UOp]] = [[]]
+        self.uses: dict[UOp, int] = {}
+        for node in toposort([sink]):
+            for src in node.src:
+                self.uses[src] = self.uses.get(src, 0) + 1
 
     # --- dependency analysis ------------------------------------------------------------------------
     def deps(self, u: UOp) -> frozenset[UOp]:
@@ -110,8 +114,12 @@ class KernelRenderer:
             return self.lang.type_name(d.base) + "*"
         return self.lang.type_name(d)
 
-    def expr(self, u: UOp) -> str:
-        """The C expression for ``u``, emitting statements for it (and its sources) if needed."""
+    def expr(self, u: UOp, force_var: bool = False) -> str:
+        """The C expression for ``u``, emitting statements for it (and its sources) if needed.
+
+        A value with a single user is inlined into that user's expression unless ``force_var`` (hoisting
+        needs a variable: an inlined invariant would be recomputed inside the loop).
+        """
         if u in self.names:
             return self.names[u]
         op = u.op
@@ -129,6 +137,8 @@ class KernelRenderer:
         text = self.alu_text(u, srcs)
         if op is Ops.LOAD:
             text = f"*({srcs[0]})"
+        elif self.uses.get(u, 0) <= 1 and not force_var:
+            return text
         var = self.new_var("val" if op is Ops.LOAD else "alu")
         self.line(f"{self.tname(u.dtype)} {var} = {text};")
         self.name_here(u, var)
@@ -214,7 +224,7 @@ class KernelRenderer:
         for node in toposort([value]):
             if node in self.names or node.op in _INLINE or not self.deps(node) <= self.open_ranges:
                 continue
-            self.expr(node)
+            self.expr(node, force_var=True)
         acc = self.new_var("acc")
         self.line(f"{self.tname(r.dtype)} {acc} = {self.identity(r)};")
         for rng in ranges:

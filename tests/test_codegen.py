@@ -1,0 +1,120 @@
+"""Scheduling, kernel naming, rendering, the on-disk compile cache, and the DEBUG/NOOPT/VIZ flags."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from jit.device import Device, DeviceError
+from jit.helpers import Context
+from jit.realize import compile_uops
+from jit.schedule import create_schedule
+from jit.tensor import Tensor
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_py(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          cwd=ROOT, env=full_env, check=True)
+
+
+def test_constant_folding_is_visible_in_the_source() -> None:
+    t = Tensor([1, 2, 3, 4])
+    out = t + 3 + 4
+    kernels = compile_uops([out.uop])
+    assert len(kernels) == 1
+    src = kernels[0].program.source
+    stores = [ln for ln in src.splitlines() if ln.strip().startswith("*(data0")]
+    assert len(stores) == 4 and all(ln.rstrip().endswith("+7);") for ln in stores)
+    assert kernels[0].name.startswith("E_4")
+    assert out.tolist() == [8, 9, 10, 11]
+
+
+def test_noopt_keeps_the_loop() -> None:
+    t = Tensor([5, 6, 7, 8])
+    with Context(NOOPT=1):
+        src = compile_uops([(t + 9).uop])[0].program.source
+    assert "for (int ridx0 = 0; ridx0 < 4; ridx0++)" in src
+    src_opt = compile_uops([(t + 10).uop])[0].program.source
+    assert "for (" not in src_opt  # upcast: four straight-line statements
+
+
+def test_elementwise_chain_is_one_kernel() -> None:
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
+    y = ((x * 2 + 1).exp() - x).sqrt()
+    kernels, _ = create_schedule([y.uop], Device.DEFAULT)
+    assert len(kernels) == 1 and kernels[0].name == "E_3_4"
+
+
+def test_reduce_fuses_its_elementwise_epilogue() -> None:
+    a = Tensor(np.ones((16, 32), np.float32))
+    out = (a * 3).sum(axis=1).relu() + 1
+    kernels, _ = create_schedule([out.uop], Device.DEFAULT)
+    assert [k.name for k in kernels] == ["r_16_32"]
+    np.testing.assert_allclose(out.numpy(), np.full(16, 97, np.float32))
+
+
+def test_reduce_consumed_through_expand_is_its_own_kernel() -> None:
+    x = Tensor(np.random.default_rng(0).random((4, 8), dtype=np.float32))
+    shifted = x - x.max(axis=1, keepdim=True)
+    kernels, _ = create_schedule([shifted.uop], Device.DEFAULT)
+    assert [k.name for k in kernels] == ["r_4_8", "E_4_8"]
+    ref = x.numpy() - x.numpy().max(axis=1, keepdims=True)
+    np.testing.assert_allclose(shifted.numpy(), ref)
+
+
+def test_same_name_different_kernel_gets_a_suffix() -> None:
+    t = Tensor(np.arange(6, dtype=np.int32))
+    a = compile_uops([(t * 11 + 1).uop])[0].name
+    b = compile_uops([(t * 13 - 1).uop])[0].name
+    assert a.startswith("E_6") and b.startswith("E_6") and a != b
+
+
+def test_device_default_can_be_overridden() -> None:
+    assert Device.DEFAULT == "CPU"
+    Device.DEFAULT = "cpu"
+    assert Device.DEFAULT == "CPU"
+    try:
+        Device.DEFAULT = "TPU"
+    except DeviceError as e:
+        assert "TPU" in str(e)
+    else:  # pragma: no cover
+        raise AssertionError("unknown device accepted")
+    out = run_py("from jit.device import Device; print(Device.DEFAULT)", DEV="CPU")
+    assert out.stdout.strip() == "CPU"
+
+
+def test_second_process_compiles_nothing(tmp_path: Path) -> None:
+    code = """
+        import numpy as np
+        from jit.tensor import Tensor
+        import targets.cpu as cpu
+        x = Tensor(np.arange(10, dtype=np.float32))
+        print((x * 2.5 + 1).sum().item(), cpu.cc_invocations)
+    """
+    first = run_py(code, DRIVEPACK_CACHE=str(tmp_path)).stdout.split()
+    second = run_py(code, DRIVEPACK_CACHE=str(tmp_path)).stdout.split()
+    assert first[0] == second[0] == "122.5"
+    assert int(first[1]) >= 1 and second[1] == "0"
+    assert list(tmp_path.glob("*.so"))
+
+
+def test_debug_flags_print_kernels_and_source(tmp_path: Path) -> None:
+    code = """
+        from jit.tensor import Tensor
+        print((Tensor([1.0, 2.0, 3.0]) * 4).tolist())
+    """
+    d2 = run_py(code, DEBUG="2").stdout
+    line = next(ln for ln in d2.splitlines() if ln.startswith("***"))
+    assert "E_3" in line and "ms" in line and "GFLOP/s" in line and "GB/s" in line
+    d4 = run_py(code, DEBUG="4").stdout
+    assert "void E_3(" in d4
+    viz = run_py(code, VIZ="1", TMPDIR=str(tmp_path)).stdout
+    path = Path(next(ln for ln in viz.splitlines() if ln.startswith("VIZ:")).split()[-1])
+    html = path.read_text()
+    assert "symbolic" in html and "before" in html and "after" in html
