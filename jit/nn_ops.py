@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jit.dtype import DType, dtypes, least_upper_dtype
-from jit.errors import ShapeError
+from jit.errors import AxisError, ShapeError
 from jit.tensor import Tensor, broadcast_shape
 from jit.uop import Ops, UOp
 
@@ -340,9 +340,9 @@ def layer_norm(self: Tensor, normalized_shape: IntOrTuple | None = None, weight:
     Without either, the last axis. ``weight`` and ``bias`` broadcast against the normalized dims.
     """
     if axis is not None:
-        start = axis % self.ndim if -self.ndim <= axis < self.ndim else None
-        if start is None:
-            raise ShapeError(f"layer_norm: axis expected in [{-self.ndim}, {self.ndim - 1}], got {axis}")
+        if not -self.ndim <= axis < self.ndim:
+            raise AxisError(f"layer_norm: axis expected in [{-self.ndim}, {self.ndim - 1}], got {axis}")
+        start = axis % self.ndim
     elif normalized_shape is not None:
         ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         if self.shape[self.ndim - len(ns):] != ns or len(ns) > self.ndim:

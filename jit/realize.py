@@ -43,14 +43,15 @@ def live_buffer_count() -> int:
 
 def copy_to_device(buf: UOp, data: np.ndarray) -> None:
     mem = device_buffer(buf)
-    mem.target.copyin(mem, memoryview(np.ascontiguousarray(data)).cast("B"))
+    # through a uint8 view: ml_dtypes arrays (bf16, fp8) do not export the buffer protocol
+    mem.target.copyin(mem, memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8)))
 
 
 def copy_from_device(buf: UOp) -> np.ndarray:
     assert isinstance(buf.dtype, DType)
     mem = device_buffer(buf)
     out = np.empty(buf.arg[2], dtype=to_numpy(buf.dtype))
-    mem.target.copyout(mem, memoryview(out).cast("B"))
+    mem.target.copyout(mem, memoryview(out.view(np.uint8)))
     return out
 
 
@@ -75,27 +76,33 @@ def unique_name(base: str, key: str) -> str:
     return base if n == 1 else f"{base}n{n}"
 
 
-def compile_kernel(k: ScheduledKernel, target: Target) -> CompiledKernel:
-    """Run the codegen passes, render and compile one kernel; the same kernel graph compiles once."""
-    cache_key = (target.name, k.ast)
-    hit = _compiled.get(cache_key)
-    if hit is not None:
-        return hit
-    lowered = full_rewrite_to_sink(k.ast, target)
-    probe, _ = target.render("kernel", lowered)
-    name = unique_name(k.name, probe)
-    source, meta = target.render(name, lowered)
-    if DEBUG >= 4:
-        print(source)
-    compiled = CompiledKernel(name, target.compile(name, source, meta), kernel_stats(lowered), lowered)
-    _compiled[cache_key] = compiled
-    return compiled
+def compile_kernels(kernels: list[ScheduledKernel], target: Target) -> list[CompiledKernel]:
+    """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
+    and the target compiles all new kernels of one call together (one C compiler run on the CPU)."""
+    todo: dict[UOp, tuple[str, str, dict, UOp]] = {}
+    for k in kernels:
+        if (target.name, k.ast) in _compiled or k.ast in todo:
+            continue
+        lowered = full_rewrite_to_sink(k.ast, target)
+        probe, _ = target.render("kernel", lowered)
+        name = unique_name(k.name, probe)
+        source, meta = target.render(name, lowered)
+        if DEBUG >= 4:
+            print(source)
+        todo[k.ast] = (name, source, meta, lowered)
+    if todo:
+        programs = target.compile_many([(name, source, meta) for name, source, meta, _ in todo.values()])
+        for (ast, (name, _, _, lowered)), prog in zip(todo.items(), programs, strict=True):
+            _compiled[(target.name, ast)] = CompiledKernel(name, prog, kernel_stats(lowered), lowered)
+    return [_compiled[(target.name, k.ast)] for k in kernels]
 
 
 def run_schedule(kernels: list[ScheduledKernel]) -> None:
-    for k in kernels:
+    if not kernels:
+        return
+    compiled = compile_kernels(kernels, Device[kernels[0].device])
+    for k, ck in zip(kernels, compiled, strict=True):
         target = Device[k.device]
-        ck = compile_kernel(k, target)
         bufs = [device_buffer(b) for b in k.buffers]
         if DEBUG >= 2:
             start = time.perf_counter()
@@ -112,7 +119,7 @@ def compile_uops(targets: list[UOp], device: str | None = None) -> list[Compiled
     """The compiled kernels that realizing ``targets`` would launch, without running them."""
     dev = device or Device.DEFAULT
     kernels, _ = create_schedule(targets, dev)
-    return [compile_kernel(k, Device[dev]) for k in kernels]
+    return compile_kernels(kernels, Device[dev])
 
 
 def realize_uops(targets: list[UOp], device: str | None = None) -> dict[UOp, UOp]:

@@ -117,12 +117,15 @@ class Tensor:
         for t in list(_all_tensors):
             view = becomes.get(t.uop)
             if view is not None and view is not t.uop:
+                if view.dtype != t.uop.dtype:
+                    # memory holds a weak dtype committed (weakfloat -> float32); the tensor keeps its weak dtype
+                    view = UOp(Ops.CAST, t.uop.dtype, (view,))
                 t.uop = view
 
     def numpy(self) -> np.ndarray:
         from jit.realize import copy_from_device
         self.realize()
-        buf = self.uop.base
+        buf = _strip_weak_cast(self.uop).base
         if buf.op is Ops.CONST:  # a realized scalar constant needs no device
             return np.full(self.shape, buf.arg, dtype=to_numpy(self.dtype))
         return copy_from_device(buf).reshape(self.shape)
@@ -250,7 +253,12 @@ class Tensor:
 
     def cast(self, dtype: DType | str) -> Tensor:
         d = to_dtype(dtype)
-        return self if d == self.dtype else self._new(UOp(Ops.CAST, d, (self.uop,)))
+        if d == self.dtype:
+            return self
+        if self.uop.op is Ops.CONST and not self.uop.src:
+            # a constant converts now: a weak Python float keeps its full precision in float64
+            return self._new(UOp.const(d, self.uop.arg))
+        return self._new(UOp(Ops.CAST, d, (self.uop,)))
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         d = to_dtype(dtype)
@@ -280,11 +288,18 @@ class Tensor:
 
     # arithmetic
     def add(self, x: Any, reverse: bool = False) -> Tensor: return self._binary(Ops.ADD, x, reverse)
-    def sub(self, x: Any, reverse: bool = False) -> Tensor: return self._binary(Ops.SUB, x, reverse)
+    def sub(self, x: Any, reverse: bool = False) -> Tensor:
+        a, b = self._operands(x, reverse)
+        if a.dtype.is_bool:  # as numpy and torch: bool - bool has no meaning (use logical_xor)
+            raise DTypeError("sub: dtype expected a number, got bool for both operands (use logical_xor)")
+        return a._alu(Ops.SUB, b)
+
     def mul(self, x: Any, reverse: bool = False) -> Tensor: return self._binary(Ops.MUL, x, reverse)
 
     def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """True division; ``rounding_mode`` 'trunc' or 'floor' divide integers like C or like numpy ``//``."""
+        if rounding_mode not in (None, "trunc", "floor"):
+            raise ValueError(f"div: rounding_mode expected None, 'trunc' or 'floor', got {rounding_mode!r}")
         a, b = self._operands(x, reverse)
         if rounding_mode is None:
             a, b = a._float_operand(), b._float_operand()
@@ -293,11 +308,7 @@ class Tensor:
             q = a._alu(Ops.FDIV, b)
             return q.trunc() if rounding_mode == "trunc" else q.floor()
         q = a._alu(Ops.IDIV, b)
-        if rounding_mode == "trunc":
-            return q
-        if rounding_mode != "floor":
-            raise ValueError(f"div: rounding_mode expected None, 'trunc' or 'floor', got {rounding_mode!r}")
-        if a.dtype.is_unsigned:
+        if rounding_mode == "trunc" or a.dtype.is_unsigned:
             return q
         # floor: step down when the remainder is non-zero and the signs differ
         r = a._alu(Ops.MOD, b)
@@ -354,8 +365,15 @@ class Tensor:
     # comparisons
     def __lt__(self, x: Any) -> Tensor: return self._binary(Ops.CMPLT, x)
     def __gt__(self, x: Any) -> Tensor: return self._binary(Ops.CMPLT, x, True)
-    def __le__(self, x: Any) -> Tensor: return self._binary(Ops.CMPLT, x, True).logical_not()
-    def __ge__(self, x: Any) -> Tensor: return self._binary(Ops.CMPLT, x).logical_not()
+    def __le__(self, x: Any) -> Tensor: return self._cmp_le(x, reverse=False)
+    def __ge__(self, x: Any) -> Tensor: return self._cmp_le(x, reverse=True)
+
+    def _cmp_le(self, x: Any, reverse: bool) -> Tensor:
+        """``self <= x`` (``x <= self`` when reverse): not(b < a) for ints, (a < b) | (a == b) for floats (NaN)."""
+        a, b = self._operands(x, reverse)
+        if a.dtype.is_float:
+            return a._alu(Ops.CMPLT, b)._alu(Ops.OR, a._alu(Ops.CMPEQ, b))
+        return b._alu(Ops.CMPLT, a)._alu(Ops.NOT)
     def __eq__(self, x: Any) -> Tensor: return self._binary(Ops.CMPEQ, x)  # type: ignore[override]
     def __ne__(self, x: Any) -> Tensor: return self._binary(Ops.CMPNE, x)  # type: ignore[override]
     __hash__ = object.__hash__
@@ -453,6 +471,10 @@ class Tensor:
         return pos | neg if self.dtype.is_float else self.full_like(False, dtypes.bool)
 
     def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+        if self.dtype.is_int:  # a Python int bound outside the dtype's range would wrap (uint8 clip(-10) -> 246)
+            lo, hi = self.dtype.min, self.dtype.max
+            min_ = min(max(min_, lo), hi) if isinstance(min_, int) and not isinstance(min_, bool) else min_
+            max_ = min(max(max_, lo), hi) if isinstance(max_, int) and not isinstance(max_, bool) else max_
         out = self
         if min_ is not None:
             out = out.maximum(min_)
@@ -466,7 +488,7 @@ class Tensor:
     def relu(self) -> Tensor: return (self > 0).where(self, 0)
     def sigmoid(self) -> Tensor: return (1 + (-self._float_operand()).exp()).reciprocal()
     def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, ((self.exp() - 1) * alpha))
-    def selu(self, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875) -> Tensor:
+    def selu(self, alpha: float = 1.6732632423543772, gamma: float = 1.0507009873554805) -> Tensor:
         return (self > 0).where(self * gamma, (self.exp() * alpha - alpha) * gamma)
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self > 0).where(self, self * neg_slope)
@@ -801,7 +823,13 @@ class Tensor:
 
 
 # --- helpers -----------------------------------------------------------------------------------------
+def _strip_weak_cast(u: UOp) -> UOp:
+    """A realized weak tensor is a CAST to its weak dtype over the committed buffer view."""
+    return u.src[0] if u.op is Ops.CAST and isinstance(u.dtype, DType) and u.dtype.weak else u
+
+
 def _is_realized_leaf(u: UOp) -> bool:
+    u = _strip_weak_cast(u)
     return u.op in (Ops.BUFFER, Ops.CONST) or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 
@@ -871,7 +899,7 @@ def _to_numpy_array(data: Any, want: DType | None) -> np.ndarray:
             arr = arr.astype(np.float32)  # Python floats default to float32, as in the reference system
         elif arr.dtype == np.int64 and not isinstance(data, np.ndarray):
             arr = arr.astype(np.int32)
-    if arr.dtype == object or arr.dtype.kind in "USV":
+    if arr.dtype == object or arr.dtype.kind in "US":
         raise DTypeError(f"Tensor: data expected numbers, got numpy dtype {arr.dtype}")
     if want is not None:
         arr = arr.astype(to_numpy(want))

@@ -63,6 +63,10 @@ class Target(abc.ABC):
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
         """Compile (or fetch from the on-disk cache) one kernel."""
 
+    def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
+        """Compile several kernels; targets with a costly compiler start override this to batch them."""
+        return [self.compile(name, source, meta) for name, source, meta in items]
+
     @abc.abstractmethod
     def allocate(self, nbytes: int) -> Buffer: ...
 

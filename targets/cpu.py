@@ -53,28 +53,62 @@ def compiler_identity(cc: str) -> str:
         raise CompileError(f"C compiler: expected a working `{cc}`, got {e}") from None
 
 
+def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
+    return hashlib.sha256("\0".join((source, cc, compiler_identity(cc), *flags)).encode()).hexdigest()
+
+
+def _cached_object(key: str) -> Path | None:
+    """The shared object holding the kernel with this key: its own file, or a batch file named by a .ref."""
+    own = cache_dir() / f"{key}.so"
+    if own.exists():
+        return own
+    ref = cache_dir() / f"{key}.ref"
+    if ref.exists():
+        target = cache_dir() / ref.read_text().strip()
+        if target.exists():
+            return target
+    return None
+
+
+def _publish(path: Path, data: bytes | str) -> None:
+    """Write atomically: concurrent test workers may compile the same kernel."""
+    fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.replace(staged, path)
+
+
+def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> list[Path]:
+    """Shared objects for ``sources``; every source not in the cache is compiled in one compiler run."""
+    global cc_invocations
+    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
+    keys = [_cache_key(src, cc, flags) for src in sources]
+    found = {k: _cached_object(k) for k in keys}
+    missing = list(dict.fromkeys(src for src, k in zip(sources, keys, strict=True) if found[k] is None))
+    if missing:
+        batch_key = _cache_key("\n".join(missing), cc, flags)
+        out = cache_dir() / f"{batch_key}.so"
+        cc_invocations += 1
+        with tempfile.TemporaryDirectory() as tmp:
+            src_path = Path(tmp) / "kernels.c"
+            src_path.write_text("\n".join(missing))
+            tmp_out = Path(tmp) / "kernels.so"
+            proc = subprocess.run([cc, *flags, str(src_path), "-o", str(tmp_out), "-lm"], capture_output=True,
+                                  text=True)
+            if proc.returncode != 0:
+                raise CompileError(f"C compile failed ({cc} {' '.join(flags)}):\n{proc.stderr}\n--- source ---\n"
+                                   + "\n".join(missing))
+            _publish(out, tmp_out.read_bytes())
+        for src in missing:
+            key = _cache_key(src, cc, flags)
+            _publish(cache_dir() / f"{key}.ref", out.name)
+            found[key] = out
+    return [found[k] for k in keys]  # type: ignore[misc]
+
+
 def compile_shared(source: str, cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> Path:
     """Compile ``source`` to a shared object, or return the cached one for the same source and flags."""
-    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
-    key = hashlib.sha256("\0".join((source, cc, compiler_identity(cc), *flags)).encode()).hexdigest()
-    out = cache_dir() / f"{key}.so"
-    if out.exists():
-        return out
-    global cc_invocations
-    cc_invocations += 1
-    with tempfile.TemporaryDirectory() as tmp:
-        src_path = Path(tmp) / "kernel.c"
-        src_path.write_text(source)
-        tmp_out = Path(tmp) / "kernel.so"
-        proc = subprocess.run([cc, *flags, str(src_path), "-o", str(tmp_out), "-lm"], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CompileError(f"C compile failed ({cc} {' '.join(flags)}):\n{proc.stderr}\n--- source ---\n{source}")
-        # atomic publish: concurrent test workers may compile the same kernel
-        fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".so.tmp")
-        os.close(fd)
-        shutil.copyfile(tmp_out, staged)
-        os.replace(staged, out)
-    return out
+    return compile_shared_many([source], cc, flags)[0]
 
 
 class CPUTarget(Target):
@@ -97,7 +131,13 @@ class CPUTarget(Target):
         return render_kernel(self.language, name, sink), {"global_size": (1,), "local_size": None}
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
-        path = compile_shared(source)
+        return self.compile_many([(name, source, meta)])[0]
+
+    def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
+        paths = compile_shared_many([source for _, source, _ in items])
+        return [self._load(name, source, meta, path) for (name, source, meta), path in zip(items, paths, strict=True)]
+
+    def _load(self, name: str, source: str, meta: dict[str, Any], path: Path) -> Program:
         ffi = cffi.FFI()
         n_params = source.split(f" {name}(", 1)[1].split(")", 1)[0].count(",") + 1
         ffi.cdef(f"void {name}({', '.join(['void*'] * n_params)});")

@@ -1,0 +1,90 @@
+"""Core speed check: drivepack's CPU target against numpy (matmul) and onnxruntime (conv), in one run.
+
+    python3 benchmarks/bench_core.py [--repeat N]
+
+Prints the median time of each and the ratio drivepack / peer (lower is better; 1.0 = as fast as the peer).
+Kernels are compiled before timing; the timed part relaunches the already scheduled kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from jit.device import Device
+from jit.realize import run_schedule
+from jit.schedule import create_schedule
+from jit.tensor import Tensor
+
+
+def median_time(fn: Callable[[], object], repeat: int) -> float:
+    fn()  # warm-up (compiles, faults pages in)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def drivepack_runner(out: Tensor) -> Callable[[], None]:
+    kernels, _ = create_schedule([out.uop], Device.DEFAULT)
+    return lambda: run_schedule(kernels)
+
+
+def bench_matmul(repeat: int) -> tuple[float, float]:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((1024, 1024), dtype=np.float32)
+    b = rng.standard_normal((1024, 1024), dtype=np.float32)
+    out = Tensor(a).matmul(Tensor(b))
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-3, atol=1e-3)
+    ours = median_time(drivepack_runner(Tensor(a).matmul(Tensor(b))), repeat)
+    peer = median_time(lambda: a @ b, repeat)
+    return ours, peer
+
+
+def conv_model_bytes(w: np.ndarray, bias: np.ndarray) -> bytes:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 128, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 128, 256])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def bench_conv(repeat: int) -> tuple[float, float]:
+    import onnxruntime as ort
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 32, 128, 256), dtype=np.float32)
+    w = rng.standard_normal((64, 32, 3, 3), dtype=np.float32) * 0.1
+    bias = rng.standard_normal(64, dtype=np.float32)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(conv_model_bytes(w, bias), opts, providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    out = Tensor(x).conv2d(Tensor(w), Tensor(bias), padding=1)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-3, atol=1e-3)
+    ours = median_time(drivepack_runner(Tensor(x).conv2d(Tensor(w), Tensor(bias), padding=1)), repeat)
+    peer = median_time(lambda: sess.run(None, {"x": x}), repeat)
+    return ours, peer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    rows = [("matmul 1024x1024 f32", "numpy", *bench_matmul(args.repeat)),
+            ("conv3x3 1x32x128x256->64", "onnxruntime", *bench_conv(args.repeat))]
+    print(f"{'case':28s} {'drivepack ms':>13s} {'peer':>12s} {'peer ms':>9s} {'ratio':>8s}")
+    for name, peer_name, ours, peer in rows:
+        print(f"{name:28s} {ours * 1e3:13.2f} {peer_name:>12s} {peer * 1e3:9.2f} {ours / peer:8.1f}x")
+
+
+if __name__ == "__main__":
+    main()

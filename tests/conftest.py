@@ -1,0 +1,32 @@
+"""Shared pytest setup: the ONNX node-test folder (generated once, offline, from the installed onnx)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--onnx-node-dir", default=os.environ.get("ONNX_NODE_DIR"),
+                     help="folder written by tests/onnx/generate.py (default: .onnx_node_tests, generated if absent)")
+
+
+def node_dir(config: pytest.Config) -> Path:
+    given = config.getoption("--onnx-node-dir")
+    return Path(given) if given else DEFAULT_NODE_DIR
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return  # xdist workers: the controller generated the folder before starting them
+    folder = node_dir(config)
+    if not (folder / "node").is_dir():
+        from tests.onnx.generate import generate
+        tmp = folder.with_name(folder.name + ".partial")
+        generate(tmp)
+        tmp.rename(folder)

@@ -1,0 +1,109 @@
+"""Run the official ONNX node test cases through drivepack and compare with their expected outputs.
+
+    python3 tests/onnx/conformance.py DIR [--only SUBSTRING] [--show-failures]
+
+DIR is the output of ../shared/tools/gen_onnx_node_tests.py (DIR/node/<case>/...). Pass criteria are
+onnx's own runner's: rtol 1e-3, atol 1e-7, exact for integral outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def load_case(case_dir: Path) -> tuple[onnx.ModelProto, list[tuple[dict[str, np.ndarray], list[np.ndarray]]]]:
+    model = onnx.load(str(case_dir / "model.onnx"))
+    init_names = {t.name for t in model.graph.initializer}
+    input_names = [i.name for i in model.graph.input if i.name not in init_names]
+    sets = []
+    for ds in sorted(case_dir.glob("test_data_set_*")):
+        ins = {}
+        for j, name in enumerate(input_names):
+            p = ds / f"input_{j}.pb"
+            if p.exists():
+                t = onnx.TensorProto()
+                t.ParseFromString(p.read_bytes())
+                ins[name] = numpy_helper.to_array(t)
+        outs = []
+        for p in sorted(ds.glob("output_*.pb"), key=lambda q: int(q.stem.split("_")[1])):
+            t = onnx.TensorProto()
+            t.ParseFromString(p.read_bytes())
+            outs.append(numpy_helper.to_array(t))
+        sets.append((ins, outs))
+    return model, sets
+
+
+def compare(got: np.ndarray, want: np.ndarray, rtol: float = 1e-3, atol: float = 1e-7) -> str | None:
+    """None when equal under onnx's runner rules, else a one-line reason."""
+    if got.shape != want.shape:
+        return f"shape expected {want.shape}, got {got.shape}"
+    if want.dtype.kind in "iub" or want.dtype == object:
+        if got.dtype != want.dtype:
+            return f"dtype expected {want.dtype}, got {got.dtype}"
+        return None if np.array_equal(got, want) else "integral values differ"
+    if got.dtype != want.dtype:
+        return f"dtype expected {want.dtype}, got {got.dtype}"
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    err = np.nanmax(np.abs(g - w)) if g.size else 0
+    return f"values differ (max abs err {err:.3g})"
+
+
+def run_case(case_dir: Path) -> str | None:
+    """None if the case passes, else the reason it fails (one line)."""
+    from jit.onnx import load_onnx
+    try:
+        model, sets = load_case(case_dir)
+        runner = load_onnx(model)
+        for ins, outs in sets:
+            result = runner(ins)
+            got = [result[n].numpy() for n in runner.output_names]
+            for i, (g, w) in enumerate(zip(got, outs, strict=True)):
+                reason = compare(g, w)
+                if reason:
+                    return f"output {i}: {reason}"
+        return None
+    except Exception as e:  # noqa: BLE001 - every failure is a reason to report, not a crash
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir")
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--show-failures", action="store_true")
+    ap.add_argument("--write-expected", metavar="FILE", help="write the failing cases and reasons to FILE")
+    args = ap.parse_args()
+    cases = sorted(glob.glob(os.path.join(args.dir, "node", "*")))
+    if args.only:
+        cases = [c for c in cases if args.only in os.path.basename(c)]
+    passed, failed = 0, {}
+    start = time.time()
+    for c in cases:
+        reason = run_case(Path(c))
+        if reason is None:
+            passed += 1
+        else:
+            failed[os.path.basename(c)] = reason
+    if args.show_failures:
+        for name, reason in failed.items():
+            print(f"{name}: {reason}")
+    if args.write_expected:
+        header = "# ONNX node cases expected to fail on the CPU target: '<case> # <one-line reason>'\n"
+        Path(args.write_expected).write_text(header + "".join(f"{n} # {r}\n" for n, r in sorted(failed.items())))
+    print(f"{passed} passed, {len(failed)} failed ({time.time() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
