@@ -653,9 +653,11 @@ class Tensor:
                 raise ShapeError(f"cat: shapes {first.shape} and {t.shape} differ outside axis {axis}")
         d = least_upper_dtype(*(t.dtype for t in tensors))
         total = sum(t.shape[axis] for t in tensors)
+        if total == 0:
+            return first.cast(d)
         out: Tensor | None = None
         offset = 0
-        for t in tensors:
+        for t in (t for t in tensors if t.shape[axis]):  # an empty piece adds nothing (and no kernel input)
             n = t.shape[axis]
             padded = t.cast(d).pad(tuple((offset, total - offset - n) if i == axis else (0, 0)
                                          for i in range(t.ndim)))
@@ -931,8 +933,11 @@ def _getitem(t: Tensor, key: Any) -> Tensor:
     n_real = sum(1 for k in keys if k is not None and k is not Ellipsis)
     if n_real > t.ndim:
         raise AxisError(f"index: too many indices for a tensor of rank {t.ndim}: {n_real}")
-    if Ellipsis in keys:
-        i = keys.index(Ellipsis)
+    ellipses = [i for i, k in enumerate(keys) if k is Ellipsis]  # identity: `in` would call Tensor.__eq__
+    if len(ellipses) > 1:
+        raise IndexError("index: an index can only have a single ellipsis ('...')")
+    if ellipses:
+        i = ellipses[0]
         keys = keys[:i] + [slice(None)] * (t.ndim - n_real) + keys[i + 1:]
     keys += [slice(None)] * (t.ndim - sum(1 for k in keys if k is not None))
     out = t

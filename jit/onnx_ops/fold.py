@@ -20,8 +20,10 @@ MAX_FOLD_ELEMENTS = 1 << 16
 
 
 def _axes(ctx: OpContext, i: int) -> list[int] | None:
-    if ctx.opset >= 13 and ctx.node.op_type in ("Squeeze", "Unsqueeze") or ctx.opset >= 18 and ctx.node.op_type \
-            .startswith("Reduce"):
+    op = ctx.node.op_type
+    # axes moved from an attribute to an input: Squeeze/Unsqueeze/ReduceSum at 13, the other Reduce* at 18
+    since = 18 if op.startswith("Reduce") and op != "ReduceSum" else 13
+    if ctx.opset >= since:
         return None if not ctx.has(i) else [int(a) for a in ctx.static(i)]
     a = ctx.attrs.get("axes")
     return None if a is None else list(a)
@@ -83,13 +85,17 @@ def _div(ctx: OpContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.trunc(a / b).astype(np.result_type(a, b))
 
 
-def _reduce(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    def run(ctx: OpContext, x: np.ndarray, *rest: np.ndarray) -> np.ndarray:
+def _reduce(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray | None]:
+    def run(ctx: OpContext, x: np.ndarray, *rest: np.ndarray) -> np.ndarray | None:
         axes = _axes(ctx, 1)
         keep = bool(ctx.attrs.get("keepdims", 1))
         if axes is None or (len(axes) == 0 and not ctx.attrs.get("noop_with_empty_axes", 0)):
-            return fn(x, axis=None, keepdims=keep)
-        return fn(x, axis=tuple(axes), keepdims=keep) if axes else x
+            axes = list(range(x.ndim))
+        if not axes:
+            return x
+        if any(x.shape[a] == 0 for a in axes):
+            return None  # an empty reduction: the handler fills in the identity
+        return np.asarray(fn(x, axis=tuple(axes), keepdims=keep)).astype(x.dtype)  # np.sum widens int32
     return run
 
 

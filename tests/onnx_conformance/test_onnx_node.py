@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DEFAULT_NODE_DIR
-from tests.onnx.conformance import run_case
+from tests.onnx_conformance.conformance import run_case
 
 EXPECTED_FAILURES_FILE = Path(__file__).with_name("expected_failures.txt")
 

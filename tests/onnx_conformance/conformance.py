@@ -1,6 +1,6 @@
 """Run the official ONNX node test cases through drivepack and compare with their expected outputs.
 
-    python3 tests/onnx/conformance.py DIR [--only SUBSTRING] [--show-failures]
+    python3 tests/onnx_conformance/conformance.py DIR [--only SUBSTRING] [--show-failures]
 
 DIR is the output of ../shared/tools/gen_onnx_node_tests.py (DIR/node/<case>/...). Pass criteria are
 onnx's own runner's: rtol 1e-3, atol 1e-7, exact for integral outputs.
