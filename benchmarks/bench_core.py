@@ -48,7 +48,6 @@ def bench_matmul(repeat: int) -> tuple[float, float]:
 
 
 def conv_model_bytes(w: np.ndarray, bias: np.ndarray) -> bytes:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])], "conv",

@@ -108,9 +108,9 @@ def run_schedule(kernels: list[ScheduledKernel]) -> None:
             start = time.perf_counter()
             target.launch(ck.program, bufs, wait=True)
             elapsed = time.perf_counter() - start
-            s = ck.stats
+            s, per_s = ck.stats, 1 / elapsed / 1e9 if elapsed else 0.0
             print(f"*** {k.device:6s} {ck.name:28s} global {s.global_size!s:16s} {elapsed * 1e3:9.3f} ms "
-                  f"{s.flops / elapsed / 1e9 if elapsed else 0:9.2f} GFLOP/s {s.bytes / elapsed / 1e9 if elapsed else 0:8.2f} GB/s")
+                  f"{s.flops * per_s:9.2f} GFLOP/s {s.bytes * per_s:8.2f} GB/s")
         else:
             target.launch(ck.program, bufs)
 

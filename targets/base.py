@@ -80,5 +80,5 @@ class Target(abc.ABC):
     def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
         """Run ``prog`` over ``bufs``; with ``wait`` return its run time in seconds."""
 
-    def synchronize(self) -> None:
+    def synchronize(self) -> None:  # noqa: B027 - synchronous targets have nothing to wait for
         """Wait for every launched kernel to finish."""

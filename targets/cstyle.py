@@ -219,7 +219,6 @@ class KernelRenderer:
 
     def emit_reduce(self, r: UOp) -> str:
         value, ranges = r.src[0], r.src[1:]
-        reduced = frozenset(ranges)
         # hoist what the loop body does not need the loop for
         for node in toposort([value]):
             if node in self.names or node.op in _INLINE or not self.deps(node) <= self.open_ranges:

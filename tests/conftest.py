@@ -13,7 +13,8 @@ DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--onnx-node-dir", default=os.environ.get("ONNX_NODE_DIR"),
-                     help="folder written by tests/onnx_conformance/generate.py (default: .onnx_node_tests, generated if absent)")
+                     help="folder written by tests/onnx_conformance/generate.py "
+                          "(default: .onnx_node_tests, generated if absent)")
 
 
 def node_dir(config: pytest.Config) -> Path:

@@ -4,8 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jit.dtype import (ALL_DTYPES, commit_weak, dtypes, from_numpy, least_upper_dtype, to_dtype, to_numpy,
-                       truncate_const)
+from jit.dtype import ALL_DTYPES, commit_weak, dtypes, from_numpy, least_upper_dtype, to_dtype, to_numpy, truncate_const
 from jit.errors import DTypeError
 
 

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from jit.dtype import DType, dtypes, from_numpy, least_upper_dtype
+from jit.dtype import DType, dtypes, least_upper_dtype
 from jit.errors import ShapeError
 from jit.onnx import OpContext, onnx_op
 from jit.onnx_ops.elementwise import onnx_dtype
@@ -89,9 +89,8 @@ def scatter_elements(data: Tensor, indices: Tensor, updates: Tensor, axis: int, 
                                                                                    strict=True)))
     idx = (idx + 1).pad(pads) - 1  # padded area reads -1
     upd = updates.pad(pads)
-    idx_m = idx.transpose(ax, -1).unsqueeze(-1).transpose(ax, -1) if ax != data.ndim - 1 else idx.unsqueeze(-2)
-    upd_m = upd.transpose(ax, -1).unsqueeze(-1).transpose(ax, -1) if ax != data.ndim - 1 else upd.unsqueeze(-2)
-    # idx_m/upd_m: data's axes with a size-1 axis at ``ax`` and the updates along a new last axis
+    # data's axes with a size-1 axis at ``ax``, the updates along ``ax`` moved to a new last axis
+    idx_m, upd_m = idx.unsqueeze(-1).transpose(ax, -1), upd.unsqueeze(-1).transpose(ax, -1)
     pos = Tensor.arange(data.shape[ax], dtype=_INDEX, device=data.device).reshape(
         *[data.shape[ax] if i == ax else 1 for i in range(data.ndim)], 1)
     match = idx_m == pos
@@ -316,5 +315,3 @@ def dynamic_quantize_linear(ctx: OpContext) -> tuple[Tensor, Tensor, Tensor]:
     y = quantize(x, scale, zp, dtypes.uint8, dtypes.float32)
     return y, scale.cast(dtypes.float32), zp
 
-
-__all__ = ["from_numpy", "gather_nd", "quantize", "scatter_elements", "scatter_nd"]

@@ -106,8 +106,8 @@ def einsum(equation: str, operands: Sequence[Tensor]) -> Tensor:
                 counts[c] = counts.get(c, 0) + 1
         out_labels = ell + sorted(c for c, k in counts.items() if k == 1)
     else:
-        out_labels, _ = _parse_operand(rhs.replace("...", "." * 3), len(rhs.replace("...", "")) + total_ell, "output")
-        out_labels = _rename_ellipsis(out_labels, total_ell, total_ell)
+        n_out = len(rhs) - 3 + total_ell if "..." in rhs else len(rhs)
+        out_labels, _ = _parse_operand(rhs, n_out, "output")
     every: list[str] = list(out_labels)
     for _, labels in labelled:
         every += [lb for lb in labels if lb not in every]
@@ -123,7 +123,8 @@ def einsum(equation: str, operands: Sequence[Tensor]) -> Tensor:
     for t, labels in labelled:
         perm = sorted(range(len(labels)), key=lambda i: every.index(labels[i]))
         aligned = t.permute(perm) if perm else t
-        shape = [aligned.shape[perm.index(labels.index(lb))] if lb in labels else 1 for lb in every]
+        ordered = [labels[i] for i in perm]
+        shape = [aligned.shape[ordered.index(lb)] if lb in labels else 1 for lb in every]
         aligned = aligned.reshape(shape) if shape else aligned.reshape(())
         if acc is not None:
             aligned = aligned.cast(acc)
