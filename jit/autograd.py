@@ -14,6 +14,8 @@ The rules are data: ``pm_gradient`` maps a node (captured as ``ret``, with the g
 * Ties split the gradient evenly: elementwise MAX/MIN give half to each equal operand, and a MAX/MIN
   reduce divides the gradient among all positions equal to the result (as tinygrad does).
 * A MUL reduce uses ``grad * out / x``, which is nan where ``x`` is 0.
+* A target that is a RESHAPE of a node is that node's data: its gradient is the reshaped gradient of the node
+  under its reshapes, so every use of that data counts (even one that reads it through a different reshape).
 """
 
 from __future__ import annotations
@@ -215,11 +217,21 @@ def _rule(node: UOp, grad: UOp) -> Grads:
     raise UnsupportedOp(f"gradient: no rule for op {node.op.name} (dtype {node.dtype!r}, arg {node.arg!r})")
 
 
+def _reshape_base(u: UOp) -> UOp:
+    """The node under a chain of RESHAPEs: the same data, so its gradient reshaped is ``u``'s gradient."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u
+
+
 def compute_gradients(root: UOp, grad: UOp, targets: list[UOp]) -> list[UOp]:
     """d(root)/d(target) for each target, seeded with ``grad`` (root's shape); zeros for unreached targets."""
     if grad.shape != root.shape:
         raise ShapeError(f"gradient: grad shape expected {root.shape} (the root's), got {grad.shape}")
-    wanted = set(targets)
+    # differentiate with respect to what is under a target's reshapes: Tensor.reshape folds reshape(reshape(x))
+    # into one reshape of x's source, so a reshaped target (any uploaded n-d tensor) may be absent from the graph
+    bases = [_reshape_base(t) for t in targets]
+    wanted = set(bases)
     order = toposort([root])
     # only nodes with a path down to some target need a gradient
     on_path: set[UOp] = set()
@@ -240,8 +252,7 @@ def compute_gradients(root: UOp, grad: UOp, targets: list[UOp]) -> list[UOp]:
             sg = _t(sg).cast(src.dtype).uop  # a rule may promote (e.g. weak constants); keep the source's dtype
             grads[src] = sg if src not in grads else (_t(grads[src]) + _t(sg)).uop
     out = []
-    for t in targets:
+    for t, base in zip(targets, bases, strict=True):
         assert t.shape is not None and isinstance(t.dtype, DType)
-        out.append(grads[t] if t in grads else Tensor.zeros(t.shape, dtype=t.dtype).uop)
+        out.append(_t(grads[base]).reshape(t.shape).uop if base in grads else Tensor.zeros(t.shape, dtype=t.dtype).uop)
     return out
-

@@ -77,6 +77,14 @@ def reshape_index(idx: tuple[UOp, ...], out_shape: tuple[int, ...], in_shape: tu
     return tuple(result)
 
 
+@dataclass(frozen=True)
+class KernelInfo:
+    """The SINK's arg: every parameter's pointer type, in launch order (kept even when simplification
+    removes all reads of one, so the signature always matches the buffers the scheduler passes)."""
+
+    params: tuple[PtrDType, ...]
+
+
 @dataclass
 class LoweringContext:
     """Per-kernel state: parameter numbering and range ids."""
@@ -208,7 +216,8 @@ def lower_kernel(out: UOp, out_buffer: UOp) -> tuple[UOp, LoweringContext]:
     value = lower_node(ctx, out, idx)
     g = ctx.param(out_buffer)
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, g.dtype, (g, flatten_index(idx, out.shape))), value))
-    return UOp(Ops.SINK, dtypes.void, (store,), None), ctx
+    params = tuple(ctx.param(b).dtype for b in sorted(ctx.params, key=lambda b: ctx.params[b]))
+    return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo(params)), ctx  # type: ignore[arg-type]
 
 
 def kernel_name(out_shape: tuple[int, ...], reduce_dims: list[int]) -> str:

@@ -196,7 +196,8 @@ class Tensor:
         counter = Tensor._rng_counter
         Tensor._rng_counter += 1
         idx = Tensor(UOp(Ops.IOTA, dtypes.int32, (), n), **kw).cast(dtypes.uint32)
-        bits = _hash_u32(_hash_u32(idx + (counter * 0x9E3779B9 & 0xFFFFFFFF)) ^ (Tensor._seed * 0x85EBCA6B & 0xFFFFFFFF))
+        seed_mix = Tensor._seed * 0x85EBCA6B & 0xFFFFFFFF
+        bits = _hash_u32(_hash_u32(idx + (counter * 0x9E3779B9 & 0xFFFFFFFF)) ^ seed_mix)
         # 24 random bits -> float32 in [0, 1) exactly representable
         out = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
         return out.reshape(shape).cast(dtype or dtypes.default_float)
@@ -527,7 +528,10 @@ class Tensor:
                              f"({math.prod(new)} elements)")
         if tuple(new) == self.shape:
             return self
-        return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), tuple(new)))
+        src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop  # reshape(reshape(x)) is one reshape
+        if src.shape == tuple(new):
+            return self._new(src)
+        return self._new(UOp(Ops.RESHAPE, self.dtype, (src,), tuple(new)))
 
     def view(self, *shape: Any) -> Tensor:
         return self.reshape(*shape)
@@ -584,7 +588,7 @@ class Tensor:
                 return out
             mask = Tensor.ones(self.shape, dtype=dtypes.bool, device=self.device)._new(
                 UOp(Ops.PAD, dtypes.bool, (Tensor.full(self.shape, True, dtypes.bool).uop,), pads))
-            return mask.where(out, value)
+            return mask.where(out, self._new(UOp.const(self.dtype, value)))  # the fill takes the tensor's dtype
         if mode not in ("reflect", "edge"):
             raise ValueError(f"pad: mode expected 'constant', 'reflect' or 'edge', got {mode!r}")
         out = self
@@ -682,11 +686,15 @@ class Tensor:
         return out
 
     def chunk(self, chunks: int, dim: int = 0) -> list[Tensor]:
+        if chunks <= 0:
+            raise ShapeError(f"chunk: chunks expected positive, got {chunks}")
         n = self.shape[_normalize_axis(dim, self.ndim)]
         return self.split(math.ceil(n / chunks) if n else 1, dim)
 
     def repeat(self, *repeats: Any) -> Tensor:
         reps = _shape_arg(repeats)
+        if len(reps) < self.ndim:
+            raise ShapeError(f"repeat: expected at least {self.ndim} repeats for shape {self.shape}, got {reps}")
         base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         expanded = base.reshape(*[v for s in base.shape for v in (1, s)]).expand(
             *[v for r, s in zip(reps, base.shape, strict=True) for v in (r, s)])

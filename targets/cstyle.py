@@ -58,6 +58,8 @@ def render_const(lang: CStyleLanguage, value: object, d: DType) -> str:
         else:
             # repr is the shortest text that round-trips; the value is already rounded to d
             text = repr(v) + lang.float_suffix.get(d, "")
+            if v < 0:
+                text = f"({text})"  # so that x - (-1.0f) never reads as x--1.0f
         return text if d in (dtypes.float32, dtypes.float64) else f"(({ctype}){text})"
     iv = int(value)  # type: ignore[call-overload]
     if d.is_unsigned:
@@ -133,7 +135,9 @@ class KernelRenderer:
             return ""
         if op is Ops.INDEX:
             return f"{self.expr(u.src[0])}+{self.expr(u.src[1])}"
-        srcs = [self.expr(s) for s in u.src]
+        # these spell an operand more than once: inlining would duplicate (and nest exponentially) its text
+        repeats = op in (Ops.MAX, Ops.MIN, Ops.IDIV, Ops.MOD, Ops.ABS)
+        srcs = [self.expr(s, force_var=repeats) for s in u.src]
         text = self.alu_text(u, srcs)
         if op is Ops.LOAD:
             text = f"*({srcs[0]})"
@@ -254,13 +258,11 @@ class KernelRenderer:
         self.line("}")
 
     def render(self) -> str:
-        globals_ = sorted((u for u in toposort([self.sink]) if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
-        params = []
-        for g in globals_:
-            assert isinstance(g.dtype, PtrDType)
-            name = f"data{g.arg}"
-            self.names[g] = name
-            params.append(f"{self.lang.buffer_prefix}{self.tname(g.dtype.base)}* {self.lang.restrict} {name}")
+        for g in toposort([self.sink]):
+            if g.op is Ops.DEFINE_GLOBAL:
+                self.names[g] = f"data{g.arg}"
+        params = [f"{self.lang.buffer_prefix}{self.tname(d.base)}* {self.lang.restrict} data{i}"
+                  for i, d in enumerate(self.sink.arg.params)]
         out_ranges = sorted({u for u in toposort([self.sink]) if u.op is Ops.RANGE and u.arg[1] == "global"},
                             key=lambda u: u.arg[0])
         n_hw = min(self.lang.global_dims, len(out_ranges))

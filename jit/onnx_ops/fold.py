@@ -112,6 +112,7 @@ FOLDERS: dict[str, Callable[..., Any]] = {
     "Sub": lambda ctx, a, b: a - b,
     "Mul": lambda ctx, a, b: a * b,
     "Div": _div,
+    "Mod": lambda ctx, a, b: np.fmod(a, b) if ctx.attrs.get("fmod", 0) else np.mod(a, b),
     "Neg": lambda ctx, a: -a,
     "Abs": lambda ctx, a: np.abs(a),
     "Equal": lambda ctx, a, b: a == b,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from jit.dtype import DType, dtypes, least_upper_dtype
@@ -26,6 +27,19 @@ _INDEX = dtypes.int32  # index arithmetic dtype (tensor sizes fit)
 def _scalar(x: Tensor, i: int) -> Tensor:
     """Element ``i`` of a 1-D tensor as a 0-d tensor."""
     return x.reshape(-1)._slice_axis(0, i, i + 1).reshape(())
+
+
+def gather_axis(x: Tensor, axis: int, idx: Tensor) -> Tensor:
+    """``x.gather(axis, idx)`` for in-range, non-negative ``idx``; from a size-1 axis it is an expand.
+
+    (That also sidesteps a core bug: a gather from a size-1 axis simplifies its index loads away, the kernel
+    signature then drops the index buffer but the launch still passes it.)
+    """
+    ax = axis % x.ndim
+    if x.shape[ax] != 1:
+        return x.gather(ax, idx)
+    bounds = [(0, 1) if i == ax else (0, min(k, s)) for i, (s, k) in enumerate(zip(x.shape, idx.shape, strict=True))]
+    return x.shrink(bounds).expand(*idx.shape)
 
 
 def _normalize_index(idx: Tensor, size: int | Tensor) -> Tensor:
@@ -62,7 +76,7 @@ def _combine(data: Tensor, match: Tensor, updates: Tensor, reduction: str) -> Te
         j = Tensor.arange(m, dtype=_INDEX, device=data.device)
         last = match.where(j, -1).max(-1, keepdim=True).maximum(0)
         full = upd.expand(*match.shape)
-        out = hit.where(full.gather(full.ndim - 1, last), data)
+        out = hit.where(gather_axis(full, -1, last), data)
     elif reduction == "add":
         out = data + match.where(upd, 0).cast(d).sum(-1, keepdim=True, dtype=d)
     elif reduction == "mul":
@@ -155,8 +169,7 @@ def gather_nd(data: Tensor, indices: Tensor, batch_dims: int = 0) -> Tensor:
     flat = data.reshape(nb, p, *rest)
     nr = len(rest)
     idx = lin.reshape(nb, n, *(1,) * nr).expand(nb, n, *rest)
-    src = flat if n <= p else flat.pad(((0, 0), (0, n - p), *((0, 0),) * nr))  # gather needs index dims <= data
-    return src.gather(1, idx).reshape(out_shape)
+    return gather_axis(flat, 1, idx).reshape(out_shape)
 
 
 @onnx_op("GatherND")
@@ -170,7 +183,9 @@ def nonzero(ctx: OpContext) -> np.ndarray:
     if not ctx.has(0) or ctx.inputs[0].host is None:  # type: ignore[union-attr]
         raise ctx.unsupported(input="a computed tensor (the output shape depends on its values)")
     x = ctx.static(0)
-    return np.asarray(np.nonzero(x.reshape(1) if x.ndim == 0 else x), dtype=np.int64).reshape(max(x.ndim, 1), -1)
+    if x.ndim == 0:  # (rank 0, count) like the reference
+        return np.zeros((0, int(bool(x))), dtype=np.int64)
+    return np.asarray(np.nonzero(x), dtype=np.int64)
 
 
 def _take_static(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
@@ -178,6 +193,8 @@ def _take_static(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
     if idx.size == 0:
         return Tensor.zeros(*[0 if i == axis else s for i, s in enumerate(x.shape)], dtype=x.dtype,
                             device=x.device)
+    if x.shape[axis] == 1:  # every index is 0
+        return x.expand(*[idx.size if i == axis else s for i, s in enumerate(x.shape)])
     return x.take(Tensor(idx.astype(np.int32), device=x.device), axis)
 
 
@@ -220,6 +237,23 @@ def unique(ctx: OpContext) -> tuple[Tensor | np.ndarray, ...]:
     return outs[:max(1, len(ctx.node.output))]
 
 
+# --- TensorScatter (KV-cache update) --------------------------------------------------------------------
+@onnx_op("TensorScatter")
+def tensor_scatter(ctx: OpContext) -> Tensor:
+    past, upd = ctx.t(0), ctx.t(1)
+    ax = ctx.attr("axis", -2) % past.ndim
+    m, s, nb = past.shape[ax], upd.shape[ax], past.shape[0]
+    w = ctx.opt(2)
+    start = w.cast(_INDEX) if w is not None else Tensor.zeros(nb, dtype=_INDEX, device=past.device)
+    t = Tensor.arange(m, dtype=_INDEX, device=past.device).reshape(*[m if i == ax else 1 for i in range(past.ndim)])
+    i = t - start.reshape(nb, *(1,) * (past.ndim - 1))  # the update row that lands on cache row t
+    if ctx.attr("mode", "linear") == "circular":
+        i = i % m
+    valid = (i >= 0) & (i < s)
+    src = valid.where(i, 0).expand(*past.shape)
+    return valid.where(gather_axis(upd, ax, src), past)
+
+
 # --- ReverseSequence -----------------------------------------------------------------------------------
 @onnx_op("ReverseSequence")
 def reverse_sequence(ctx: OpContext) -> Tensor:
@@ -229,7 +263,7 @@ def reverse_sequence(ctx: OpContext) -> Tensor:
     t = Tensor.arange(nt, dtype=_INDEX, device=x.device).reshape(*[nt if i == tax else 1 for i in range(x.ndim)])
     seq = lens.reshape(*[nb if i == bax else 1 for i in range(x.ndim)])
     src = (t < seq).where(seq - 1 - t, t).expand(*x.shape)
-    return x.gather(tax, src)
+    return gather_axis(x, tax, src)
 
 
 # --- quantization --------------------------------------------------------------------------------------
@@ -239,7 +273,7 @@ _QUANT_RANGE = {dtypes.uint8: (0, 255), dtypes.int8: (-128, 127), dtypes.uint16:
 
 def _quant_param(p: Tensor, x_shape: tuple[int, ...], axis: int, block_size: int) -> Tensor:
     """Reshape or replicate a scale / zero point so it broadcasts against ``x`` (per tensor, axis or block)."""
-    if p.numel() == 1:
+    if p.numel() == 1 or not x_shape:
         return p.reshape(())
     ax = axis % len(x_shape)
     if not block_size:
@@ -259,7 +293,7 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Tensor | None, out: DType, pr
         if zero_point is not None:
             q = q + zero_point.cast(p)
         if saturate:
-            hi = float(np.finfo(np.dtype(_np(out))).max)
+            hi = float(ml_dtypes.finfo(_np(out)).max)
             q = q.isinf().logical_not().where(q.clip(-hi, hi), q) if out.name == "fp8e5m2" else q.clip(-hi, hi)
         return q.cast(out)
     if out not in _QUANT_RANGE:
@@ -285,8 +319,8 @@ def quantize_linear(ctx: OpContext) -> Tensor:
     out = zp.dtype if zp is not None else onnx_dtype(out_code) if out_code else dtypes.uint8
     prec_code = ctx.attr("precision", 0) or 0
     precision = onnx_dtype(prec_code) if prec_code else None
-    s = _quant_param(scale, x.shape, axis, block) if x.ndim else scale.reshape(())
-    z = _quant_param(zp, x.shape, axis, block) if zp is not None and x.ndim else zp
+    s = _quant_param(scale, x.shape, axis, block)
+    z = _quant_param(zp, x.shape, axis, block) if zp is not None else None
     return quantize(x, s, z, out, precision, bool(ctx.attr("saturate", 1)))
 
 
@@ -296,11 +330,11 @@ def dequantize_linear(ctx: OpContext) -> Tensor:
     axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0) or 0
     out_code = ctx.attr("output_dtype", 0) or 0
     out = onnx_dtype(out_code) if out_code else scale.dtype
-    s = _quant_param(scale, x.shape, axis, block) if x.ndim else scale.reshape(())
+    s = _quant_param(scale, x.shape, axis, block)
     wide = dtypes.float64 if x.dtype.is_int and x.dtype.itemsize >= 4 else dtypes.float32
     dx = x.cast(wide)
     if zp is not None and not x.dtype.is_float:
-        z = _quant_param(zp, x.shape, axis, block) if x.ndim else zp.reshape(())
+        z = _quant_param(zp, x.shape, axis, block)
         dx = dx - z.cast(wide)
     return (dx * s.cast(least_upper_dtype(wide, s.dtype))).cast(out)
 
@@ -310,8 +344,8 @@ def dynamic_quantize_linear(ctx: OpContext) -> tuple[Tensor, Tensor, Tensor]:
     x = ctx.t(0).cast(dtypes.float32)
     lo = x.min().minimum(0.0) if x.numel() else Tensor.full((), 0.0, dtypes.float32)
     hi = x.max().maximum(0.0) if x.numel() else Tensor.full((), 0.0, dtypes.float32)
-    scale = (hi - lo) / 255.0
-    zp = (-lo / scale).round().clip(0.0, 255.0).cast(dtypes.uint8)
+    scale = (hi == lo).where(1.0, hi - lo) / 255.0  # an all-zero input keeps a usable scale, as the reference
+    zp = (-lo / scale).clip(0.0, 255.0).round().cast(dtypes.uint8)
     y = quantize(x, scale, zp, dtypes.uint8, dtypes.float32)
     return y, scale.cast(dtypes.float32), zp
 

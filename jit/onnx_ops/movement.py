@@ -67,7 +67,8 @@ def reshape(ctx: OpContext) -> Tensor:
 @onnx_op("Flatten")
 def flatten(ctx: OpContext) -> Tensor:
     x = ctx.t(0)
-    axis = ctx.attr("axis", 1) % (x.ndim + 1) if x.ndim else 0
+    axis = ctx.attr("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
@@ -175,7 +176,12 @@ def pad(ctx: OpContext) -> Tensor:
         pads, value, axes = list(ctx.attr("pads")), ctx.attr("value", 0.0), None
     else:
         pads = [int(p) for p in ctx.static(1, "pads")]
-        value = ctx.static(2).reshape(-1)[0].item() if ctx.has(2) and ctx.static(2).size else 0
+        value = 0
+        if ctx.has(2):
+            v = ctx.inputs[2]
+            # a constant_value computed in the graph (CastLike of a constant) stays a Tensor
+            value = v.host.reshape(-1)[0].item() if v.host is not None and v.host.size else \
+                ctx.t(2).reshape(-1)[0] if v.host is None else 0
         axes = [int(a) % x.ndim for a in ctx.static(3, "axes")] if ctx.has(3) else None
     axes = axes if axes is not None else list(range(x.ndim))
     per_axis = [(0, 0)] * x.ndim
@@ -194,6 +200,9 @@ def pad(ctx: OpContext) -> Tensor:
         return out
     if mode not in ("constant", "reflect", "edge"):
         raise ctx.unsupported(mode=mode)
+    if isinstance(value, Tensor):
+        inside = Tensor.full(x.shape, True, dtypes.bool).pad(per_axis)
+        return inside.where(x.pad(per_axis), value.cast(x.dtype))
     return x.pad(per_axis, mode=mode, value=value)
 
 

@@ -257,8 +257,8 @@ def neg_inf_bias(allowed: Tensor, d: DType) -> Tensor:
     return allowed.where(Tensor(0.0, dtype=d, device=allowed.device), Tensor(-math.inf, dtype=d, device=allowed.device))
 
 
-def offset_mask(q_len: int, kv_len: int, offset: int | Tensor, fn: Callable[[Tensor], Tensor] | None,
-                like: Tensor, left: int = -1, right: int = -1, causal: bool = False) -> Tensor:
+def offset_mask(q_len: int, kv_len: int, offset: int | Tensor, like: Tensor, left: int = -1, right: int = -1,
+                causal: bool = False) -> Tensor:
     """Bool (q, kv) (or (B, 1, q, kv) for a per-batch offset) of the keys a query may attend.
 
     ``diff = i + offset - j``; causal keeps ``diff >= 0``, a window keeps ``diff <= left`` and

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from jit.dtype import DType, dtypes
-from jit.errors import AxisError
+from jit.errors import AxisError, ShapeError
 from jit.onnx import OpContext, onnx_op
+from jit.onnx_ops.indexing import gather_axis
 from jit.onnx_ops.movement import axes_input
 from jit.tensor import Tensor
 
@@ -213,7 +214,7 @@ def topk(x: Tensor, k: int, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
     r = Tensor.arange(k, device=x.device).reshape(k, 1)
     slot = rank.unsqueeze(-2) == r  # (..., k, n)
     idx = slot.where(Tensor.arange(n, device=x.device), 0).sum(-1, dtype=dtypes.int32)  # (..., k)
-    values = moved.gather(moved.ndim - 1, idx) if k else moved._slice_axis(moved.ndim - 1, 0, 0)
+    values = gather_axis(moved, -1, idx) if k else moved._slice_axis(moved.ndim - 1, 0, 0)
     idx64 = idx.cast(dtypes.int64)
     if ax != x.ndim - 1:
         values, idx64 = values.transpose(ax, -1), idx64.transpose(ax, -1)
@@ -226,5 +227,6 @@ def top_k(ctx: OpContext) -> tuple[Tensor, Tensor]:
     k = int(ctx.static(1, "K").reshape(-1)[0]) if ctx.opset >= 10 else int(ctx.attr("k"))
     axis = ctx.attr("axis", -1)
     if not 0 <= k <= x.shape[axis % x.ndim]:
-        raise ctx.unsupported(k=k, axis_size=x.shape[axis % x.ndim])
+        raise ShapeError(f"{ctx.where()}: K expected in [0, {x.shape[axis % x.ndim]}] (axis {axis} of shape "
+                         f"{x.shape}), got {k}")
     return topk(x, k, axis, bool(ctx.attr("largest", 1)))

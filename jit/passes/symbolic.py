@@ -134,7 +134,8 @@ def split_divmod(d: UOp) -> UOp | None:
             return x.src[0] % c_node
         return None
     if d.op is Ops.MOD:
-        return None if rest is x else rest % c_node
+        # C's % keeps the dividend's sign: dropping multiples of c is only exact while rest stays >= 0
+        return None if rest is x or rest.vmin < 0 else rest % c_node
     # x // c == q + rest // c when q's terms are exact multiples and rest stays non-negative
     if rest.vmin >= 0:
         return build_linear(d.dtype, quotient_terms, q_const) + rest // c_node
