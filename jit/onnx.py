@@ -37,6 +37,9 @@ class Value:
     host: np.ndarray | None = None
     # a constant of the model (initializer, Constant, folded shape arithmetic), not data the caller passed
     const: bool = False
+    # computable at load from constants and the host data the caller passed (a Range bound read from a
+    # `size` input); a capture passes placeholders, so there only constants are known
+    known: bool = False
 
     def as_tensor(self, device: str | None = None) -> Tensor:
         if self.tensor is None:
@@ -54,11 +57,19 @@ class Value:
 
 
 Handler = Callable[["OpContext"], Any]
+# ops whose output is not a function of their inputs: never treated as constants
+NONDETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli",
+                              "Multinomial"})
 OPS: dict[str, Handler] = {}
 
 
+def op_key(node: onnx.NodeProto) -> str:
+    """``Conv`` for the default domain, ``ai.onnx.ml.Binarizer`` for others."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
 def onnx_op(*names: str) -> Callable[[Handler], Handler]:
-    """Register a handler for one or more ONNX op types (default domain)."""
+    """Register a handler for one or more op types: ``"Conv"`` (default domain) or ``"ai.onnx.ml.Binarizer"``."""
     def register(fn: Handler) -> Handler:
         for n in names:
             OPS[n] = fn
@@ -99,6 +110,9 @@ class OpContext:
         v = self.inputs[i] if i < len(self.inputs) else None
         if v is None:
             raise OnnxError(f"{self.where()}: input {i} expected, got none")
+        if v.host is None and (v.const or v.known):
+            # computed only from known values (a float Range bound, a CastLike'd pad value): evaluate it now
+            v.host = v.as_tensor(self.model.device).numpy()
         if v.host is None:
             raise UnsupportedOp(f"{self.describe()} at node {self.node.name!r} (opset {self.opset}): input "
                                 f"{what or i} must be a constant known at load, got a computed tensor")
@@ -168,9 +182,8 @@ class OnnxModel:
 
     def _check_ops(self, graph: onnx.GraphProto) -> None:
         for node in graph.node:
-            if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
-                dom = f"{node.domain}." if node.domain not in ("", "ai.onnx") else ""
-                raise UnsupportedOp(f"{dom}{node.op_type} at node {node.name!r} (opset {self.opset}): "
+            if op_key(node) not in OPS:
+                raise UnsupportedOp(f"{op_key(node)} at node {node.name!r} (opset {self.opset}): "
                                     f"no handler for this op")
             for a in node.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
@@ -249,14 +262,17 @@ class OnnxModel:
         if folded is not None:
             return folded
         try:
-            out = OPS[node.op_type](ctx)
+            out = OPS[op_key(node)](ctx)
         except DrivepackError:
             raise
         except Exception as e:  # a handler bug or a malformed node: name the node, not a deep frame
             raise OnnxError(f"{ctx.where()}: {type(e).__name__}: {e}") from e
         outs = out if isinstance(out, (tuple, list)) else (out,)
+        deterministic = node.op_type not in NONDETERMINISTIC
+        from_consts = deterministic and all(v is None or v.const for v in ins)
+        from_known = deterministic and all(v is None or v.const or v.known for v in ins)
         return [o if isinstance(o, Value) else Value(host=o, const=True) if isinstance(o, np.ndarray)
-                else Value(tensor=o) for o in outs]
+                else Value(tensor=o, const=from_consts, known=from_known) for o in outs]
 
 
 def _input_value(name: str, data: Any) -> Value:
@@ -268,7 +284,7 @@ def _input_value(name: str, data: Any) -> Value:
     except DTypeError as e:
         raise OnnxError(f"{name}: {e}") from None
     # given host data stays visible so ops that need a static argument (a Reshape shape) can read it
-    return Value(host=arr)
+    return Value(host=arr, known=True)
 
 
 def load_onnx(src: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str | None = None) -> OnnxModel:

@@ -33,7 +33,11 @@ def _trips(ranges: frozenset[UOp]) -> int:
 
 
 def kernel_stats(sink: UOp) -> KernelStats:
+    """Operations and bytes as the rendered kernel executes them: a value is evaluated once per iteration of
+    every output loop (the renderer places values inside all of them) and of the reduce loops it depends on."""
     deps = range_deps(sink)
+    outer = frozenset(u for u in deps if u.op is Ops.RANGE and u.arg[1] == "global")
+    deps = {n: r | outer for n, r in deps.items()}
     flops = nbytes = 0
     for node in deps:
         if node.op in GroupOp.ALU and node.op not in GroupOp.Comparison and node.op is not Ops.WHERE:

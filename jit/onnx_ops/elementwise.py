@@ -51,7 +51,7 @@ def div(ctx: OpContext) -> Tensor:
 @onnx_op("Mod")
 def mod(ctx: OpContext) -> Tensor:
     a, b = ctx.t(0), ctx.t(1).cast(ctx.t(0).dtype)
-    if ctx.attr("fmod", 0) or a.dtype.is_float:
+    if ctx.attr("fmod", 0):
         return a.fmod(b)
     return a.mod(b)
 

@@ -24,7 +24,7 @@ def _axes(ctx: OpContext, i: int) -> list[int] | None:
     # axes moved from an attribute to an input: Squeeze/Unsqueeze/ReduceSum at 13, the other Reduce* at 18
     since = 18 if op.startswith("Reduce") and op != "ReduceSum" else 13
     if ctx.opset >= since:
-        return None if not ctx.has(i) else [int(a) for a in ctx.static(i)]
+        return None if not ctx.has(i) else [int(a) for a in np.atleast_1d(ctx.static(i))]
     a = ctx.attrs.get("axes")
     return None if a is None else list(a)
 

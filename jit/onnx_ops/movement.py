@@ -16,7 +16,7 @@ from jit.tensor import Tensor
 def axes_input(ctx: OpContext, input_index: int, since_opset: int) -> list[int] | None:
     """Axes given as an attribute before ``since_opset`` and as an optional input from it on."""
     if ctx.opset >= since_opset:
-        return None if not ctx.has(input_index) else [int(a) for a in ctx.static(input_index, "axes")]
+        return None if not ctx.has(input_index) else [int(a) for a in np.atleast_1d(ctx.static(input_index, "axes"))]
     axes = ctx.attr("axes", None)
     return None if axes is None else [int(a) for a in axes]
 
