@@ -4,6 +4,11 @@ Each tensor node is evaluated at an index (one int expression per dimension). Mo
 that index (reshape: flatten and unflatten; permute: reorder; expand: size-1 dims read index 0; pad:
 shift, clamp and mask; shrink/flip/stride/window: affine maps). A reduce opens new RANGEs for its axes.
 Loads of realized buffers read ``buffer[linear index]``. Nothing here depends on the target.
+
+Dtypes are copied as they are: weak dtypes (Python scalars) stay weak here and are committed by the
+codegen passes (jit/passes/commit_weak.py and what follows it in jit/passes/pipeline.py). Index arithmetic
+is int32, so every buffer's element count must fit int32; a gather index wider than int32 is clamped in its
+own dtype first and only then narrowed.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from jit.dtype import DType, PtrDType, commit_weak, dtypes
+from jit.dtype import DType, PtrDType, dtypes
 from jit.errors import CompileError
 from jit.uop import GroupOp, Ops, UOp
 
 INDEX_DTYPE = dtypes.int32
+MAX_INDEXED = 2**31 - 1  # elements an int32 index reaches
+_WIDE_INDEX = (dtypes.int64, dtypes.uint64, dtypes.uint32)
 
 
 def idx_const(v: int) -> UOp:
@@ -103,8 +110,11 @@ class LoweringContext:
         if buf not in self.params:
             self.params[buf] = len(self.params)
         base = buf.dtype
-        assert isinstance(base, DType)
-        return UOp(Ops.DEFINE_GLOBAL, PtrDType(commit_weak(base), buf.arg[2]), (), self.params[buf])
+        assert isinstance(base, DType) and not base.weak, "buffers are created with a committed dtype"
+        if buf.arg[2] > MAX_INDEXED:
+            raise CompileError(f"lowering: buffer {buf.arg[0]} has {buf.arg[2]} elements; int32 indexing reaches "
+                               f"{MAX_INDEXED}")
+        return UOp(Ops.DEFINE_GLOBAL, PtrDType(base, buf.arg[2]), (), self.params[buf])
 
 
 def lower_node(ctx: LoweringContext, node: UOp, idx: tuple[UOp, ...]) -> UOp:
@@ -118,7 +128,7 @@ def lower_node(ctx: LoweringContext, node: UOp, idx: tuple[UOp, ...]) -> UOp:
 
 def _lower(ctx: LoweringContext, node: UOp, idx: tuple[UOp, ...]) -> UOp:
     op = node.op
-    dtype = commit_weak(node.dtype) if isinstance(node.dtype, DType) else node.dtype
+    dtype = node.dtype  # weak dtypes stay weak: the commit passes fix their width
     if op is Ops.BUFFER:
         g = ctx.param(node)
         return UOp(Ops.LOAD, dtype, (UOp(Ops.INDEX, g.dtype, (g, idx[0])),))
@@ -195,9 +205,15 @@ def _lower(ctx: LoweringContext, node: UOp, idx: tuple[UOp, ...]) -> UOp:
         assert x.shape is not None
         axis = node.arg
         n = x.shape[axis]
-        v = lower_node(ctx, index, idx).cast(INDEX_DTYPE)
-        v = (v < 0).where(v + n, v)
+        v = lower_node(ctx, index, idx)
+        # wrap and clamp in the index's own dtype when it is wider than int32 can hold (int64, uint64, uint32):
+        # narrowing first would wrap 2**32 + 1 to 1 instead of clamping it to n - 1
+        if v.dtype not in _WIDE_INDEX:
+            v = v.cast(INDEX_DTYPE)
+        if not v.dtype.is_unsigned:  # type: ignore[union-attr]
+            v = (v < 0).where(v + n, v)
         v = v.maximum(0).minimum(max(n - 1, 0))  # out-of-range indices read the edge instead of stray memory
+        v = v.cast(INDEX_DTYPE)  # in 0..n-1, and n fits int32 because the buffer does
         return lower_node(ctx, x, (*idx[:axis], v, *idx[axis + 1:]))
     if op is Ops.CONTIGUOUS:
         assert src is not None

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 import weakref
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from jit.device import Device
 from jit.dtype import DType, to_numpy
-from jit.helpers import DEBUG
-from jit.passes.pipeline import full_rewrite_to_sink
+from jit.helpers import DEBUG, EMULATED_DTYPES, NOOPT
+from jit.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
+from jit.passes.pipeline import RewrittenKernel, rewrite_kernel
 from jit.schedule import ScheduledKernel, create_schedule, realized
 from jit.stats import KernelStats, kernel_stats
 from jit.uop import Ops, UOp
@@ -61,9 +65,28 @@ class CompiledKernel:
     program: Program
     stats: KernelStats
     lowered: UOp
+    dtype_policy: DTypePolicy = field(default_factory=lambda: DTypePolicy("?"))
 
 
-_compiled: dict[tuple[str, UOp], CompiledKernel] = {}
+# (target, settings that change codegen, kernel graph) -> compiled kernel
+_compiled: dict[tuple[str, str, UOp], CompiledKernel] = {}
+# rewriting and rendering recurse along the graph's depth; emulated 64-bit division is ~600 levels deep
+_RECURSION_LIMIT = 20_000
+
+
+@contextlib.contextmanager
+def _deep_recursion(limit: int = _RECURSION_LIMIT) -> Iterator[None]:
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _settings_key() -> str:
+    """The run settings a compiled kernel depends on (a kernel compiled under EMULATED_DTYPES=long differs)."""
+    return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value}"
 _names: dict[str, dict[str, int]] = {}  # base name -> source -> suffix number
 
 
@@ -79,22 +102,38 @@ def unique_name(base: str, key: str) -> str:
 def compile_kernels(kernels: list[ScheduledKernel], target: Target) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
     and the target compiles all new kernels of one call together (one C compiler run on the CPU)."""
-    todo: dict[UOp, tuple[str, str, dict, UOp]] = {}
+    settings = _settings_key()
+    todo: dict[UOp, tuple[str, str, dict, RewrittenKernel]] = {}
     for k in kernels:
-        if (target.name, k.ast) in _compiled or k.ast in todo:
+        if (target.name, settings, k.ast) in _compiled or k.ast in todo:
             continue
-        lowered = full_rewrite_to_sink(k.ast, target)
-        probe, _ = target.render("kernel", lowered)
-        name = unique_name(k.name, probe)
-        source, meta = target.render(name, lowered)
+        with _deep_recursion():
+            rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
+            probe, _ = target.render("kernel", rewritten.sink)
+            name = unique_name(k.name, probe)
+            source, meta = target.render(name, rewritten.sink)
+        if DEBUG >= 2:
+            for line in rewritten.dtype_policy.debug_lines():  # once per kernel: compiled kernels are cached
+                print(f"{line} in {name}")
         if DEBUG >= 4:
             print(source)
-        todo[k.ast] = (name, source, meta, lowered)
+        todo[k.ast] = (name, source, meta, rewritten)
     if todo:
         programs = target.compile_many([(name, source, meta) for name, source, meta, _ in todo.values()])
-        for (ast, (name, _, _, lowered)), prog in zip(todo.items(), programs, strict=True):
-            _compiled[(target.name, ast)] = CompiledKernel(name, prog, kernel_stats(lowered), lowered)
-    return [_compiled[(target.name, k.ast)] for k in kernels]
+        for (ast, (name, _, _, rw)), prog in zip(todo.items(), programs, strict=True):
+            _compiled[(target.name, settings, ast)] = CompiledKernel(name, prog, kernel_stats(rw.sink), rw.sink,
+                                                                      rw.dtype_policy)
+    return [_compiled[(target.name, settings, k.ast)] for k in kernels]
+
+
+def dtype_policy_report(compiled: list[CompiledKernel]) -> ModelDTypeReport:
+    """Which dtypes a set of compiled kernels (a model's schedule) ran natively and which emulated, and why."""
+    return aggregate_policies((ck.name, ck.dtype_policy) for ck in compiled)
+
+
+def schedule_dtype_policy(targets: list[UOp], device: str | None = None) -> ModelDTypeReport:
+    """The dtype-policy report of the kernels realizing ``targets`` would launch (compiles, does not run)."""
+    return dtype_policy_report(compile_uops(targets, device))
 
 
 def run_schedule(kernels: list[ScheduledKernel]) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jit.dtype import DType
+from jit.errors import CompileError
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,23 @@ class Target(abc.ABC):
 
     @abc.abstractmethod
     def supported_dtypes(self) -> frozenset[DType]:
-        """The dtypes kernels may use natively; every other dtype is emulated or refused."""
+        """The dtypes kernels may use natively; every other dtype is emulated or refused.
+
+        The contract: the codegen pipeline (jit/passes/pipeline.py) decomposes int64/uint64 into 32-bit words
+        and float16/bfloat16/fp8 into float32 compute over integer storage whenever they are missing here, so
+        a target lists only what its language and hardware really do; it must list bool, int32, uint32 and
+        float32 (the emulations compute in them) and uint8/uint16 for emulated narrow-float storage. Any other
+        missing dtype is a CompileError at compile time. ``render`` may assume the graph holds nothing else.
+        """
+
+    def check_dtypes(self, name: str, sink: Any) -> None:
+        """CompileError if kernel ``name`` uses a dtype outside ``supported_dtypes()`` (a pipeline bug guard)."""
+        from jit.passes.dtype_policy import used_dtypes  # the target layer does not import the compiler at load
+
+        extra = sorted(d.name for d in used_dtypes(sink) - self.supported_dtypes())
+        if extra:
+            raise CompileError(f"{name}: dtypes {extra} reached the {self.name} renderer, which supports "
+                               f"{sorted(d.name for d in self.supported_dtypes())}")
 
     @abc.abstractmethod
     def render(self, name: str, sink: Any) -> tuple[str, dict[str, Any]]:

@@ -30,6 +30,10 @@ CPU_LANGUAGE = CStyleLanguage(
     type_names={dtypes.bool: "_Bool", dtypes.float16: "_Float16"},
 )
 
+CPU_DTYPES: frozenset[DType] = frozenset({
+    dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
+    dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64})
+
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
                            "-fno-strict-aliasing")
 
@@ -123,11 +127,12 @@ class CPUTarget(Target):
         self.compile_count = 0
 
     def supported_dtypes(self) -> frozenset[DType]:
-        return frozenset({dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8,
-                          dtypes.uint16, dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32,
-                          dtypes.float64})
+        """C with GCC/Clang: every integer width, _Float16, float and double. bfloat16 and the fp8 formats have
+        no arithmetic type here, so the pipeline always emulates them (float32 compute over integer bits)."""
+        return CPU_DTYPES
 
     def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
+        self.check_dtypes(name, sink)
         return render_kernel(self.language, name, sink), {"global_size": (1,), "local_size": None}
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:

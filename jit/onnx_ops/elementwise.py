@@ -173,6 +173,8 @@ def swish(ctx: OpContext) -> Tensor:
 @onnx_op("PRelu")
 def prelu(ctx: OpContext) -> Tensor:
     x, slope = ctx.t(0), ctx.t(1)
+    if slope.ndim == 1 and x.ndim > 2 and slope.shape[0] == x.shape[1] != x.shape[-1]:
+        slope = slope.reshape(-1, *([1] * (x.ndim - 2)))  # old exports: one slope per channel (axis 1)
     return (x < 0).where(x * slope, x)
 
 
@@ -252,7 +254,12 @@ def bitwise_not(ctx: OpContext) -> Tensor:
 @onnx_op("BitShift")
 def bit_shift(ctx: OpContext) -> Tensor:
     x, n = ctx.t(0), ctx.t(1).cast(ctx.t(0).dtype)
-    return x.lshift(n) if ctx.attr("direction") == "LEFT" else x.rshift(n)
+    # the shift count is unsigned: a negative or >= width count shifts every bit out (C leaves it undefined)
+    too_far = (n < 0) | (n >= x.dtype.bits)
+    safe = too_far.where(0, n)
+    if ctx.attr("direction") == "LEFT":
+        return too_far.where(0, x.lshift(safe))
+    return too_far.where((x < 0).where(-1, 0) if not x.dtype.is_unsigned else 0, x.rshift(safe))
 
 
 @onnx_op("Where")

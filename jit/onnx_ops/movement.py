@@ -221,7 +221,8 @@ def depth_to_space(ctx: OpContext) -> Tensor:
 def space_to_depth(ctx: OpContext) -> Tensor:
     x, b = ctx.t(0), ctx.attr("blocksize")
     n, c, h, w = x.shape
-    y = x.reshape(n, c, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    blocks = x.reshape(n, c, h // b, b, w // b, b)
+    y = blocks.permute(0, 1, 3, 5, 2, 4) if ctx.attr("mode", "DCR") == "CRD" else blocks.permute(0, 3, 5, 1, 2, 4)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 

@@ -53,7 +53,7 @@ def parse_emulated(setting: str) -> frozenset[DType]:
 
 def used_dtypes(sink: UOp) -> frozenset[DType]:
     """Every scalar dtype a kernel graph uses, pointer element types included."""
-    out: set[DType] = set()
+    out: set[DType] = {p.base for p in getattr(sink.arg, "params", ())}  # the signature, read or not
     for u in toposort([sink]):
         d = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
         if isinstance(d, DType) and d is not dtypes.void and d != dtypes.void:

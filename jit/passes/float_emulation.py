@@ -33,6 +33,7 @@ import numpy as np
 
 from jit.dtype import DType, PtrDType, dtypes, to_numpy
 from jit.errors import CompileError
+from jit.lower import KernelInfo
 from jit.passes.bits import (
     F32,
     F64,
@@ -199,6 +200,15 @@ def emu_const(ctx: frozenset[DType], c: UOp) -> UOp | None:
     return marker(fmt.dtype, UOp.const(F32, c.arg), UOp.const(fmt.storage, const_bits(fmt, c.arg)))
 
 
+def emu_sink(ctx: frozenset[DType], sink: UOp) -> UOp | None:
+    """The kernel signature declares the storage integer for every emulated buffer."""
+    info = sink.arg
+    if not isinstance(info, KernelInfo) or not any(p.base in ctx for p in info.params):
+        return None
+    params = tuple(PtrDType(FORMATS[p.base].storage, p.size) if p.base in ctx else p for p in info.params)
+    return UOp(Ops.SINK, sink.dtype, sink.src, KernelInfo(params))
+
+
 def emu_load(ctx: frozenset[DType], ld: UOp) -> UOp | None:
     if ld.dtype not in ctx:
         return None
@@ -263,6 +273,7 @@ pm_float_emulation = PatternMatcher([
     (UPat(Ops.CONST, name="c"), emu_const),
     (UPat(Ops.LOAD, name="ld"), emu_load),
     (UPat(Ops.STORE, name="st"), emu_store),
+    (UPat(Ops.SINK, name="sink"), emu_sink),
     (UPat(Ops.CAST, name="c"), emu_cast),
     (UPat(Ops.BITCAST, name="c"), emu_bitcast),
     (UPat(GroupOp.ALU | {Ops.REDUCE}, name="x"), emu_alu),
@@ -272,6 +283,10 @@ pm_float_emulation = PatternMatcher([
 
 def check_gone(sink: UOp, gone: frozenset[DType], what: str) -> None:
     """CompileError naming the first node (sources first) that still carries one of ``gone``."""
+    if isinstance(sink.arg, KernelInfo):
+        for i, p in enumerate(sink.arg.params):
+            if p.base in gone:
+                raise CompileError(f"{what}: kernel parameter {i} still declared {p.base.name}")
     for u in toposort([sink]):
         d = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype
         if d in gone or any(s.op is Ops.NOOP and s.dtype in gone for s in u.src):

@@ -27,8 +27,8 @@ import math
 
 from jit.dtype import DType, PtrDType, dtypes
 from jit.errors import CompileError
+from jit.lower import KernelInfo
 from jit.passes.bits import (
-    BOOL,
     F32,
     F64,
     I32,
@@ -198,6 +198,9 @@ def from_float(x: UOp, signed: bool) -> Words:
         x = x.cast(F32)
     fd = x.dtype
     assert isinstance(fd, DType)
+    hi_limit = 2.0 ** 63 if signed else 2.0 ** 64
+    valid = land(lt(x, UOp.const(fd, hi_limit)), lnot(lt(x, UOp.const(fd, -2.0 ** 63))))  # NaN: False
+    x = select(valid, x, UOp.const(fd, 0.0))  # keep every float -> uint32 conversion below in range
     t = UOp(Ops.TRUNC, fd, (x,))
     neg = lt(t, UOp.const(fd, 0.0))
     mag = select(neg, -t, t)
@@ -205,8 +208,6 @@ def from_float(x: UOp, signed: bool) -> Words:
     low = mag - h * UOp.const(fd, 2.0 ** 32)  # exact: the low bits of an integral float
     w: Words = (low.cast(U32), h.cast(U32))
     w = where64(neg, neg64(w), w)
-    hi_limit = 2.0 ** 63 if signed else 2.0 ** 64
-    valid = land(lt(x, UOp.const(fd, hi_limit)), lnot(lt(x, UOp.const(fd, -2.0 ** 63))))
     return where64(valid, w, (u32(0), u32(0x80000000)))
 
 
@@ -215,7 +216,7 @@ def bit_length32(v: UOp) -> UOp:
     n = u32(0)
     for step in (16, 8, 4, 2, 1):
         big = lnot(lt(v, u32(1 << step)))
-        n = n + select(big, step, 0)
+        n = n + select(big, u32(step), u32(0))
         v = select(big, shr(v, step), v)
     return n + v  # v is 0 or 1 here
 
@@ -252,13 +253,17 @@ def _signed(d: object) -> bool:
     return d == dtypes.int64
 
 
+def word_ptr(p: PtrDType, what: str) -> PtrDType:
+    """The uint32 pointer type holding ``p``'s 64-bit elements as word pairs."""
+    if p.size > 0 and 2 * p.size > MAX_WORDS:
+        raise CompileError(f"int64 emulation: {what} of {p.size} elements needs {2 * p.size} 32-bit words, "
+                           f"more than int32 indexing reaches ({MAX_WORDS})")
+    return PtrDType(U32, 2 * p.size if p.size > 0 else p.size)
+
+
 def word_global(g: UOp) -> UOp:
     assert isinstance(g.dtype, PtrDType)
-    size = g.dtype.size
-    if size > 0 and 2 * size > MAX_WORDS:
-        raise CompileError(f"int64 emulation: buffer {g.arg} of {size} elements needs {2 * size} 32-bit words, "
-                           f"more than int32 indexing reaches ({MAX_WORDS})")
-    return UOp(Ops.DEFINE_GLOBAL, PtrDType(U32, 2 * size if size > 0 else size), (), g.arg)
+    return UOp(Ops.DEFINE_GLOBAL, word_ptr(g.dtype, f"buffer {g.arg}"), (), g.arg)
 
 
 def word_index(idx: UOp, k: int) -> UOp:
@@ -286,13 +291,19 @@ def long_store(st: UOp) -> UOp | None:
     return UOp(Ops.NOOP, dtypes.void, stores)
 
 
-def flatten_sink(sink: UOp) -> UOp | None:
-    if not any(s.op is Ops.NOOP and s.dtype == dtypes.void for s in sink.src):
+def long_sink(sink: UOp) -> UOp | None:
+    """Word stores become SINK sources, and the kernel signature declares word buffers."""
+    info = sink.arg
+    retype = isinstance(info, KernelInfo) and any(p.base in LONGS for p in info.params)
+    if not retype and not any(s.op is Ops.NOOP and s.dtype == dtypes.void for s in sink.src):
         return None
     out: list[UOp] = []
     for s in sink.src:
         out.extend(s.src if s.op is Ops.NOOP and s.dtype == dtypes.void else (s,))
-    return sink.replace(src=tuple(out))
+    if retype:
+        info = KernelInfo(tuple(word_ptr(p, f"parameter {i}") if p.base in LONGS else p
+                                for i, p in enumerate(info.params)))
+    return UOp(Ops.SINK, sink.dtype, tuple(out), info)
 
 
 def long_cast(c: UOp) -> UOp | None:
@@ -433,7 +444,7 @@ pm_long_decomp = PatternMatcher([
     (UPat(Ops.CONST, name="c"), long_const),
     (UPat(Ops.LOAD, name="ld"), long_load),
     (UPat(Ops.STORE, name="st"), long_store),
-    (UPat(Ops.SINK, name="sink"), flatten_sink),
+    (UPat(Ops.SINK, name="sink"), long_sink),
     (UPat(Ops.CAST, name="c"), long_cast),
     (UPat(Ops.BITCAST, name="c"), long_bitcast),
     (UPat((Ops.CMPLT, Ops.CMPEQ, Ops.CMPNE), name="x"), long_cmp),
@@ -448,5 +459,3 @@ def decompose_longs(sink: UOp, native: frozenset[DType]) -> UOp:
     check_gone(out, frozenset(LONGS), "int64 emulation")
     return out
 
-
-_ = (BOOL,)  # re-exported for tests that build word graphs
