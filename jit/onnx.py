@@ -127,7 +127,7 @@ class OpContext:
             return self.attrs[name]
         if default is not _MISSING:
             return default
-        spec = self.model.schema_default(self.node.op_type, self.opset, name)
+        spec = self.model.schema_default(self.node.op_type, self.opset, name, self.node.domain)
         if spec is _MISSING:
             raise OnnxError(f"{self.where()}: attribute {name!r} is required and missing")
         return spec
@@ -171,13 +171,14 @@ class OnnxModel:
         self.proto = model
         self.device = device
         self.base_dir = base_dir
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+        self.opset = self.opsets.get("", 1)
         graph = model.graph
         self.initializers: dict[str, np.ndarray] = {t.name: tensor_to_numpy(t, base_dir) for t in graph.initializer}
         self.input_names = [i.name for i in graph.input if i.name not in self.initializers]
         self.output_names = [o.name for o in graph.output]
         self.metadata = {p.key: p.value for p in model.metadata_props}
-        self._schema_defaults: dict[tuple[str, int, str], Any] = {}
+        self._schema_defaults: dict[tuple[str, int, str, str], Any] = {}
         self._check_ops(graph)
 
     def _check_ops(self, graph: onnx.GraphProto) -> None:
@@ -189,12 +190,12 @@ class OnnxModel:
                 if a.type == onnx.AttributeProto.GRAPH:
                     self._check_ops(a.g)
 
-    def schema_default(self, op_type: str, opset: int, name: str) -> Any:
-        key = (op_type, opset, name)
+    def schema_default(self, op_type: str, opset: int, name: str, domain: str = "") -> Any:
+        key = (op_type, opset, name, domain)
         if key not in self._schema_defaults:
             value: Any = _MISSING
             try:
-                schema = onnx.defs.get_schema(op_type, opset)
+                schema = onnx.defs.get_schema(op_type, opset, "" if domain == "ai.onnx" else domain)
                 spec = schema.attributes.get(name)
                 if spec is not None and spec.default_value.type != onnx.AttributeProto.UNDEFINED:
                     value = attribute_value(spec.default_value)
@@ -237,6 +238,9 @@ class OnnxModel:
 
     def run_graph(self, graph: onnx.GraphProto, env: dict[str, Value | None]) -> list[Value]:
         """Walk ``graph``'s nodes in order; ``env`` maps value names (outer scopes included) to values."""
+        for t in graph.initializer:  # a subgraph (If/Loop body) may carry constants of its own
+            if t.name not in env:
+                env[t.name] = Value(host=tensor_to_numpy(t, self.base_dir), const=True, known=True)
         for node in graph.node:
             ins = []
             for name in node.input:
@@ -256,7 +260,9 @@ class OnnxModel:
         return result
 
     def run_node(self, node: onnx.NodeProto, ins: list[Value | None], env: dict[str, Value | None]) -> list[Value]:
-        ctx = OpContext(node, ins, self.opset, self, {a.name: attribute_value(a) for a in node.attribute}, env)
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        ctx = OpContext(node, ins, self.opsets.get(domain, 1), self,
+                        {a.name: attribute_value(a) for a in node.attribute}, env)
         from jit.onnx_ops.fold import try_fold
         folded = try_fold(ctx)
         if folded is not None:
