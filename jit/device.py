@@ -9,7 +9,8 @@ from jit.errors import DrivepackError
 from targets.base import Target
 
 # name -> "module:class"; the first one that loads is the default, in this order
-_TARGETS: dict[str, str] = {"CPU": "targets.cpu:CPUTarget"}
+# (CPU stays first: the default never moves to an accelerator unless DEV says so)
+_TARGETS: dict[str, str] = {"CPU": "targets.cpu:CPUTarget", "OPENCL": "targets.opencl:OpenCLTarget"}
 
 
 class DeviceError(DrivepackError, ValueError):
@@ -32,7 +33,9 @@ class _Device:
         key = self.canonical(name)
         if key not in self._instances:
             module, cls = _TARGETS[key.split(":", 1)[0]].split(":")
-            self._instances[key] = getattr(importlib.import_module(module), cls)()
+            make = getattr(importlib.import_module(module), cls)
+            # "OPENCL:1": the suffix picks one of several devices of that target, which gets the full name
+            self._instances[key] = make(key) if ":" in key else make()
         return self._instances[key]
 
     @property

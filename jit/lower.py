@@ -129,6 +129,7 @@ def lower_node(ctx: LoweringContext, node: UOp, idx: tuple[UOp, ...]) -> UOp:
 def _lower(ctx: LoweringContext, node: UOp, idx: tuple[UOp, ...]) -> UOp:
     op = node.op
     dtype = node.dtype  # weak dtypes stay weak: the commit passes fix their width
+    assert isinstance(dtype, DType), f"tensor-level {op.name} has a scalar dtype"
     if op is Ops.BUFFER:
         g = ctx.param(node)
         return UOp(Ops.LOAD, dtype, (UOp(Ops.INDEX, g.dtype, (g, idx[0])),))

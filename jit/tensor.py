@@ -650,6 +650,8 @@ class Tensor:
         if not tensors:
             raise ShapeError("cat: expected at least one tensor, got none")
         first = tensors[0]
+        if first.ndim == 0:
+            raise ShapeError("cat: expected tensors of rank >= 1, got a scalar")
         axis = _normalize_axis(dim, first.ndim)
         for t in tensors[1:]:
             if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True))
@@ -663,9 +665,13 @@ class Tensor:
         offset = 0
         for t in (t for t in tensors if t.shape[axis]):  # an empty piece adds nothing (and no kernel input)
             n = t.shape[axis]
-            padded = t.cast(d).pad(tuple((offset, total - offset - n) if i == axis else (0, 0)
-                                         for i in range(t.ndim)))
-            out = padded if out is None else out + padded
+            pads = tuple((offset, total - offset - n) if i == axis else (0, 0) for i in range(t.ndim))
+            padded = t.cast(d).pad(pads)
+            if out is None:
+                out = padded
+            else:  # select, not add: -0.0 + 0.0 would lose the sign of a negative zero
+                mask = Tensor.full(t.shape, True, dtypes.bool, device=t.device).pad(pads)
+                out = mask.where(padded, out)
             offset += n
         assert out is not None
         return out
@@ -705,7 +711,7 @@ class Tensor:
         axis = _normalize_axis(dim, self.ndim)
         if index.ndim != self.ndim:
             raise ShapeError(f"gather: index rank expected {self.ndim}, got {index.ndim}")
-        if index.dtype.is_float:
+        if not index.dtype.is_int:
             raise DTypeError(f"gather: index dtype expected an integer type, got {index.dtype.name}")
         src = self
         for i, (s, k) in enumerate(zip(self.shape, index.shape, strict=True)):
@@ -743,13 +749,14 @@ class Tensor:
 
     def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
             dtype: DType | str | None = None) -> Tensor:
-        acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
-        return self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
+        out = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
+        acc = _acc_float(out)  # half-width floats accumulate in float32 and round once (as numpy's mean, torch)
+        return self.cast(acc)._reduce(Ops.ADD, axis, keepdim).cast(out)
 
     def prod(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
              dtype: DType | str | None = None) -> Tensor:
-        acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
-        return self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
+        out = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
+        return self.cast(_acc_float(out))._reduce(Ops.MUL, axis, keepdim).cast(out)
 
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         _check_nonempty(self, axis, "max")
@@ -762,14 +769,17 @@ class Tensor:
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         axes = _axes_arg(axis, self.ndim)
         n = math.prod(self.shape[a] for a in axes)
-        total = self._float_operand().sum(axis, keepdim)
-        return total / n if n else total * math.nan
+        x = self._float_operand()
+        total = x.sum(axis, keepdim, dtype=_acc_float(x.dtype))  # a float16 total may exceed float16's range
+        return (total / n if n else total * math.nan).cast(x.dtype)
 
     def var(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         axes = _axes_arg(axis, self.ndim)
         n = math.prod(self.shape[a] for a in axes)
-        centered = self - self.mean(axis, keepdim=True)
-        return (centered * centered).sum(axis, keepdim) / max(n - correction, 0)
+        x = self._float_operand()
+        xa = x.cast(_acc_float(x.dtype))
+        centered = xa - xa.mean(axis, keepdim=True)
+        return ((centered * centered).sum(axis, keepdim) / max(n - correction, 0)).cast(x.dtype)
 
     def std(self, axis: int | Sequence[int] | None = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         return self.var(axis, keepdim, correction).sqrt()
@@ -847,6 +857,11 @@ def _int64_ok() -> bool:
     return True
 
 
+def _acc_float(d: DType) -> DType:
+    """The dtype a sum of ``d`` accumulates in: float32 for floats narrower than float32, else ``d``."""
+    return dtypes.float32 if d.is_float and not d.weak and d.itemsize < 4 else d
+
+
 def _sum_dtype(d: DType) -> DType:
     if d.is_bool:
         return dtypes.int32
@@ -904,7 +919,10 @@ def _to_numpy_array(data: Any, want: DType | None) -> np.ndarray:
     if isinstance(data, np.ndarray):
         arr = data
     else:
-        arr = np.asarray(data)
+        try:
+            arr = np.asarray(data)
+        except ValueError as e:  # ragged nested lists
+            raise ShapeError(f"Tensor: data expected a rectangular nested sequence, got {e}") from None
         if arr.dtype == np.float64 and not isinstance(data, np.ndarray):
             arr = arr.astype(np.float32)  # Python floats default to float32, as in the reference system
         elif arr.dtype == np.int64 and not isinstance(data, np.ndarray):
@@ -935,9 +953,22 @@ def _hash_u32(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
+def _index_key(k: Any, device: str) -> Any:
+    """A list or numpy array index becomes an integer Tensor; boolean masks (data-dependent shape) are refused."""
+    if isinstance(k, (list, np.ndarray)):
+        arr = np.asarray(k)
+        if arr.dtype.kind not in "iub" and arr.size:
+            raise DTypeError(f"index: array index dtype expected an integer type, got numpy {arr.dtype}")
+        k = Tensor(arr.astype(np.int32) if arr.dtype.kind != "b" else arr, device=device)
+    if isinstance(k, Tensor) and not k.dtype.is_int:
+        raise DTypeError(f"index: tensor index dtype expected an integer type, got {k.dtype.name}"
+                         + (" (boolean masks have a data-dependent shape; use where)" if k.dtype.is_bool else ""))
+    return k
+
+
 def _getitem(t: Tensor, key: Any) -> Tensor:
     """Basic indexing: ints, slices (any step), None, Ellipsis; and integer Tensors (gather) on one axis."""
-    keys = list(key) if isinstance(key, tuple) else [key]
+    keys = [_index_key(k, t.device) for k in (key if isinstance(key, tuple) else (key,))]
     n_real = sum(1 for k in keys if k is not None and k is not Ellipsis)
     if n_real > t.ndim:
         raise AxisError(f"index: too many indices for a tensor of rank {t.ndim}: {n_real}")

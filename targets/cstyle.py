@@ -142,7 +142,11 @@ class KernelRenderer:
         if op is Ops.LOAD:
             text = f"*({srcs[0]})"
         elif self.uses.get(u, 0) <= 1 and not force_var:
-            return text
+            # C computes narrow types in int/float: an inlined value must be wrapped/rounded to its own type,
+            # as assigning it to a variable would
+            narrow = isinstance(u.dtype, DType) and u.dtype.itemsize < 4 and not u.dtype.is_bool \
+                and op not in GroupOp.Comparison and op is not Ops.CAST
+            return f"(({self.tname(u.dtype)}){text})" if narrow else text
         var = self.new_var("val" if op is Ops.LOAD else "alu")
         self.line(f"{self.tname(u.dtype)} {var} = {text};")
         self.name_here(u, var)
@@ -263,9 +267,8 @@ class KernelRenderer:
                 self.names[g] = f"data{g.arg}"
         params = [f"{self.lang.buffer_prefix}{self.tname(d.base)}* {self.lang.restrict} data{i}"
                   for i, d in enumerate(self.sink.arg.params)]
-        out_ranges = sorted({u for u in toposort([self.sink]) if u.op is Ops.RANGE and u.arg[1] == "global"},
-                            key=lambda u: u.arg[0])
-        n_hw = min(self.lang.global_dims, len(out_ranges))
+        out_ranges = global_ranges(self.sink)
+        n_hw = min(self.lang.global_dims, len(out_ranges))  # global_launch_size() mirrors this mapping
         for i, rng in enumerate(out_ranges[:n_hw]):
             var = f"gidx{i}"
             self.names[rng] = var
@@ -284,6 +287,13 @@ class KernelRenderer:
 
 def global_ranges(sink: UOp) -> list[UOp]:
     return sorted({u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda u: u.arg[0])
+
+
+def global_launch_size(lang: CStyleLanguage, sink: UOp) -> tuple[int, ...]:
+    """The global work size of ``sink`` rendered in ``lang``: entry d is the extent of the range read through
+    ``global_index_fn(d)`` (the outermost output range is the highest dimension); (1,) when no range became one."""
+    hw = global_ranges(sink)[:lang.global_dims]
+    return tuple(int(r.src[0].arg) for r in reversed(hw)) or (1,)
 
 
 def render_kernel(lang: CStyleLanguage, name: str, sink: UOp) -> str:

@@ -156,6 +156,11 @@ def test_unsupported_data_raises_dtype_error(bad: Any) -> None:
         Tensor(bad)
 
 
+def test_ragged_list_raises_shape_error() -> None:
+    with pytest.raises(ShapeError):
+        Tensor([[1, 2], [3]])
+
+
 def test_unsupported_dtype_names_raise() -> None:
     with pytest.raises(DTypeError):
         Tensor([1, 2], dtype="complex64")

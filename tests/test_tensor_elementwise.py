@@ -90,6 +90,10 @@ UNARY: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[np.ndarray], np.nda
     "round": (Tensor.round, np.round, (-3, 3)),
     "square": (Tensor.square, np.square, (-3, 3)),
     "swish": (Tensor.swish, lambda x: x / (1 + np.exp(-x)), (-5, 5)),
+    "silu": (Tensor.silu, lambda x: x / (1 + np.exp(-x)), (-5, 5)),
+    "exp2": (Tensor.exp2, np.exp2, (-5, 5)),
+    "log2": (Tensor.log2, np.log2, (0.05, 10)),
+    "rsqrt": (Tensor.rsqrt, lambda x: 1 / np.sqrt(x), (0.1, 10)),
 }
 
 
@@ -253,17 +257,42 @@ def test_true_div(dtype: str) -> None:
     check(out, (a.astype(np.float64) / b.astype(np.float64)).astype(want), dtype=want)
 
 
-@pytest.mark.xfail(reason="core bug: renderer prints x - (negative float const) as `(x--1.0f)`, a C syntax error",
-                   strict=True)
-def test_sub_negative_float_constant() -> None:
+def test_sub_negative_constant() -> None:
+    # regression: the renderer once printed x - (-1.0) as `(x--1.0f)`, a C syntax error
     x = np.array([1.0, 2.5], dtype=np.float32)
     check(Tensor(x) - (-1.0), x + 1.0)
+    check(Tensor(x.astype(np.float64)) - (-0.5), x.astype(np.float64) + 0.5)
+    check(Tensor(np.array([1, 2], np.int32)) - (-3), np.array([4, 5], np.int32))
+    check(Tensor(x).neg().neg(), x)
 
 
-@pytest.mark.xfail(reason="core bug: a kernel whose loads all fold away is launched with more buffers than its "
-                          "C signature takes (cffi TypeError)", strict=True)
 def test_kernel_with_folded_away_input() -> None:
+    # regression: a kernel whose loads all fold away was launched with more buffers than its C signature takes
     check(Tensor([1, 2, 3]) * 0, np.zeros(3, np.int32))
+    check(Tensor(np.array([1, 20, 250], np.uint8)).maximum(Tensor(np.array(246, np.uint8))).minimum(10),
+          np.full(3, 10, np.uint8))
+
+
+NARROW_INTERMEDIATES = {
+    "int8_mul_then_cast": (lambda: (Tensor(np.array([88, -100], np.int8)) * 3).cast(dtypes.int32),
+                           np.array([8, -44], np.int32)),
+    "uint8_add_then_sum": (lambda: (Tensor(np.array([200, 1], np.uint8)) + 100).sum(), np.uint32(44 + 101)),
+    "int16_mul_then_compare": (lambda: (Tensor(np.array([300], np.int16)) * 200) < 0, np.array([True])),
+    "float16_overflow_then_div": (lambda: (Tensor(np.array([60000], np.float16)) * 2) / 4,
+                                  np.array([np.inf], np.float16)),
+}
+
+
+# regression: an inlined narrow ALU result must wrap/round to its dtype (C computes it in int/float)
+@pytest.mark.parametrize("case", sorted(NARROW_INTERMEDIATES))
+def test_narrow_intermediates_wrap_before_use(case: str) -> None:
+    fn, expected = NARROW_INTERMEDIATES[case]
+    check(fn(), expected)
+
+
+def test_narrow_results_wrap_when_stored() -> None:
+    check(Tensor(np.array([88, -100], np.int8)) * 3, np.array([8, -44], np.int8), dtype=np.int8)
+    check(Tensor(np.array([200], np.uint8)) + 100, np.array([44], np.uint8), dtype=np.uint8)
 
 
 def test_div_by_zero_float() -> None:
@@ -524,6 +553,20 @@ def test_broadcasting(sa: tuple[int, ...], sb: tuple[int, ...], name: str) -> No
     out = fn(Tensor(a), Tensor(b))
     assert out.shape == np.broadcast_shapes(sa, sb)
     check(out, ref(a, b))
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((2, 3), ()), ((0, 2), (1, 2))], ids=str)
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "bool", "float16", "float64", "int32"])
+def test_broadcasting_dtypes(sa: tuple[int, ...], sb: tuple[int, ...], dtype: str) -> None:
+    a, b = rand(sa, dtype, -50, 50, seed=1), rand(sb, dtype, -50, 50, seed=2)
+    ta, tb = Tensor(a), Tensor(b)
+    kw: dict[str, Any] = {"rtol": 2e-3, "atol": 2e-2} if dtype == "float16" else {}
+    check(ta + tb, np.logical_or(a, b) if dtype == "bool" else a + b, dtype=dtype, **kw)
+    check(tb * ta, np.logical_and(a, b) if dtype == "bool" else b * a, dtype=dtype, **kw)
+    check(ta.maximum(tb), np.maximum(a, b), dtype=dtype)
+    check(ta < tb, a < b, dtype=np.bool_)
+    check(tb == ta, b == a, dtype=np.bool_)
+    check((ta >= tb).where(ta, tb), np.where(a >= b, a, b), dtype=dtype)
 
 
 @pytest.mark.parametrize("shape", [(0,), (0, 4), (3, 0, 2), (1,), (1, 1, 1), ()], ids=str)

@@ -216,11 +216,14 @@ def test_flip_after_reshape_of_buffer() -> None:
     check(Tensor(x).reshape(3, 2)[::-1] * 1, x.reshape(3, 2)[::-1])
 
 
-@pytest.mark.xfail(reason="core bug: symbolic split_divmod rewrites (c - i) % n to (c mod n - i) % n, wrong in C "
-                          "for negative operands (flip after a dim-splitting reshape reads out of bounds)", strict=True)
 def test_flip_after_reshape_of_view() -> None:
+    # regression: symbolic split_divmod rewrote (c - i) % n to (c mod n - i) % n, wrong in C for negative operands
     x = arange(2, 2)
     check(Tensor(x).T.reshape(4).flip(0), x.T.reshape(4)[::-1])
+    y = arange(2, 3, 4)
+    check(Tensor(y).permute(2, 0, 1).reshape(4, 6)[::-1, ::-2], y.transpose(2, 0, 1).reshape(4, 6)[::-1, ::-2])
+    check(Tensor(y).permute(1, 2, 0).reshape(-1).flip(0).reshape(3, 8), y.transpose(1, 2, 0).reshape(-1)[::-1]
+          .reshape(3, 8))
 
 
 def test_shrink() -> None:
@@ -317,6 +320,28 @@ def test_getitem_tensor_index_mixed() -> None:
         Tensor(x)[Tensor(i), Tensor(i)]
 
 
+def test_getitem_list_and_array_index() -> None:
+    x = arange(3, 4)
+    check(Tensor(x)[[0, 2]], x[[0, 2]])
+    check(Tensor(x)[:, np.array([[0, -1]])], x[:, np.array([[0, -1]])])
+    check(Tensor(x)[[]], x[np.array([], dtype=np.int64)])
+    check(Tensor(x)[1, [3, 3, 0]], x[1, [3, 3, 0]])
+
+
+def test_getitem_rejects_masks_and_float_indices() -> None:
+    x = Tensor(arange(3, 4))
+    with pytest.raises(DTypeError):
+        x[Tensor(np.array([True, False, True]))]  # a boolean mask has a data-dependent shape
+    with pytest.raises(DTypeError):
+        x[[True, False, True]]
+    with pytest.raises(DTypeError):
+        x[[1.5]]
+    with pytest.raises(DTypeError):
+        x[Tensor([0.0, 1.0])]
+    with pytest.raises(DTypeError):
+        x.gather(0, Tensor(np.zeros((3, 4), bool)))
+
+
 # --- cat / split / chunk / repeat -----------------------------------------------------------------------
 @pytest.mark.parametrize("dim", [0, 1, 2, -1])
 def test_cat(dim: int) -> None:
@@ -344,10 +369,12 @@ def test_cat_mixed_dtypes_views_and_empty() -> None:
     check(Tensor.cat(Tensor(x)[:, 1:], Tensor(x)[:, :1], dim=1), np.concatenate([x[:, 1:], x[:, :1]], 1))
 
 
-def test_cat_nan_and_inf_survive() -> None:
-    a = np.array([np.nan, np.inf], np.float32)
-    b = np.array([-np.inf, 1.0], np.float32)
-    check(Tensor.cat(Tensor(a), Tensor(b)), np.concatenate([a, b]))
+def test_cat_nan_inf_and_negative_zero_survive() -> None:
+    a = np.array([np.nan, np.inf, -0.0], np.float32)
+    b = np.array([-np.inf, 1.0, -0.0], np.float32)
+    out = Tensor.cat(Tensor(a), Tensor(b), Tensor(a)).numpy()
+    np.testing.assert_array_equal(out, np.concatenate([a, b, a]))
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(np.concatenate([a, b, a])))
 
 
 def test_cat_errors() -> None:
@@ -359,6 +386,8 @@ def test_cat_errors() -> None:
         Tensor.cat(Tensor(arange(2, 3)), Tensor(arange(2)))
     with pytest.raises(AxisError):
         Tensor.cat(Tensor(arange(2, 3)), Tensor(arange(2, 3)), dim=2)
+    with pytest.raises(ShapeError):
+        Tensor.cat(Tensor(1.0), Tensor(2.0))
 
 
 def test_split_and_chunk() -> None:

@@ -139,9 +139,9 @@ def test_any_all(dtype: str, axis: Any, keepdim: bool) -> None:
     check(t.all(axis, keepdim=keepdim), np.all(x, axis=axis, keepdims=keepdim), dtype=np.bool_)
 
 
-@pytest.mark.xfail(reason="core bug: a 4-wide (unrolled) MAX/MIN reduce of 0/1 compare values is miscompiled by "
-                          "gcc 12 SLP vectorization (signed max over -1 masks)", strict=True)
 def test_any_all_over_axis_of_4() -> None:
+    # regression: a 4-wide (unrolled) MAX/MIN reduce of 0/1 compare values was miscompiled by gcc 12's SLP
+    # vectorizer (signed max over -1 masks)
     x = np.array([[0, -1, 0, 1], [0, 0, 0, 0], [1, 2, 3, 4]], dtype=np.int32)
     check(Tensor(x).any(1), np.any(x, 1))
     check(Tensor(x).all(1), np.all(x, 1))
@@ -284,6 +284,18 @@ def test_large_reductions() -> None:
     y = rand((300, 200), np.int32, -1000, 1000, seed=14)
     check(Tensor(y).sum(0), y.sum(0).astype(np.int32))
     check(Tensor(y).sum(), np.int32(y.sum()))
+
+
+def test_float16_reductions_accumulate_in_float32() -> None:
+    x = np.full(10000, 10, np.float16)
+    check(Tensor(x).mean(), np.float16(10.0), dtype=np.float16)  # the float16 total (1e5) overflows
+    check(Tensor(x).var(), np.float16(0.0), dtype=np.float16)
+    check(Tensor(x).std(), np.float16(0.0), dtype=np.float16)
+    y = np.random.default_rng(0).uniform(0, 1, 5000).astype(np.float16)
+    exact = y.astype(np.float64).sum()
+    check(Tensor(y).sum(), exact.astype(np.float16), dtype=np.float16)
+    check(Tensor(y).cumsum(0)[-1], exact.astype(np.float16), dtype=np.float16)
+    check(Tensor(y.reshape(50, 100)).mean(1), y.reshape(50, 100).astype(np.float64).mean(1), dtype=np.float16)
 
 
 def test_realized_then_reduced_twice() -> None:

@@ -48,10 +48,6 @@ def bnot(x: UOp) -> UOp:
     return UOp(Ops.NOT, x.dtype, (x,))
 
 
-def cast(x: UOp, d: DType) -> UOp:
-    return x.cast(d)
-
-
 def bitcast(x: UOp, d: DType) -> UOp:
     return x if x.dtype == d else UOp(Ops.BITCAST, d, (x,))
 

@@ -166,14 +166,8 @@ def apply_plan(sink: UOp, plan: dict[UOp, DType]) -> UOp:
 
 def commit_weak_sink(sink: UOp) -> UOp | None:
     """The SINK with every consumer-fixed weak node committed, or None when there is nothing to commit."""
-    plan = plan_weak(sink)
-    has_weak_const_under_concrete = any(
-        is_weak(s.dtype) and s.op is Ops.CONST and _demand(u, i, u.dtype, lambda x: x.dtype) is not None
-        for u in toposort([sink]) if not is_weak(u.dtype) for i, s in enumerate(u.src))
-    if not plan and not has_weak_const_under_concrete:
-        return None
-    out = apply_plan(sink, plan)
-    return None if out is sink else out
+    out = apply_plan(sink, plan_weak(sink))
+    return None if out is sink else out  # hash-consing: an unchanged rebuild is the same SINK
 
 
 pm_commit_weak = PatternMatcher([

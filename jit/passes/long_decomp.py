@@ -287,7 +287,7 @@ def long_store(st: UOp) -> UOp | None:
     if not is_pair(val):
         return None
     lo, hi = words(val)
-    stores = (UOp(Ops.STORE, dtypes.void, (word_index(idx, 0), lo)), UOp(Ops.STORE, dtypes.void, (word_index(idx, 1), hi)))
+    stores = tuple(UOp(Ops.STORE, dtypes.void, (word_index(idx, k), w)) for k, w in enumerate((lo, hi)))
     return UOp(Ops.NOOP, dtypes.void, stores)
 
 
@@ -454,7 +454,8 @@ pm_long_decomp = PatternMatcher([
 
 
 def decompose_longs(sink: UOp, native: frozenset[DType]) -> UOp:
-    """``sink`` with int64/uint64 as 32-bit word pairs; ``native`` are the dtypes the target computes in."""
+    """``sink`` with int64/uint64 as 32-bit word pairs; ``native`` are the dtypes the target computes in
+    natively (POW goes through float64 only when it is there)."""
     out = graph_rewrite(sink, pm_long_decomp, ctx=native, name="long decomposition")
     check_gone(out, frozenset(LONGS), "int64 emulation")
     return out

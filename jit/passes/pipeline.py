@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jit.dtype import DType
 from jit.helpers import EMULATED_DTYPES, NOOPT
 from jit.passes.cast_const import pm_cast_const
 from jit.passes.commit_weak import pm_commit_weak
@@ -59,19 +60,21 @@ def commit_dtypes(sink: UOp) -> UOp:
     return graph_rewrite(sink, pm_weak_lowering, name="lower weak")
 
 
-def decompose_dtypes(sink: UOp, policy: DTypePolicy) -> UOp:
-    """Stage 3: emulate what the policy marks emulated (floats first: they may leave int64 CASTs behind)."""
+def decompose_dtypes(sink: UOp, policy: DTypePolicy, supported: frozenset[DType]) -> UOp:
+    """Stage 3: emulate what the policy marks emulated (floats first: they may leave int64 CASTs behind).
+    ``supported`` is the target's declared set (an emulation may compute in a dtype the kernel did not use)."""
     sink = emulate_floats(sink, policy.float_emulated)
     if policy.long_emulated:
-        sink = decompose_longs(sink, frozenset(policy.native))
+        sink = decompose_longs(sink, supported - policy.emulated_dtypes)
     return sink
 
 
 def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
     """Every codegen pass in order, and the kernel's dtype policy (computed afresh for this kernel)."""
     sink = commit_dtypes(sink)
-    policy = decide_policy(sink, target.name, target.supported_dtypes(), str(EMULATED_DTYPES.value))
-    sink = decompose_dtypes(sink, policy)
+    supported = frozenset(target.supported_dtypes())
+    policy = decide_policy(sink, target.name, supported, str(EMULATED_DTYPES.value))
+    sink = decompose_dtypes(sink, policy, supported)
     sink = graph_rewrite(sink, pm_cast_const, name="cast const")
     sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
     if not NOOPT:
