@@ -270,6 +270,8 @@ def truncate_const(d: DType, value: object) -> int | float | bool:
     if d.is_bool:
         return bool(value)
     if d.is_int:
+        if d.weak:  # a Python int keeps its value until a concrete consumer fixes its width
+            return int(value) if not isinstance(value, float) or math.isfinite(value) else 0  # type: ignore[arg-type]
         if isinstance(value, float):
             if math.isnan(value) or math.isinf(value):
                 return 0

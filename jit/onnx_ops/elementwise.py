@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from functools import reduce
 
+import ml_dtypes
 import numpy as np
 from onnx import helper
 
@@ -280,10 +281,10 @@ def isinf(ctx: OpContext) -> Tensor:
 
 def _cast_to(x: Tensor, to: DType, saturate: bool) -> Tensor:
     if saturate and to.is_float and to.itemsize == 1 and x.dtype.is_float:
-        # fp8 saturation: clamp to the largest finite value, keeping inf/nan for formats that have them
-        hi = float(np.finfo(np.dtype(_np_of(to))).max)
-        finite = x.isinf().logical_not()
-        x = finite.where(x.clip(-hi, hi), x if to.name in ("fp8e5m2",) else x.clip(-hi, hi))
+        # fp8 saturation (ONNX Cast saturate=1): out-of-range values and +-inf clamp to the largest finite
+        # value of the format; NaN stays NaN (clip propagates it)
+        hi = float(ml_dtypes.finfo(_np_of(to)).max)
+        x = x.clip(-hi, hi)
     return x.cast(to)
 
 
