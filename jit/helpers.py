@@ -36,8 +36,9 @@ DEBUG = Setting("DEBUG", 0)
 NOOPT = Setting("NOOPT", 0)
 VIZ = Setting("VIZ", 0)
 EMULATED_DTYPES = Setting("EMULATED_DTYPES", "")
+NOLOCALS = Setting("NOLOCALS", 0)  # OpenCL: launch with a NULL local size (the driver picks the work-group size)
 
-_SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, VIZ, EMULATED_DTYPES)}
+_SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, VIZ, EMULATED_DTYPES, NOLOCALS)}
 
 
 @contextlib.contextmanager

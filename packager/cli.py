@@ -41,7 +41,7 @@ def _no_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Run two small programs through the jit on the CPU and check them against numpy."""
+    """Run two small programs through the jit and check them against numpy, then the sample vision model."""
     import numpy as np
 
     from jit.tensor import Tensor
@@ -62,12 +62,40 @@ def run_demo(args: argparse.Namespace) -> int:
     if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-4):
         print(f"{PROG}: error: matmul: result differs from numpy (max abs error {err:.3g})", file=sys.stderr)
         return 1
+    return run_sample_vision()
+
+
+def run_sample_vision() -> int:
+    """Load the built-in openpilot-shaped vision model through the ONNX frontend and run it once."""
+    import json
+    import time
+
+    import numpy as np
+
+    from jit.device import Device
+    from jit.onnx import load_onnx
+    from jit.realize import run_schedule
+    from jit.schedule import create_schedule
+    from packager.samples import sample_inputs, vision_model
+
+    proto = vision_model()
+    start = time.perf_counter()
+    model = load_onnx(proto)
+    outputs = model(sample_inputs(proto))
+    kernels, _ = create_schedule([t.uop for t in outputs.values()], Device.DEFAULT)
+    run_schedule(kernels)
+    elapsed = time.perf_counter() - start
+    flat = outputs["outputs"].numpy().reshape(-1)
+    print(f"sample vision model: {len(kernels)} kernels on {Device.DEFAULT}, load + compile + run {elapsed:.2f} s")
+    for name, (lo, hi) in json.loads(model.metadata["output_slices"]).items():
+        print(f"  {name:16s} [{lo:4d}:{hi:4d}]  first values {np.array2string(flat[lo:lo + 3], precision=4)}")
     print("demo ok (set DEBUG=2 to print each kernel as it runs, DEBUG=4 for its source)")
     return 0
 
 
 COMMANDS: dict[str, Command] = {
-    "demo": Command("run a tiny elementwise program and a 64x64 matmul, checked against numpy", _no_args, run_demo),
+    "demo": Command("run small programs checked against numpy, then the built-in sample vision model",
+                    _no_args, run_demo),
 }
 
 

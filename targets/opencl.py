@@ -16,6 +16,7 @@ import weakref
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import cffi
@@ -23,13 +24,12 @@ import cffi
 from jit.device import DeviceError
 from jit.dtype import DType, dtypes
 from jit.errors import CompileError, DrivepackError
-from jit.helpers import Setting, prod
+from jit.helpers import NOLOCALS, prod
 from jit.uop import UOp
 from targets.base import Buffer, Program, Target, TargetLimits
 from targets.cpu import _publish, cache_dir
 from targets.cstyle import CStyleLanguage, global_launch_size, render_kernel
 
-NOLOCALS = Setting("NOLOCALS", 0)
 # the platform name substring that restricts device discovery (e.g. "Portable" for PoCL)
 PLATFORM_ENV = "DRIVEPACK_CL_PLATFORM"
 # work-group size aimed for when the device allows more: large enough to fill a GPU wave, small enough that
@@ -86,6 +86,7 @@ cl_int clBuildProgram(cl_program, cl_uint, const cl_device_id*, const char*, voi
 cl_int clGetProgramBuildInfo(cl_program, cl_device_id, cl_uint, size_t, void*, size_t*);
 cl_int clGetProgramInfo(cl_program, cl_uint, size_t, void*, size_t*);
 cl_int clReleaseProgram(cl_program);
+cl_int clRetainProgram(cl_program);
 cl_kernel clCreateKernel(cl_program, const char*, cl_int*);
 cl_int clReleaseKernel(cl_kernel);
 cl_int clSetKernelArg(cl_kernel, cl_uint, size_t, const void*);
@@ -313,7 +314,7 @@ def _release_queue(lib: Any, queue: Any, context: Any) -> None:
 
 
 class CLKernel:
-    """A built program and its one kernel; both are released when this object is collected."""
+    """A kernel and one reference to its program (shared by a batch); both released when this is collected."""
 
     __slots__ = ("program", "kernel", "max_group", "__weakref__")
 
@@ -406,7 +407,7 @@ class OpenCLTarget(Target):
             self.lib.clReleaseProgram(program)
             raise OpenCLBuildError(what, code, log, source)
 
-    def _program_from_binary(self, binary: bytes, source: str) -> Any | None:
+    def _program_from_binary(self, binary: bytes) -> Any | None:
         """The program built from a cached binary, or None when the driver refuses it (then build from source)."""
         ffi, lib = self.ffi, self.lib
         data = ffi.from_buffer("unsigned char[]", binary)
@@ -419,9 +420,20 @@ class OpenCLTarget(Target):
                 lib.clReleaseProgram(program)
             return None
         try:
-            self._build(program, source, "clBuildProgram(binary)")
+            self._build(program, "", "clBuildProgram(binary)")
         except OpenCLBuildError:
             return None
+        return program
+
+    def _program_from_source(self, source: str, what: str) -> Any:
+        global cl_builds
+        ffi = self.ffi
+        src = ffi.new("char[]", source.encode())
+        program = _checked_create("clCreateProgramWithSource", self.lib.clCreateProgramWithSource, self.context, 1,
+                                  ffi.new("char*[1]", [src]), ffi.NULL)
+        cl_builds += 1
+        self.build_count += 1
+        self._build(program, source, f"clBuildProgram({what}) on {self.info.name}")
         return program
 
     def _program_binary(self, program: Any) -> bytes:
@@ -433,24 +445,77 @@ class OpenCLTarget(Target):
                                    ffi.new("unsigned char*[1]", [buf]), ffi.NULL))
         return ffi.buffer(buf, size)[:]
 
-    def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
-        global cl_builds
-        ffi, lib = self.ffi, self.lib
-        path = cache_dir() / f"opencl-{self._cache_key(source)}.bin"
-        program = self._program_from_binary(path.read_bytes(), source) if path.exists() else None
-        if program is None:
-            src = ffi.new("char[]", source.encode())
-            program = _checked_create("clCreateProgramWithSource", lib.clCreateProgramWithSource, self.context, 1,
-                                      ffi.new("char*[1]", [src]), ffi.NULL)
-            cl_builds += 1
-            self.build_count += 1
-            self._build(program, source, f"clBuildProgram({name}) on {self.info.name}")
-            _publish(path, self._program_binary(program))
+    def _cached_binary(self, key: str) -> Path | None:
+        """The binary holding the kernel with this key: its own file, or a batch binary named by a .ref."""
+        own = cache_dir() / f"opencl-{key}.bin"
+        if own.exists():
+            return own
+        ref = cache_dir() / f"opencl-{key}.ref"
+        if ref.exists():
+            batch = cache_dir() / ref.read_text().strip()
+            if batch.exists():
+                return batch
+        return None
+
+    def _build_batch(self, items: list[tuple[str, str]]) -> Any:
+        """One program holding every kernel of ``items`` (name, source): one compiler run instead of one per
+        kernel (several times faster on PoCL). Published to the cache with a .ref per kernel."""
+        source = "\n".join(src for _, src in items)
         try:
-            kernel = _checked_create(f"clCreateKernel({name})", lib.clCreateKernel, program, name.encode())
-        except OpenCLError:
-            lib.clReleaseProgram(program)
+            program = self._program_from_source(source, ", ".join(name for name, _ in items))
+        except OpenCLBuildError:
+            if len(items) == 1:
+                raise
+            for name, src in items:  # find the kernel at fault, so the error shows its own source and log
+                self.lib.clReleaseProgram(self._program_from_source(src, name))
             raise
+        batch_key = self._cache_key(source)
+        _publish(cache_dir() / f"opencl-{batch_key}.bin", self._program_binary(program))
+        for _, src in items:
+            if (key := self._cache_key(src)) != batch_key:
+                _publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}.bin")
+        return program
+
+    def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
+        return self.compile_many([(name, source, meta)])[0]
+
+    def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
+        """Kernels from the binary cache where present; all others built together in one program."""
+        keys = [self._cache_key(source) for _, source, _ in items]
+        owned: list[Any] = []  # one reference per program made here, dropped once its kernels retain their own
+        by_key: dict[str, Any] = {}
+        by_file: dict[Path, Any] = {}
+        try:
+            for key in keys:
+                path = self._cached_binary(key)
+                if path is not None and path not in by_file:
+                    by_file[path] = self._program_from_binary(path.read_bytes())
+                    if by_file[path] is not None:
+                        owned.append(by_file[path])
+                if path is not None and by_file[path] is not None:
+                    by_key[key] = by_file[path]
+            batches: list[dict[str, str]] = []  # kernel names must be unique within one program
+            for (name, source, _), key in zip(items, keys, strict=True):
+                if key in by_key or any(b.get(name) == source for b in batches):
+                    continue
+                batch = next((b for b in batches if name not in b), None)
+                if batch is None:
+                    batches.append(batch := {})
+                batch[name] = source
+            for batch in batches:
+                program = self._build_batch(list(batch.items()))
+                owned.append(program)
+                by_key.update((self._cache_key(src), program) for src in batch.values())
+            return [self._kernel(name, source, meta, by_key[key])
+                    for (name, source, meta), key in zip(items, keys, strict=True)]
+        finally:
+            for program in owned:
+                self.lib.clReleaseProgram(program)
+
+    def _kernel(self, name: str, source: str, meta: dict[str, Any], program: Any) -> Program:
+        lib = self.lib
+        kernel = _checked_create(f"clCreateKernel({name})", lib.clCreateKernel, program, name.encode())
+        check("clRetainProgram", lib.clRetainProgram(program))  # the kernel's own reference, see CLKernel
         max_group = _info_uint(lib.clGetKernelWorkGroupInfo, kernel, CL_KERNEL_WORK_GROUP_SIZE, self.device_id)
         handle = CLKernel(self, program, kernel, max_group)
         global_size = tuple(meta.get("global_size", (1,)))
@@ -468,14 +533,20 @@ class OpenCLTarget(Target):
         weakref.finalize(buf, _release_mem, self.lib, handle, self.live).atexit = False
         return buf
 
+    @staticmethod
+    def _check_size(what: str, buf: Buffer, host: memoryview) -> int:
+        if host.nbytes != buf.nbytes:  # the CPU target refuses a size mismatch too (numpy assignment)
+            raise ValueError(f"{what}: expected {buf.nbytes} host bytes, got {host.nbytes}")
+        return buf.nbytes
+
     def copyin(self, buf: Buffer, data: memoryview) -> None:
-        n = min(buf.nbytes, data.nbytes)
+        n = self._check_size("copyin", buf, data)
         if n:
             check("clEnqueueWriteBuffer", self.lib.clEnqueueWriteBuffer(
                 self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(data), 0, self.ffi.NULL, self.ffi.NULL))
 
     def copyout(self, buf: Buffer, out: memoryview) -> None:
-        n = min(buf.nbytes, out.nbytes)
+        n = self._check_size("copyout", buf, out)
         if n:  # blocking, on the in-order queue: every kernel writing ``buf`` has finished when it returns
             check("clEnqueueReadBuffer", self.lib.clEnqueueReadBuffer(
                 self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(out, require_writable=True), 0,

@@ -38,3 +38,10 @@ def test_module_help_runs() -> None:
     assert proc.stdout.startswith("usage: drivepack")
     assert "--version" in proc.stdout
     assert proc.stderr == ""
+
+
+def test_demo_runs_the_sample_vision_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "[8, 9, 10, 11]" in out
+    assert "sample vision model:" in out and "hidden_state" in out and "demo ok" in out

@@ -11,22 +11,14 @@ from onnx.reference import ReferenceEvaluator
 
 from jit.errors import UnsupportedOp
 from jit.onnx import load_onnx
+from tests.helpers import single_op_model
 
 RNG = np.random.default_rng(0)
 
 
 def model(op: str, inputs: dict[str, np.ndarray], n_out: int = 1, opset: int = 21,
           consts: dict[str, np.ndarray] | None = None, **attrs: object) -> onnx.ModelProto:
-    consts = consts or {}
-    names = list(inputs) + list(consts)
-    outs = [f"y{i}" for i in range(n_out)]
-    node = helper.make_node(op, names, outs, **attrs)
-    vi = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-          for k, v in inputs.items()]
-    graph = helper.make_graph([node], "g", vi, [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
-                                                for o in outs], [numpy_helper.from_array(v, k)
-                                                                  for k, v in consts.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return single_op_model(op, inputs, n_out, opset, consts, **attrs)
 
 
 def check(op: str, inputs: dict[str, np.ndarray], n_out: int = 1, opset: int = 21,

@@ -19,6 +19,7 @@ from jit import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
 from jit.device import Device, DeviceError
 from jit.dtype import dtypes
 from jit.errors import CompileError
+from jit.helpers import Context
 from jit.realize import compile_uops
 from jit.tensor import Tensor
 from targets.base import Program
@@ -162,10 +163,10 @@ def test_choose_local_size_respects_limits() -> None:
     assert cl.choose_local_size((12, 12), 8, (8, 8)) == (6, 1)
 
 
-def test_nolocals_and_timing(target: cl.OpenCLTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nolocals_and_timing(target: cl.OpenCLTarget) -> None:
     a = RNG.standard_normal((64, 48)).astype(np.float32)
-    monkeypatch.setattr(cl.NOLOCALS, "value", 1)
-    cpu, ocl = both(lambda x: (x * 3).exp() + x, a)
+    with Context(NOLOCALS=1):
+        cpu, ocl = both(lambda x: (x * 3).exp() + x, a)
     np.testing.assert_allclose(ocl, cpu, rtol=1e-6, atol=1e-6)
     prog, bufs = _simple_kernel(target, 128)
     elapsed = target.launch(prog, bufs, wait=True)
@@ -233,6 +234,33 @@ def test_compile_cache_across_processes(tmp_path: Path) -> None:
     assert list(tmp_path.glob("opencl-*.bin"))
 
 
+def test_batched_build_and_binary_cache(target: cl.OpenCLTarget, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    items = [(f"bk{i}", f"__kernel void bk{i}(__global float* a) {{ a[get_global_id(0)] = {i}.5f; }}\n",
+              {"global_size": (8,)}) for i in range(4)]
+    before = target.build_count
+    for attempt in range(2):  # the second attempt loads the batch binary through each kernel's .ref
+        progs = target.compile_many(items)
+        assert target.build_count == before + 1, f"attempt {attempt}"
+        for i, prog in enumerate(progs):
+            buf = target.allocate(32)
+            target.launch(prog, [buf])
+            out = np.empty(8, np.float32)
+            target.copyout(buf, memoryview(out.view(np.uint8)))
+            np.testing.assert_array_equal(out, np.full(8, i + 0.5, np.float32))
+    assert len(list(tmp_path.glob("opencl-*.ref"))) == 4 and len(list(tmp_path.glob("opencl-*.bin"))) == 1
+
+
+def test_broken_kernel_in_a_batch_is_named(target: cl.OpenCLTarget) -> None:
+    good = ("fine_k", "__kernel void fine_k(__global float* a) { a[0] = 2.0f; }\n", {"global_size": (1,)})
+    bad = ("bad_k", "__kernel void bad_k(__global float* a) { a[0] = undefined_name; }\n", {"global_size": (1,)})
+    with pytest.raises(cl.OpenCLBuildError) as e:
+        target.compile_many([good, bad])
+    assert "bad_k" in e.value.source and "fine_k" not in e.value.source
+    assert "undefined_name" in e.value.build_log
+
+
 def _rss_kib() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -272,3 +300,16 @@ def test_buffers_and_programs_are_released(target: cl.OpenCLTarget) -> None:
     del x
     gc.collect()
     assert target.live["mem"] == before.get("mem", 0)
+
+
+def test_copies_round_trip_and_check_sizes(target: cl.OpenCLTarget) -> None:
+    data = np.arange(100, dtype=np.uint8)
+    buf = target.allocate(100)
+    target.copyin(buf, memoryview(data))
+    out = np.zeros(100, np.uint8)
+    target.copyout(buf, memoryview(out))
+    np.testing.assert_array_equal(out, data)
+    with pytest.raises(ValueError, match="expected 100 host bytes, got 99"):
+        target.copyin(buf, memoryview(data[:99]))
+    empty = (Tensor(np.zeros((0, 3), np.float32), device="OPENCL") + 1).numpy()
+    assert empty.shape == (0, 3)

@@ -12,21 +12,14 @@ import pytest
 from jit.dtype import dtypes
 from jit.errors import DTypeError, ShapeError
 from jit.tensor import Tensor
+from tests.helpers import check_tensor
 
 NP_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
              np.float16, np.float32, np.float64]
 
 
 def check(t: Tensor, expected: Any, dtype: Any = None) -> None:
-    got = t.numpy()
-    exp = np.asarray(expected)
-    assert got.shape == exp.shape == t.shape, f"shape {got.shape} != {exp.shape}"
-    if dtype is not None:
-        assert got.dtype == np.dtype(dtype), f"dtype {got.dtype} != {np.dtype(dtype)}"
-    if got.dtype.kind == "f" or exp.dtype.kind == "f":
-        np.testing.assert_allclose(got, exp, rtol=1e-6, atol=1e-6, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, exp)
+    check_tensor(t, expected, dtype, rtol=1e-6, atol=1e-6)
 
 
 # --- from Python / numpy data -----------------------------------------------------------------------------

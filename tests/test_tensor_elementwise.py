@@ -14,6 +14,7 @@ import pytest
 from jit.dtype import dtypes
 from jit.errors import DTypeError, ShapeError
 from jit.tensor import Tensor
+from tests.helpers import check_tensor, rand_array
 
 ALL_NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
           "int8": np.int8, "uint8": np.uint8, "bool": np.bool_, "int16": np.int16, "int64": np.int64}
@@ -21,30 +22,10 @@ TOL = {np.dtype(np.float16): (2e-3, 2e-3), np.dtype(np.float32): (2e-6, 1e-6), n
 
 
 def check(t: Tensor, expected: Any, dtype: Any = None, rtol: float | None = None, atol: float | None = None) -> None:
-    """Realize ``t`` and compare it to ``expected`` (shape, dtype of the result, values; NaN equals NaN)."""
-    got = t.numpy()
-    exp = np.asarray(expected)
-    assert got.shape == exp.shape, f"shape {got.shape} != {exp.shape}"
-    if dtype is not None:
-        assert got.dtype == np.dtype(dtype), f"dtype {got.dtype} != {np.dtype(dtype)}"
-    if got.dtype.kind in "biu" and exp.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, exp)
-    else:
-        r, a = TOL.get(got.dtype, (1e-6, 1e-6))
-        np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=rtol or r,
-                                   atol=atol if atol is not None else a, equal_nan=True)
+    check_tensor(t, expected, dtype, rtol, atol, tol=TOL)
 
 
-def rand(shape: tuple[int, ...], dtype: Any, lo: float = -3, hi: float = 3, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if dt.kind in "iu":
-        lo_i = max(int(lo), int(np.iinfo(dt).min))
-        hi_i = min(int(hi), int(np.iinfo(dt).max))
-        return rng.integers(lo_i, hi_i + 1, size=shape).astype(dt)
-    return rng.uniform(lo, hi, size=shape).astype(dt)
+rand = rand_array
 
 
 def _erf(x: np.ndarray) -> np.ndarray:

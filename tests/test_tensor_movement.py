@@ -12,19 +12,11 @@ import pytest
 from jit.dtype import dtypes
 from jit.errors import AxisError, DTypeError, ShapeError
 from jit.tensor import Tensor
+from tests.helpers import check_tensor
 
 
 def check(t: Tensor, expected: Any, dtype: Any = None) -> None:
-    got = t.numpy()
-    exp = np.asarray(expected)
-    assert got.shape == exp.shape, f"shape {got.shape} != {exp.shape}"
-    assert t.shape == exp.shape
-    if dtype is not None:
-        assert got.dtype == np.dtype(dtype), f"dtype {got.dtype} != {np.dtype(dtype)}"
-    if got.dtype.kind == "f" or exp.dtype.kind == "f":
-        np.testing.assert_allclose(got, exp, rtol=1e-6, atol=1e-6, equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, exp)
+    check_tensor(t, expected, dtype, rtol=1e-6, atol=1e-6)
 
 
 def arange(*shape: int, dtype: Any = np.float32) -> np.ndarray:

@@ -11,33 +11,16 @@ import pytest
 from jit.dtype import dtypes
 from jit.errors import AxisError, ShapeError
 from jit.tensor import Tensor
+from tests.helpers import check_tensor, rand_array
 
 TOL = {np.dtype(np.float16): (5e-3, 5e-3), np.dtype(np.float32): (1e-5, 1e-5), np.dtype(np.float64): (1e-12, 1e-12)}
 
 
 def check(t: Tensor, expected: Any, dtype: Any = None, rtol: float | None = None, atol: float | None = None) -> None:
-    got = t.numpy()
-    exp = np.asarray(expected)
-    assert got.shape == exp.shape, f"shape {got.shape} != {exp.shape}"
-    if dtype is not None:
-        assert got.dtype == np.dtype(dtype), f"dtype {got.dtype} != {np.dtype(dtype)}"
-    if got.dtype.kind in "biu" and exp.dtype.kind in "biu":
-        np.testing.assert_array_equal(got, exp)
-    else:
-        r, a = TOL.get(got.dtype, (1e-6, 1e-6))
-        np.testing.assert_allclose(got.astype(np.float64), exp.astype(np.float64), rtol=rtol or r,
-                                   atol=atol if atol is not None else a, equal_nan=True)
+    check_tensor(t, expected, dtype, rtol, atol, tol=TOL)
 
 
-def rand(shape: tuple[int, ...], dtype: Any, lo: float = -3, hi: float = 3, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(np.bool_)
-    if dt.kind in "iu":
-        return rng.integers(max(int(lo), int(np.iinfo(dt).min)), min(int(hi), int(np.iinfo(dt).max)) + 1,
-                            size=shape).astype(dt)
-    return rng.uniform(lo, hi, size=shape).astype(dt)
+rand = rand_array
 
 
 AXES = [None, 0, 1, 2, -1, -3, (0, 2), (-1, 0), (0, 1, 2), ()]

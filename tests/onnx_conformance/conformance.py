@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import glob
-import re
 import os
+import re
 import sys
 import time
 from pathlib import Path
