@@ -63,6 +63,15 @@ NONDETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLik
 OPS: dict[str, Handler] = {}
 
 
+# op key -> attribute -> values no handler can lower; checked for every node at load, before any call
+UNSUPPORTED_ATTRIBUTES: dict[str, dict[str, frozenset[Any]]] = {}
+
+
+def unsupported_attribute(op: str, attribute: str, *values: Any) -> None:
+    """Declare attribute values of ``op`` that fail at load (the handler may still refuse more at call time)."""
+    UNSUPPORTED_ATTRIBUTES.setdefault(op, {})[attribute] = frozenset(values)
+
+
 def op_key(node: onnx.NodeProto) -> str:
     """``Conv`` for the default domain, ``ai.onnx.ml.Binarizer`` for others."""
     return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
@@ -186,9 +195,13 @@ class OnnxModel:
             if op_key(node) not in OPS:
                 raise UnsupportedOp(f"{op_key(node)} at node {node.name!r} (opset {self.opset}): "
                                     f"no handler for this op")
+            refused = UNSUPPORTED_ATTRIBUTES.get(op_key(node), {})
             for a in node.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
                     self._check_ops(a.g)
+                elif a.name in refused and attribute_value(a) in refused[a.name]:
+                    raise UnsupportedOp(f"{node.op_type}({a.name}={attribute_value(a)!r}) at node {node.name!r} "
+                                        f"(opset {self.opset})")
 
     def schema_default(self, op_type: str, opset: int, name: str, domain: str = "") -> Any:
         key = (op_type, opset, name, domain)

@@ -82,3 +82,10 @@ def test_initializer_that_is_also_a_graph_input_can_be_overridden() -> None:
     x = np.array([1, 2], np.float32)
     np.testing.assert_array_equal(m(x=x)["y"].numpy(), [11, 22])
     np.testing.assert_array_equal(m(x=x, b=np.array([1, 1], np.float32))["y"].numpy(), [2, 3])
+
+
+def test_unsupported_attribute_fails_at_load() -> None:
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="cubic", name="Resize_17")
+    m = make([node], [("x", TensorProto.FLOAT, [1, 1, 2, 2])], ["y"], {"scales": np.ones(4, np.float32)})
+    with pytest.raises(UnsupportedOp, match=r"^Resize\(mode='cubic'\) at node 'Resize_17' \(opset 13\)$"):
+        load_onnx(m)

@@ -9,7 +9,7 @@ import numpy as np
 from jit.dtype import DType, dtypes, to_numpy
 from jit.errors import ShapeError
 from jit.nn_ops import _pool_geometry, _window
-from jit.onnx import OpContext, onnx_op
+from jit.onnx import OpContext, onnx_op, unsupported_attribute
 from jit.onnx_ops.elementwise import onnx_dtype
 from jit.onnx_ops.nn_helpers import (
     compute_dtype,
@@ -428,6 +428,10 @@ def upsample(ctx: OpContext) -> Tensor:
     scales = np.asarray(ctx.attr("scales") if ctx.opset < 9 else ctx.static(1, "scales"), dtype=np.float64)
     mode = ctx.attr("mode", "nearest")
     return _resize(ctx, x, "linear" if mode == "bilinear" else mode, "asymmetric", "legacy", scales, None, None, None)
+
+
+unsupported_attribute("Resize", "mode", "cubic")
+unsupported_attribute("Upsample", "mode", "cubic")
 
 
 def _resize(ctx: OpContext, x: Tensor, mode: str, coord: str, nearest: str, scales: np.ndarray | None,
