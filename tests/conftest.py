@@ -26,8 +26,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return  # xdist workers: the controller generated the folder before starting them
     folder = node_dir(config)
-    if not (folder / "node").is_dir():
-        from tests.onnx_conformance.generate import generate
-        tmp = folder.with_name(folder.name + ".partial")
-        generate(tmp)
-        tmp.rename(folder)
+    if (folder / "node").is_dir():
+        return
+    import fcntl
+    import shutil
+
+    from tests.onnx_conformance.generate import generate
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # two pytest sessions may start together: one generates, the other waits for it
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "node").is_dir():
+            tmp = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            generate(tmp)
+            tmp.rename(folder)
