@@ -119,12 +119,16 @@ class OpContext:
         v = self.inputs[i] if i < len(self.inputs) else None
         if v is None:
             raise OnnxError(f"{self.where()}: input {i} expected, got none")
+        return self.host_of(v, f"input {what or i}")
+
+    def host_of(self, v: Value, what: str) -> np.ndarray:
+        """Host data of ``v``, which must be known at load (evaluated now if it was computed from known values)."""
         if v.host is None and (v.const or v.known):
             # computed only from known values (a float Range bound, a CastLike'd pad value): evaluate it now
             v.host = v.as_tensor(self.model.device).numpy()
         if v.host is None:
-            raise UnsupportedOp(f"{self.describe()} at node {self.node.name!r} (opset {self.opset}): input "
-                                f"{what or i} must be a constant known at load, got a computed tensor")
+            raise UnsupportedOp(f"{self.describe()} at node {self.node.name!r} (opset {self.opset}): {what} "
+                                f"must be a constant known at load, got a computed tensor")
         return v.host
 
     def static_opt(self, i: int) -> np.ndarray | None:

@@ -693,16 +693,6 @@ def test_bitcast() -> None:
         Tensor(x).bitcast(dtypes.int16)
 
 
-def test_dedupe_and_shared_realize() -> None:
-    t = Tensor([1, 2, 3, 4])
-    a, b = t * 4, t * 4
-    assert a is not b
-    assert a.uop is b.uop
-    a.realize()
-    assert a.uop is b.uop
-    assert b.tolist() == [4, 8, 12, 16]
-    assert a.tolist() == [4, 8, 12, 16]
-
 
 def test_long_elementwise_chain() -> None:
     x = rand((5, 7), np.float32, seed=3)

@@ -20,16 +20,6 @@ from jit.tensor import Tensor
 
 
 # --- helpers -------------------------------------------------------------------------------------------
-def _value_static(ctx: OpContext, v: Value, what: str) -> np.ndarray:
-    """Host data of a value computed inside a body; it must be known at load (as ``OpContext.static``)."""
-    if v.host is None and (v.const or v.known):
-        v.host = v.as_tensor(ctx.model.device).numpy()
-    if v.host is None:
-        raise UnsupportedOp(f"{ctx.describe()} at node {ctx.node.name!r} (opset {ctx.opset}): {what} must be "
-                            f"known at load, got a computed tensor")
-    return v.host
-
-
 def _slice_value(v: Value, axis: int, i: int, device: str | None) -> Value:
     """Element ``i`` along ``axis`` (the axis removed); host data stays host data."""
     if v.host is not None:
@@ -167,7 +157,7 @@ def loop(ctx: OpContext) -> list[Value]:
         i_val = Value(host=np.asarray(it, dtype=np.int64), const=True)
         c_val = Value(host=np.asarray(cond), const=True)
         res = run_body(ctx, body, [i_val, c_val, *carried])
-        cond = bool(np.asarray(_value_static(ctx, res[0], "the body's condition output")).reshape(-1)[0])
+        cond = bool(np.asarray(ctx.host_of(res[0], "the body's condition output")).reshape(-1)[0])
         carried = [_step(v) for v in res[1:1 + n]]
         for j, v in enumerate(res[1 + n:]):
             scans[j].append(v)
