@@ -10,7 +10,8 @@ from targets.base import Target
 
 # name -> "module:class"; the first one that loads is the default, in this order
 # (CPU stays first: the default never moves to an accelerator unless DEV says so)
-_TARGETS: dict[str, str] = {"CPU": "targets.cpu:CPUTarget", "OPENCL": "targets.opencl:OpenCLTarget"}
+_TARGETS: dict[str, str] = {"CPU": "targets.cpu:CPUTarget", "OPENCL": "targets.opencl:OpenCLTarget",
+                             "QCOM": "targets.qcom:QCOMTarget"}
 
 
 class DeviceError(DrivepackError, ValueError):

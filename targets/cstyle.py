@@ -40,6 +40,9 @@ class CStyleLanguage:
     global_dims: int = 0
     global_index_fn: str = "get_global_id"
     bitcast_fmt: str = "({{ {src_t} _s = ({x}); {dst_t} _d; __builtin_memcpy(&_d, &_s, sizeof(_d)); _d; }})"
+    # integer POW: "double" computes (T)pow((double)a, (double)b) (C with fp64); "loop" calls a helper doing
+    # exponentiation by squaring in the unsigned type (exact, wraps; for targets without fp64)
+    int_pow: str = "double"
 
     def type_name(self, d: DType) -> str:
         return self.type_names.get(d, d.cname)
@@ -85,6 +88,7 @@ class KernelRenderer:
         self.loop_stack: list[UOp] = []
         self.scope_names: list[list[UOp]] = [[]]
         self.uses: dict[UOp, int] = {}
+        self.helpers: dict[str, str] = {}  # helper functions the kernel calls, emitted before its signature
         for node in toposort([sink]):
             for src in node.src:
                 self.uses[src] = self.uses.get(src, 0) + 1
@@ -201,6 +205,8 @@ class KernelRenderer:
         if op is Ops.POW:
             if d.is_float:
                 return self.fcall("pow", d, s)
+            if self.lang.int_pow == "loop":
+                return self.int_pow_call(d, s)
             return f"({self.tname(d)})pow((double)({s[0]}),(double)({s[1]}))"
         if op is Ops.ABS and not d.is_float:
             return f"(({s[0]})<0?-({s[0]}):({s[0]}))"
@@ -209,6 +215,18 @@ class KernelRenderer:
                 raise CompileError(f"{self.name}: {op.name} expects a float operand, got {d.name}")
             return self.fcall(_FLOAT_FN[op], d, s)
         raise CompileError(f"{self.name}: no C rendering for {op.name} on {d.name}")
+
+    def int_pow_call(self, d: DType, s: list[str]) -> str:
+        """``s[0] ** s[1]`` on integers by squaring in a helper function, guarded so that several kernels built
+        as one program define it once. A negative exponent truncates 1/b**-e as C's (int)pow does."""
+        t = self.tname(d)
+        ut = self.lang.type_name(dtypes.uint64 if d.bits == 64 else dtypes.uint32)
+        fn = f"dp_ipow_{t.replace(' ', '_')}"
+        neg = "" if d.is_unsigned else "  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;\n"
+        self.helpers[fn] = (f"#ifndef {fn.upper()}\n#define {fn.upper()}\n{t} {fn}({t} b, {t} e) {{\n{neg}"
+                            f"  {ut} r = 1, x = ({ut})b;\n  while (e > 0) {{ if (e & 1) r *= x; x *= x; e >>= 1; }}\n"
+                            f"  return ({t})r;\n}}\n#endif")
+        return f"{fn}({s[0]},{s[1]})"
 
     def fcall(self, fn: str, d: DType, args: list[str]) -> str:
         if d is dtypes.float64:
@@ -280,7 +298,7 @@ class KernelRenderer:
             self.expr(store)
         while self.loop_stack:
             self.close_loop()
-        head = "\n".join(self.lang.headers)
+        head = "\n".join((*self.lang.headers, *self.helpers.values()))
         sig = f"{self.lang.kernel_prefix} {self.name}({', '.join(params)}) {{"
         return f"{head}\n{sig}\n" + "\n".join(self.lines) + "\n}\n"
 

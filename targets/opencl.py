@@ -370,6 +370,9 @@ class OpenCLTarget(Target):
                         if ext in info.extensions)
         self.language = replace(OPENCL_LANGUAGE, headers=pragmas)
         self.build_options = ""
+        # what local-size selection respects (a profile such as targets/qcom.py narrows these)
+        self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes
+        self.preferred_local = PREFERRED_LOCAL_SIZE
 
     def __repr__(self) -> str:
         return f"<OpenCLTarget {self.name}: {self.info.name} on {self.info.platform} {self.info.driver_version}>"
@@ -391,7 +394,7 @@ class OpenCLTarget(Target):
     def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
         self.check_dtypes(name, sink)
         global_size = global_launch_size(self.language, sink)
-        local_size = choose_local_size(global_size, self.info.max_work_group_size, self.info.max_work_item_sizes)
+        local_size = choose_local_size(global_size, self.max_group, self.max_items, self.preferred_local)
         return render_kernel(self.language, name, sink), {"global_size": global_size, "local_size": local_size}
 
     def _cache_key(self, source: str) -> str:
@@ -519,8 +522,8 @@ class OpenCLTarget(Target):
         max_group = _info_uint(lib.clGetKernelWorkGroupInfo, kernel, CL_KERNEL_WORK_GROUP_SIZE, self.device_id)
         handle = CLKernel(self, program, kernel, max_group)
         global_size = tuple(meta.get("global_size", (1,)))
-        local_size = choose_local_size(global_size, min(max_group, self.info.max_work_group_size),
-                                       self.info.max_work_item_sizes)
+        local_size = choose_local_size(global_size, min(max_group, self.max_group), self.max_items,
+                                       self.preferred_local)
         return Program(name, source, handle, global_size=global_size, local_size=local_size, meta=meta)
 
     # --- memory --------------------------------------------------------------------------------------------
