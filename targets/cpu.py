@@ -61,20 +61,21 @@ def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
     return hashlib.sha256("\0".join((source, cc, compiler_identity(cc), *flags)).encode()).hexdigest()
 
 
-def _cached_object(key: str) -> Path | None:
-    """The shared object holding the kernel with this key: its own file, or a batch file named by a .ref."""
-    own = cache_dir() / f"{key}.so"
+def cached_artifact(stem: str, ext: str) -> Path | None:
+    """The cached file holding the kernel named ``stem``: ``stem + ext`` itself, or the batch file that
+    ``stem.ref`` names (kernels compiled together share one file)."""
+    own = cache_dir() / f"{stem}{ext}"
     if own.exists():
         return own
-    ref = cache_dir() / f"{key}.ref"
+    ref = cache_dir() / f"{stem}.ref"
     if ref.exists():
-        target = cache_dir() / ref.read_text().strip()
-        if target.exists():
-            return target
+        batch = cache_dir() / ref.read_text().strip()
+        if batch.exists():
+            return batch
     return None
 
 
-def _publish(path: Path, data: bytes | str) -> None:
+def publish(path: Path, data: bytes | str) -> None:
     """Write atomically: concurrent test workers may compile the same kernel."""
     fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
@@ -87,7 +88,7 @@ def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[
     global cc_invocations
     cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
     keys = [_cache_key(src, cc, flags) for src in sources]
-    found = {k: _cached_object(k) for k in keys}
+    found = {k: cached_artifact(k, ".so") for k in keys}
     missing = list(dict.fromkeys(src for src, k in zip(sources, keys, strict=True) if found[k] is None))
     if missing:
         batch_key = _cache_key("\n".join(missing), cc, flags)
@@ -102,10 +103,10 @@ def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[
             if proc.returncode != 0:
                 raise CompileError(f"C compile failed ({cc} {' '.join(flags)}):\n{proc.stderr}\n--- source ---\n"
                                    + "\n".join(missing))
-            _publish(out, tmp_out.read_bytes())
+            publish(out, tmp_out.read_bytes())
         for src in missing:
             key = _cache_key(src, cc, flags)
-            _publish(cache_dir() / f"{key}.ref", out.name)
+            publish(cache_dir() / f"{key}.ref", out.name)
             found[key] = out
     return [found[k] for k in keys]  # type: ignore[misc]
 

@@ -27,7 +27,7 @@ from jit.errors import CompileError, DrivepackError
 from jit.helpers import NOLOCALS, prod
 from jit.uop import UOp
 from targets.base import Buffer, Program, Target, TargetLimits
-from targets.cpu import _publish, cache_dir
+from targets.cpu import cache_dir, cached_artifact, publish
 from targets.cstyle import CStyleLanguage, global_launch_size, render_kernel
 
 # the platform name substring that restricts device discovery (e.g. "Portable" for PoCL)
@@ -448,18 +448,6 @@ class OpenCLTarget(Target):
                                    ffi.new("unsigned char*[1]", [buf]), ffi.NULL))
         return ffi.buffer(buf, size)[:]
 
-    def _cached_binary(self, key: str) -> Path | None:
-        """The binary holding the kernel with this key: its own file, or a batch binary named by a .ref."""
-        own = cache_dir() / f"opencl-{key}.bin"
-        if own.exists():
-            return own
-        ref = cache_dir() / f"opencl-{key}.ref"
-        if ref.exists():
-            batch = cache_dir() / ref.read_text().strip()
-            if batch.exists():
-                return batch
-        return None
-
     def _build_batch(self, items: list[tuple[str, str]]) -> Any:
         """One program holding every kernel of ``items`` (name, source): one compiler run instead of one per
         kernel (several times faster on PoCL). Published to the cache with a .ref per kernel."""
@@ -473,10 +461,10 @@ class OpenCLTarget(Target):
                 self.lib.clReleaseProgram(self._program_from_source(src, name))
             raise
         batch_key = self._cache_key(source)
-        _publish(cache_dir() / f"opencl-{batch_key}.bin", self._program_binary(program))
+        publish(cache_dir() / f"opencl-{batch_key}.bin", self._program_binary(program))
         for _, src in items:
             if (key := self._cache_key(src)) != batch_key:
-                _publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}.bin")
+                publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}.bin")
         return program
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
@@ -490,7 +478,7 @@ class OpenCLTarget(Target):
         by_file: dict[Path, Any] = {}
         try:
             for key in keys:
-                path = self._cached_binary(key)
+                path = cached_artifact(f"opencl-{key}", ".bin")
                 if path is not None and path not in by_file:
                     by_file[path] = self._program_from_binary(path.read_bytes())
                     if by_file[path] is not None:
