@@ -159,7 +159,28 @@ def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
         if tt.elem_type == TensorProto.UINT8:
             out[i.name] = rng.integers(0, 256, size=shape, dtype=np.uint8)
         else:
-            out[i.name] = rng.standard_normal(shape).astype(np.float32)
+            out[i.name] = rng.standard_normal(shape).astype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    return out
+
+
+def float16_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` computing in float16: float32 weights stored as float16, casts to float32 become casts
+    to float16, float32 outputs and intermediate value types become float16 (uint8 inputs stay uint8)."""
+    out = onnx.ModelProto.FromString(model.SerializeToString())
+    g = out.graph
+    for t in g.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+    for node in g.node:
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = TensorProto.FLOAT16
+            elif node.op_type == "Constant" and a.type == onnx.AttributeProto.TENSOR and \
+                    a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float16), a.t.name))
+    for v in [*g.input, *g.output, *g.value_info]:
+        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT16
     return out
 
 

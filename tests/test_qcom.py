@@ -23,9 +23,9 @@ from jit.device import Device
 from jit.dtype import dtypes
 from jit.errors import UnsupportedOp
 from jit.onnx import load_onnx
-from jit.realize import compile_uops
+from jit.realize import compile_uops, schedule_dtype_policy
 from jit.tensor import Tensor
-from packager.samples import policy_model, sample_inputs, vision_model
+from packager.samples import float16_model, policy_model, sample_inputs, vision_model
 from tests.test_onnx_models import DATA, dummy_input
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,6 +192,27 @@ def test_sample_models_match_cpu(make, device: str) -> None:
     for name in model.output_names:
         assert got[name].device.split(":")[0] == device
         np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["OPENCL", "QCOM"])
+@pytest.mark.parametrize("make", [vision_model, policy_model], ids=["vision", "policy"])
+def test_float16_models_match_onnxruntime(make, device: str) -> None:
+    """PoCL has no cl_khr_fp16: every half value is stored as 16 bits and computed through the emulation."""
+    import onnxruntime as ort
+
+    proto = float16_model(make())
+    feeds = sample_inputs(proto, seed=5)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    model = load_onnx(proto, device=device)
+    got = model(feeds)
+    report = schedule_dtype_policy([t.uop for t in got.values()], device)
+    assert report.emulated_in.get("float16") and not report.native_in.get("float16"), report.summary()
+    for name in model.output_names:
+        out = got[name].numpy()
+        assert out.dtype == np.float16 == want[name].dtype
+        # both round every stored tensor to half; accumulation order and where rounding happens differ
+        np.testing.assert_allclose(out.astype(np.float32), want[name].astype(np.float32), rtol=1e-2, atol=1e-2)
 
 
 @pytest.fixture(scope="module")
