@@ -1,0 +1,357 @@
+"""Capture: a model function of named input tensors is traced once into a command buffer and replayed.
+
+``capture(fn, example_inputs)`` calls ``fn`` exactly once, with placeholder tensors (BUFFER nodes that are never
+filled) named like ``example_inputs``; ``fn`` returns a dict of output name to Tensor. Then:
+
+1. weight-only work is folded ("pruned"): every subexpression that reads weights but no input (BN folding,
+   casts, weight transposes computed with ALU ops) is computed now and becomes a weight, and so is every
+   scheduled kernel that reads no input. Movement ops above such a value stay lazy (an index map costs the
+   consuming kernel nothing), and a value larger than the weights it reads (a broadcast) stays inline;
+2. the remaining kernels are compiled, and their buffers bound by name: ``input:``, ``output:``, ``state:``,
+   ``weight:<id>`` (only weights a dispatch reads are kept), and intermediates in one arena planned by
+   liveness (jit/memory_plan.py);
+3. the command buffer (targets/cmdbuf.py) is handed to the target's replay engine (targets/replay.py).
+
+The result is a ``Captured``: call it with numpy arrays by name, get a dict of fresh numpy arrays.
+
+State: ``state={"history": initial}`` declares buffers the model updates in place. ``fn`` receives them as
+tensors next to the inputs and returns their new values under the same names; a replay reads the current value
+and, after every other dispatch, writes the new one back (a copy kernel from an arena temporary, so no kernel
+reads a state it is overwriting). Callers do not pass states; ``read_state`` / ``reset_state`` reach them.
+
+A kernel's source and launch are the eager run's own, so replay results are bit-identical to the eager run
+wherever the folded weight values are (the folded expressions run the same float32 operations in their own
+kernel; ``fold_weights=False`` keeps them inline exactly as eagerly scheduled).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from jit.device import Device
+from jit.dtype import DType, commit_weak, from_numpy
+from jit.errors import DrivepackError, DTypeError
+from jit.memory_plan import Lifetime, plan_alignment, plan_memory
+from jit.realize import compile_kernels, copy_from_device, run_schedule
+from jit.schedule import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
+from jit.tensor import Tensor
+from jit.uop import GroupOp, Ops, UOp, toposort
+from targets.base import Target
+from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, arena_binding
+from targets.replay import DispatchTime, Replay, kernel_flags, make_replay
+
+ModelFn = Callable[..., Mapping[str, Tensor]]
+
+
+class CaptureError(DrivepackError, ValueError):
+    """A function or example input that cannot be captured (names the input or output and the field)."""
+
+
+@dataclass(frozen=True)
+class CaptureReport:
+    """What capture did: kernels traced vs kept, weights kept, arena vs the naive sum of intermediates."""
+
+    kernels_traced: int
+    kernels_kept: int
+    weights: int
+    weight_bytes: int
+    arena_bytes: int
+    naive_bytes: int
+
+    @property
+    def kernels_pruned(self) -> int:
+        return self.kernels_traced - self.kernels_kept
+
+    def summary(self) -> str:
+        ratio = self.arena_bytes / self.naive_bytes if self.naive_bytes else 1.0
+        return (f"pruned {self.kernels_traced} -> {self.kernels_kept} kernels; {self.weights} weights "
+                f"({self.weight_bytes} bytes); arena {self.arena_bytes} bytes vs naive {self.naive_bytes} "
+                f"({ratio:.1%})")
+
+
+class Captured:
+    """A captured model: call it with numpy arrays by name; returns a dict of fresh numpy arrays."""
+
+    def __init__(self, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], replay: Replay,
+                 report: CaptureReport | None = None) -> None:
+        self.cmdbuf, self.weights, self.replay, self.report = cmdbuf, weights, replay, report
+
+    @staticmethod
+    def from_cmdbuf(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str) -> Captured:
+        """A replay from a command buffer and weight bytes alone (no model, no tracing)."""
+        return Captured(cmdbuf, dict(weights), make_replay(cmdbuf, weights, target))
+
+    def __call__(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, np.ndarray]:
+        return self.replay(inputs, **kwargs)
+
+    @property
+    def n_dispatches(self) -> int:
+        return self.replay.n_dispatches
+
+    def profile(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> list[DispatchTime]:
+        return self.replay.profile(inputs, **kwargs)
+
+    def read_state(self, name: str) -> np.ndarray:
+        return self.replay.read_state(name)
+
+    def reset_state(self) -> None:
+        self.replay.reset_state()
+
+
+# --- tracing -------------------------------------------------------------------------------------------------
+def _placeholder(name: str, arr: Any, device: str, what: str) -> tuple[Tensor, UOp]:
+    """A tensor over a BUFFER that is never filled, shaped and typed like ``arr``."""
+    if not isinstance(arr, np.ndarray):
+        raise CaptureError(f"{name}: {what} expected a numpy.ndarray, got {type(arr).__name__}")
+    try:
+        dtype = from_numpy(arr.dtype)
+    except DTypeError as e:
+        raise CaptureError(f"{name}: {e}") from None
+    buf = new_buffer(device, dtype, arr.size)
+    return Tensor(buffer_view(buf, arr.shape), device=device), buf
+
+
+def _committed(name: str, t: Any, device: str) -> UOp:
+    if not isinstance(t, Tensor):
+        raise CaptureError(f"output {name}: type expected Tensor, got {type(t).__name__}")
+    if t.device != device:
+        raise CaptureError(f"output {name}: device expected {device}, got {t.device}")
+    return t.uop if not t.dtype.weak else t.cast(commit_weak(t.dtype)).uop
+
+
+def _contiguous(u: UOp) -> UOp:
+    return UOp(Ops.CONTIGUOUS, u.dtype, (u,))
+
+
+def _output_targets(outs: dict[str, UOp]) -> dict[str, UOp]:
+    """Each output as a node that a kernel writes into a buffer of its own (a copy where it would not be)."""
+    seen: set[UOp] = set()
+    result = {}
+    for name, u in outs.items():
+        node = u if u.op is Ops.CONTIGUOUS else _contiguous(u)
+        while node in seen:  # two outputs of one value: the second gets a copy
+            node = _contiguous(node)
+        seen.add(node)
+        result[name] = node
+    return result
+
+
+# --- weight folding ------------------------------------------------------------------------------------------
+def _reaches(order: list[UOp], sources: set[UOp]) -> set[UOp]:
+    """Nodes of ``order`` (a toposort) with a path to one of ``sources``."""
+    hit: set[UOp] = set()
+    for n in order:
+        if n in sources or any(s in hit for s in n.src):
+            hit.add(n)
+    return hit
+
+
+def _foldable(core: UOp) -> bool:
+    """A weight-only value worth computing once: real work (not a buffer, constant or index), a committed
+    dtype, and no larger than the weights it reads (a broadcast is cheaper recomputed than stored)."""
+    if core.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or is_view_of_buffer(core) or core in realized:
+        return False
+    if not isinstance(core.dtype, DType) or core.dtype.weak or core.shape is None or core.size == 0:
+        return False
+    weight_elems = sum(n.arg[2] for n in toposort([core]) if n.op is Ops.BUFFER)
+    return 0 < core.size <= weight_elems
+
+
+def weight_frontier(roots: list[UOp], sources: set[UOp]) -> list[UOp]:
+    """The weight-only values read by input-dependent nodes, below their movement ops, that ``_foldable`` takes."""
+    order = toposort(roots)
+    dependent = _reaches(order, sources)
+    frontier: dict[UOp, None] = {}
+    for n in order:
+        if n not in dependent:
+            continue
+        for s in n.src:
+            if s in dependent:
+                continue
+            core = s
+            while core.op in GroupOp.Movement:
+                core = core.src[0]
+            if core not in frontier and _foldable(core):
+                frontier[core] = None
+    return list(frontier)
+
+
+def _realize_now(nodes: list[UOp], device: str) -> int:
+    """Compute ``nodes`` now and record them as realized (later schedules read their buffers); kernels run."""
+    if not nodes:
+        return 0
+    kernels, becomes = create_schedule(nodes, device)
+    run_schedule(kernels)
+    for node, view in becomes.items():
+        if node.op is not Ops.BUFFER and node is not view:
+            realized[node] = view
+    return len(kernels)
+
+
+# --- binding and planning ------------------------------------------------------------------------------------
+@dataclass
+class _Bindings:
+    """BUFFER node -> binding string, plus the weights and the buffer table built along the way."""
+
+    role: dict[UOp, str]
+    table: dict[str, BufferSpec]
+    weights: dict[int, np.ndarray]
+
+    def weight(self, buf: UOp) -> str:
+        if buf not in self.role:
+            wid = len(self.weights)
+            self.weights[wid] = copy_from_device(buf).view(np.uint8)
+            self.role[buf] = f"weight:{wid}"
+            self.table[self.role[buf]] = _flat_spec(self.role[buf], buf)
+        return self.role[buf]
+
+
+def _flat_spec(binding: str, buf: UOp, shape: tuple[int, ...] | None = None) -> BufferSpec:
+    assert isinstance(buf.dtype, DType)
+    shape = shape if shape is not None else (buf.arg[2],)
+    return BufferSpec(binding, buf.dtype.name, shape, buf.arg[2] * buf.dtype.itemsize)
+
+
+def _plan_arena(kernels: list[ScheduledKernel], role: dict[UOp, str], alignment: int) -> tuple[dict[UOp, str], Any]:
+    """Arena bindings for every buffer a kept kernel writes that has no role yet, planned by liveness."""
+    first: dict[UOp, int] = {}
+    last: dict[UOp, int] = {}
+    for i, k in enumerate(kernels):
+        if k.out_buffer not in role:
+            first.setdefault(k.out_buffer, i)
+            last[k.out_buffer] = i
+        for b in k.buffers[1:]:
+            if b in first:
+                last[b] = i
+    keys = {b: i for i, b in enumerate(first)}
+    lifetimes = [Lifetime(keys[b], _flat_spec("arena:0+0", b).nbytes, first[b], last[b]) for b in first]
+    plan = plan_memory(lifetimes, alignment)
+    return {b: arena_binding(plan.offsets[keys[b]], lt.nbytes) for b, lt in zip(first, lifetimes, strict=True)}, plan
+
+
+# --- the entry points ----------------------------------------------------------------------------------------
+def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None = None,
+            state: Mapping[str, Any] | None = None, fold_weights: bool = True) -> Captured:
+    """Trace ``fn`` once over placeholders named like ``example_inputs`` and return its replay on ``target``
+    (a device name; ``Device.DEFAULT`` when None). See the module docstring."""
+    device = Device.canonical(target) if target else Device.DEFAULT
+    tgt = Device[device]
+    state = dict(state or {})
+    clash = sorted(set(state) & set(example_inputs))
+    if clash:
+        raise CaptureError(f"state: names expected distinct from the inputs, got {clash} in both")
+    placeholders: dict[str, Tensor] = {}
+    sources: dict[UOp, str] = {}
+    for kind, group in (("input", example_inputs), ("state", state)):
+        for name, arr in group.items():
+            placeholders[name], buf = _placeholder(name, arr, device, f"{kind} value")
+            sources[buf] = f"{kind}:{name}"
+    result = fn(**placeholders)
+    if not isinstance(result, Mapping):
+        raise CaptureError(f"fn: return expected a dict of output name -> Tensor, got {type(result).__name__}")
+    missing = sorted(set(state) - set(result))
+    if missing:
+        raise CaptureError(f"state: expected fn to return the new value of each state, got none for {missing}")
+    outs = {name: _committed(name, t, device) for name, t in result.items() if name not in state}
+    new_states: dict[str, UOp] = {}
+    for name in state:
+        u = _committed(name, result[name], device)
+        ph = placeholders[name]
+        if u.shape != ph.shape or u.dtype != ph.dtype:
+            raise CaptureError(f"state {name}: new value expected {ph.dtype.name} {ph.shape}, got "
+                               f"{u.dtype.name} {u.shape}")
+        if u is not ph.uop:  # computed into an arena temporary first, copied into the state last
+            new_states[name] = _contiguous(_contiguous(u))
+    out_targets = _output_targets(outs)
+    roots = [*out_targets.values(), *new_states.values()]
+
+    folded = _realize_now(weight_frontier(roots, set(sources)), device) if fold_weights else 0
+    kernels, becomes = create_schedule(roots, device)
+    dependent: set[UOp] = set(sources)
+    produced = {becomes[u].base: f"output:{n}" for n, u in out_targets.items()}
+    produced |= {becomes[u].base: f"state:{n}" for n, u in new_states.items()}
+    kept, copies, pruned = [], [], []
+    for k in kernels:
+        if k.out_buffer in produced or any(b in dependent for b in k.buffers[1:]):
+            dependent.add(k.out_buffer)
+            (copies if produced.get(k.out_buffer, "").startswith("state:") else kept).append(k)
+        else:
+            pruned.append(k)
+    run_schedule(pruned)  # weight-only kernels: their outputs become weights
+    kept += copies  # state write-backs last: every read of the old state comes before them
+
+    role = {**sources, **produced}
+    bindings = _Bindings(role, {}, {})
+    for name, arr in example_inputs.items():
+        bindings.table[f"input:{name}"] = BufferSpec(f"input:{name}", from_numpy(arr.dtype).name, arr.shape,
+                                                     arr.nbytes)
+    for name, u in out_targets.items():
+        buf = becomes[u].base
+        assert buf.op is Ops.BUFFER and isinstance(u.shape, tuple)
+        bindings.table[f"output:{name}"] = _flat_spec(f"output:{name}", buf, u.shape)
+    for name, arr in state.items():
+        init = bindings.weight(_constant_buffer(arr, device))
+        bindings.table[f"state:{name}"] = BufferSpec(f"state:{name}", from_numpy(arr.dtype).name, arr.shape,
+                                                     arr.nbytes, init=int(init.split(":")[1]))
+    alignment = plan_alignment(tgt.limits.buffer_alignment)
+    arena, plan = _plan_arena(kept, role, alignment)
+    role.update(arena)
+    for binding in arena.values():
+        bindings.table[binding] = BufferSpec(binding, "uint8", (int(binding.split("+")[1]),),
+                                             int(binding.split("+")[1]))
+
+    compiled = compile_kernels(kept, tgt)
+    flags = kernel_flags(tgt)
+    specs: dict[str, int] = {}
+    kernel_specs: list[KernelSpec] = []
+    dispatches: list[Dispatch] = []
+    for k, ck in zip(kept, compiled, strict=True):
+        if ck.name not in specs:
+            specs[ck.name] = len(kernel_specs)
+            kernel_specs.append(KernelSpec(ck.name, ck.program.source, ck.program.name, tgt.name, flags))
+        binds = tuple(role[b] if b in role else bindings.weight(b) for b in k.buffers)
+        local = tuple(ck.program.local_size) if ck.program.local_size else None
+        dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
+
+    report = CaptureReport(len(kernels) + folded, len(kept), len(bindings.weights),
+                           sum(w.nbytes for w in bindings.weights.values()), plan.arena_bytes, plan.naive_bytes)
+    order = ("input", "output", "state", "weight", "arena")
+    table = sorted(bindings.table.values(), key=lambda b: order.index(b.kind))
+    cmdbuf = CommandBuffer(tgt.name, tuple(kernel_specs), tuple(dispatches), tuple(table), plan.arena_bytes,
+                           alignment, {"kernels_traced": report.kernels_traced, "kernels_kept": report.kernels_kept})
+    return Captured(cmdbuf, bindings.weights, make_replay(cmdbuf, bindings.weights, tgt), report)
+
+
+def _constant_buffer(arr: np.ndarray, device: str) -> UOp:
+    """A realized BUFFER holding ``arr`` (a state's initial value, stored with the weights)."""
+    return Tensor(np.ascontiguousarray(arr), device=device).uop.base
+
+
+def capture_onnx(model: Any, example_inputs: Mapping[str, Any], target: str | None = None,
+                 fold_weights: bool = True) -> Captured:
+    """Capture an OnnxModel (jit/onnx.py) called with its named inputs."""
+    return capture(lambda **kw: model(kw), example_inputs, target=target, fold_weights=fold_weights)
+
+
+def jit(fn: ModelFn | None = None, *, target: str | None = None, state: Mapping[str, Any] | None = None,
+        fold_weights: bool = True) -> Any:
+    """Decorator form: the first call captures with that call's arrays as the example inputs, every call
+    (the first included) replays. ``wrapper.captured`` is the Captured once it exists."""
+
+    def wrap(f: ModelFn) -> Callable[..., dict[str, np.ndarray]]:
+        @functools.wraps(f)
+        def wrapper(**inputs: Any) -> dict[str, np.ndarray]:
+            if wrapper.captured is None:  # type: ignore[attr-defined]
+                wrapper.captured = capture(f, inputs, target=target, state=state,  # type: ignore[attr-defined]
+                                           fold_weights=fold_weights)
+            return wrapper.captured(inputs)  # type: ignore[attr-defined]
+
+        wrapper.captured = None  # type: ignore[attr-defined]
+        return wrapper
+
+    return wrap(fn) if fn is not None else wrap

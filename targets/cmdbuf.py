@@ -1,0 +1,303 @@
+"""The command buffer: a target-agnostic, plain-data description of one captured model run.
+
+It holds everything a replay needs besides the weight bytes: the kernels (name, source, entry point, target,
+compile flags), the dispatches in order (kernel id, global/local size, one binding per buffer parameter in
+parameter order, then scalar arguments), and the buffer table (every binding with its dtype, shape and byte
+size). Bindings are strings:
+
+* ``input:<name>`` / ``output:<name>``: the caller's data, bound by name on every replay;
+* ``weight:<id>``: constant bytes handed to the replay by id (``weights[id]``);
+* ``state:<name>``: a buffer that persists across replays (initial bytes in ``weight:<init>``);
+* ``arena:<offset>+<nbytes>``: intermediate bytes inside the one arena of ``arena_bytes``.
+
+Serialised as canonical JSON (sorted keys, no whitespace): ``CommandBuffer.from_bytes(cb.to_bytes()) == cb``
+and ``from_bytes(b).to_bytes() == b`` for every ``b`` this module wrote. Nothing is pickled or evaluated; a
+document of another format or version is refused with a CmdbufError naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from jit.dtype import dtypes
+from jit.errors import DrivepackError, DTypeError
+
+FORMAT = "drivepack-cmdbuf"
+VERSION = 1
+BINDING_KINDS = ("input", "output", "weight", "state", "arena")
+
+
+class CmdbufError(DrivepackError, ValueError):
+    """A command buffer that is malformed, of another version, or inconsistent (names the field)."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel's source and how to build it. ``name`` is unique in a command buffer."""
+
+    name: str
+    source: str
+    entry: str
+    target: str
+    flags: str = ""
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar kernel argument: the raw bits of a value of ``dtype`` (exact for floats, NaN included)."""
+
+    dtype: str
+    bits: int
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One kernel launch. ``bindings`` follow the kernel's buffer parameters in order; ``scalars`` follow them."""
+
+    kernel: int
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    bindings: tuple[str, ...]
+    scalars: tuple[Scalar, ...] = ()
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One entry of the buffer table. ``init`` (states only) is the weight id holding the initial bytes."""
+
+    binding: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    init: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.binding.split(":", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.binding.split(":", 1)[1]
+
+    @property
+    def arena_offset(self) -> int:
+        """The byte offset of an ``arena:<offset>+<nbytes>`` binding."""
+        return parse_arena(self.binding)[0]
+
+
+def arena_binding(offset: int, nbytes: int) -> str:
+    return f"arena:{offset}+{nbytes}"
+
+
+def parse_arena(binding: str) -> tuple[int, int]:
+    """(offset, nbytes) of an arena binding; CmdbufError for anything else."""
+    kind, _, rest = binding.partition(":")
+    off, plus, size = rest.partition("+")
+    if kind != "arena" or not plus or not off.isdigit() or not size.isdigit():
+        raise CmdbufError(f"binding: expected arena:<offset>+<nbytes>, got {binding!r}")
+    return int(off), int(size)
+
+
+def dtype_itemsize(name: str, where: str) -> int:
+    try:
+        return dtypes.from_name(name).itemsize
+    except DTypeError:
+        raise CmdbufError(f"{where}: dtype expected a drivepack dtype name, got {name!r}") from None
+
+
+@dataclass(frozen=True)
+class CommandBuffer:
+    """A captured run: kernels, ordered dispatches, buffer table and arena size (see the module docstring)."""
+
+    target: str
+    kernels: tuple[KernelSpec, ...]
+    dispatches: tuple[Dispatch, ...]
+    buffers: tuple[BufferSpec, ...]
+    arena_bytes: int
+    alignment: int
+    meta: dict[str, int | str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # --- views of the buffer table ----------------------------------------------------------------------
+    def of_kind(self, kind: str) -> list[BufferSpec]:
+        return [b for b in self.buffers if b.kind == kind]
+
+    @property
+    def inputs(self) -> list[BufferSpec]:
+        return self.of_kind("input")
+
+    @property
+    def outputs(self) -> list[BufferSpec]:
+        return self.of_kind("output")
+
+    @property
+    def states(self) -> list[BufferSpec]:
+        return self.of_kind("state")
+
+    @property
+    def weights(self) -> list[BufferSpec]:
+        return self.of_kind("weight")
+
+    def buffer(self, binding: str) -> BufferSpec:
+        for b in self.buffers:
+            if b.binding == binding:
+                return b
+        raise CmdbufError(f"binding: expected one of the buffer table, got {binding!r}")
+
+    # --- consistency ------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """CmdbufError unless every reference resolves: kernel ids, bindings, arena ranges, byte sizes."""
+        if self.alignment < 1:
+            raise CmdbufError(f"alignment: expected a positive byte count, got {self.alignment}")
+        if self.arena_bytes < 0:
+            raise CmdbufError(f"arena_bytes: expected >= 0, got {self.arena_bytes}")
+        names = [k.name for k in self.kernels]
+        if len(set(names)) != len(names):
+            raise CmdbufError(f"kernels: names expected unique, got {sorted(n for n in names if names.count(n) > 1)}")
+        table: dict[str, BufferSpec] = {}
+        for b in self.buffers:
+            _check_buffer(b, self)
+            if b.binding in table:
+                raise CmdbufError(f"buffers: binding expected unique, got {b.binding!r} twice")
+            table[b.binding] = b
+        weight_ids = {b.name for b in self.weights}
+        for b in self.states:
+            if b.init is None or str(b.init) not in weight_ids:
+                raise CmdbufError(f"{b.binding}: init expected a weight id of the table, got {b.init}")
+        written: set[str] = set()
+        for i, d in enumerate(self.dispatches):
+            where = f"dispatches[{i}]"
+            if not 0 <= d.kernel < len(self.kernels):
+                raise CmdbufError(f"{where}.kernel: expected 0..{len(self.kernels) - 1}, got {d.kernel}")
+            if not d.global_size or any(not isinstance(g, int) or g < 1 for g in d.global_size):
+                raise CmdbufError(f"{where}.global_size: expected positive sizes, got {d.global_size}")
+            if d.local_size is not None and len(d.local_size) != len(d.global_size):
+                raise CmdbufError(f"{where}.local_size: expected {len(d.global_size)} dims, got {d.local_size}")
+            for bind in d.bindings:
+                if bind not in table:
+                    raise CmdbufError(f"{where}.bindings: expected entries of the buffer table, got {bind!r}")
+            for s in d.scalars:
+                dtype_itemsize(s.dtype, f"{where}.scalars")
+            if d.bindings:
+                written.add(d.bindings[0])
+        for b in self.outputs + self.states:
+            if b.nbytes and b.binding not in written:
+                raise CmdbufError(f"{b.binding}: expected a dispatch writing it, got none")
+
+    # --- bytes ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "target": self.target, "arena_bytes": self.arena_bytes,
+            "alignment": self.alignment, "meta": dict(self.meta),
+            "kernels": [{"name": k.name, "source": k.source, "entry": k.entry, "target": k.target, "flags": k.flags}
+                        for k in self.kernels],
+            "dispatches": [{"kernel": d.kernel, "global_size": list(d.global_size),
+                            "local_size": None if d.local_size is None else list(d.local_size),
+                            "bindings": list(d.bindings),
+                            "scalars": [{"dtype": s.dtype, "bits": s.bits} for s in d.scalars]}
+                           for d in self.dispatches],
+            "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape), "nbytes": b.nbytes,
+                         "init": b.init} for b in self.buffers],
+        }
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode()
+
+    @staticmethod
+    def from_dict(doc: Any) -> CommandBuffer:
+        root = _Reader(doc, "cmdbuf")
+        fmt = root.get("format", str)
+        if fmt != FORMAT:
+            raise CmdbufError(f"cmdbuf.format: expected {FORMAT!r}, got {fmt!r}")
+        version = root.get("version", int)
+        if version != VERSION:
+            raise CmdbufError(f"cmdbuf.version: expected {VERSION}, got {version} (this drivepack reads version "
+                              f"{VERSION} only)")
+        meta = root.get("meta", dict)
+        for k, v in meta.items():
+            if not isinstance(v, (int, str)) or isinstance(v, bool):
+                raise CmdbufError(f"cmdbuf.meta.{k}: expected an int or a string, got {type(v).__name__}")
+        kernels = tuple(KernelSpec(r.get("name", str), r.get("source", str), r.get("entry", str),
+                                   r.get("target", str), r.get("flags", str))
+                        for r in root.items("kernels"))
+        dispatches = tuple(
+            Dispatch(r.get("kernel", int), r.ints("global_size"),
+                     None if r.raw("local_size") is None else r.ints("local_size"),
+                     tuple(r.strs("bindings")),
+                     tuple(Scalar(s.get("dtype", str), s.get("bits", int)) for s in r.items("scalars")))
+            for r in root.items("dispatches"))
+        buffers = tuple(BufferSpec(r.get("binding", str), r.get("dtype", str), r.ints("shape"), r.get("nbytes", int),
+                                   None if r.raw("init") is None else r.get("init", int))
+                        for r in root.items("buffers"))
+        return CommandBuffer(root.get("target", str), kernels, dispatches, buffers, root.get("arena_bytes", int),
+                             root.get("alignment", int), dict(meta))
+
+    @staticmethod
+    def from_bytes(data: bytes) -> CommandBuffer:
+        try:
+            doc = json.loads(bytes(data).decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CmdbufError(f"cmdbuf: expected UTF-8 JSON, got {type(e).__name__}: {e}") from None
+        return CommandBuffer.from_dict(doc)
+
+
+def _check_buffer(b: BufferSpec, cb: CommandBuffer) -> None:
+    kind, sep, name = b.binding.partition(":")
+    if kind not in BINDING_KINDS or not sep or not name:
+        raise CmdbufError(f"buffers: binding expected <{'|'.join(BINDING_KINDS)}>:<name>, got {b.binding!r}")
+    if any(not isinstance(s, int) or s < 0 for s in b.shape):
+        raise CmdbufError(f"{b.binding}: shape expected non-negative sizes, got {b.shape}")
+    want = math.prod(b.shape) * dtype_itemsize(b.dtype, b.binding)
+    if b.nbytes != want:
+        raise CmdbufError(f"{b.binding}: nbytes expected {want} ({b.dtype} {b.shape}), got {b.nbytes}")
+    if kind == "weight" and not name.isdigit():
+        raise CmdbufError(f"{b.binding}: weight id expected a non-negative integer, got {name!r}")
+    if kind == "arena":
+        off, size = parse_arena(b.binding)
+        if size != b.nbytes:
+            raise CmdbufError(f"{b.binding}: nbytes expected {size} (the binding's), got {b.nbytes}")
+        if off % cb.alignment:
+            raise CmdbufError(f"{b.binding}: offset expected a multiple of {cb.alignment}, got {off}")
+        if off + size > cb.arena_bytes:
+            raise CmdbufError(f"{b.binding}: end expected <= arena_bytes {cb.arena_bytes}, got {off + size}")
+
+
+class _Reader:
+    """Typed access to one JSON object; every error names the path of the field."""
+
+    def __init__(self, obj: Any, where: str) -> None:
+        if not isinstance(obj, dict):
+            raise CmdbufError(f"{where}: expected an object, got {type(obj).__name__}")
+        self.obj, self.where = obj, where
+
+    def raw(self, key: str) -> Any:
+        if key not in self.obj:
+            raise CmdbufError(f"{self.where}.{key}: expected a value, got none")
+        return self.obj[key]
+
+    def get(self, key: str, typ: type) -> Any:
+        v = self.raw(key)
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            raise CmdbufError(f"{self.where}.{key}: expected {typ.__name__}, got {type(v).__name__}")
+        return v
+
+    def ints(self, key: str) -> tuple[int, ...]:
+        v = self.get(key, list)
+        if any(not isinstance(x, int) or isinstance(x, bool) for x in v):
+            raise CmdbufError(f"{self.where}.{key}: expected a list of int, got {v!r}")
+        return tuple(v)
+
+    def strs(self, key: str) -> list[str]:
+        v = self.get(key, list)
+        if any(not isinstance(x, str) for x in v):
+            raise CmdbufError(f"{self.where}.{key}: expected a list of str, got {v!r}")
+        return v
+
+    def items(self, key: str) -> list[_Reader]:
+        return [_Reader(x, f"{self.where}.{key}[{i}]") for i, x in enumerate(self.get(key, list))]

@@ -1,0 +1,155 @@
+"""CPU replay: the dispatch list becomes one generated C driver compiled with the kernels, so a replay is one FFI
+call with no Python per kernel.
+
+The driver takes one pointer table ``p``: ``p[0]`` is the arena, then one slot per weight, state, input and
+output, in command-buffer order. Arena bindings are ``p[0]`` plus a constant offset baked into the source; the
+replay fills the input and output slots with the caller's arrays (no copy in, outputs written in place into
+fresh arrays) and calls ``drivepack_run(p)``. ``drivepack_dispatch(p, i)`` runs dispatch ``i`` alone, for
+per-kernel timing. Kernels and driver are one translation unit built through the CPU target's cached compile
+(keyed by source hash, so a second process compiles nothing); kernels get hidden visibility so they never bind to
+same-named kernels of other loaded objects. No state lives in the shared object itself: two replays of one
+command buffer share the code and keep separate tables.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import cffi
+import numpy as np
+
+from targets.base import Target
+from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, Scalar, parse_arena
+from targets.cpu import CFLAGS, compile_shared
+from targets.replay import Replay, ReplayError
+
+DRIVER_HEADER = """#include <stdint.h>
+#define DP_EXPORT __attribute__((visibility("default")))
+"""
+# flags added to the kernels' own: symbols stay local to the object, calls between them direct
+DRIVER_FLAGS = ("-fvisibility=hidden",)
+
+# scalar dtype -> (C type, unsigned C type of the same width holding its bits)
+_SCALAR_TYPES = {"bool": ("_Bool", "uint8_t"), "int8": ("int8_t", "uint8_t"), "int16": ("int16_t", "uint16_t"),
+                 "int32": ("int32_t", "uint32_t"), "int64": ("int64_t", "uint64_t"), "uint8": ("uint8_t", "uint8_t"),
+                 "uint16": ("uint16_t", "uint16_t"), "uint32": ("uint32_t", "uint32_t"),
+                 "uint64": ("uint64_t", "uint64_t"), "float16": ("_Float16", "uint16_t"),
+                 "float32": ("float", "uint32_t"), "float64": ("double", "uint64_t")}
+
+
+def scalar_expr(s: Scalar) -> str:
+    """A C expression of exactly the scalar's value: its bits reinterpreted (floats keep NaN payloads)."""
+    if s.dtype not in _SCALAR_TYPES:
+        raise ReplayError(f"scalar: dtype expected one of {sorted(_SCALAR_TYPES)}, got {s.dtype}")
+    ctype, utype = _SCALAR_TYPES[s.dtype]
+    return f"((union {{ {utype} u; {ctype} v; }}){{ .u = ({utype}){s.bits}ULL }}).v"
+
+
+class CPUReplay(Replay):
+    """A command buffer of C kernels, replayed by one call into a generated driver."""
+
+    languages = ("CPU",)
+
+    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target) -> None:
+        super().__init__(cmdbuf, weights, target)
+        self.slots = self._slot_table()
+        source = driver_source(cmdbuf, self.slots)
+        self.source = source
+        self.flags = _flags(cmdbuf)
+        path = compile_shared(source, flags=(*self.flags, *DRIVER_FLAGS))
+        self._ffi = cffi.FFI()
+        self._ffi.cdef("void drivepack_run(void **p); int drivepack_dispatch(void **p, int i);")
+        self._lib = self._ffi.dlopen(str(path))
+        self._run_fn, self._dispatch_fn = self._lib.drivepack_run, self._lib.drivepack_dispatch
+        # memory the table points at; kept referenced for as long as the replay lives
+        self._arena = target.allocate(cmdbuf.arena_bytes)
+        self._keep: dict[str, np.ndarray] = {"arena:": self._arena.handle}
+        for wid, data in self.weights.items():
+            self._keep[f"weight:{wid}"] = data if data.ctypes.data % cmdbuf.alignment == 0 else _aligned_copy(
+                target, data)
+        for spec in cmdbuf.states:
+            self._keep[spec.binding] = target.allocate(spec.nbytes).handle
+        self._table = self._ffi.new("void*[]", max(len(self.slots), 1))
+        for binding, slot in self.slots.items():
+            if binding in self._keep:
+                self._table[slot] = self._ffi.cast("void*", self._keep[binding].ctypes.data)
+        self._in_slots = [self.slots[b.binding] for b in cmdbuf.inputs]
+        self._out_slots = [self.slots[b.binding] for b in cmdbuf.outputs]
+        self.reset_state()
+
+    @staticmethod
+    def default_flags(target: Target) -> str:
+        return " ".join(CFLAGS)
+
+    def _slot_table(self) -> dict[str, int]:
+        order = ["arena:"] + [b.binding for b in self.cmdbuf.buffers if b.kind != "arena"]
+        return {b: i for i, b in enumerate(order)}
+
+    def _bind(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        table, cast = self._table, self._ffi.cast
+        for slot, a in zip(self._in_slots, arrays, strict=True):
+            table[slot] = cast("void*", a.__array_interface__["data"][0])
+        for slot, a in zip(self._out_slots, outputs, strict=True):
+            table[slot] = cast("void*", a.__array_interface__["data"][0])
+
+    def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        outputs = self.new_outputs()
+        self._bind(inputs, outputs)
+        self._run_fn(self._table)
+        return outputs
+
+    def _profile(self, inputs: list[np.ndarray]) -> list[float]:
+        outputs = self.new_outputs()
+        self._bind(inputs, outputs)
+        times = []
+        for i in range(self.n_dispatches):
+            start = time.perf_counter()
+            self._dispatch_fn(self._table, i)
+            times.append(time.perf_counter() - start)
+        return times
+
+    def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None:
+        out[:] = self._keep[spec.binding][:spec.nbytes]
+
+    def _write_state(self, spec: BufferSpec, data: np.ndarray) -> None:
+        self._keep[spec.binding][:spec.nbytes] = data
+
+
+def _aligned_copy(target: Target, data: np.ndarray) -> np.ndarray:
+    buf = target.allocate(data.nbytes)
+    target.copyin(buf, memoryview(data))
+    return buf.handle
+
+
+def _flags(cmdbuf: CommandBuffer) -> tuple[str, ...]:
+    """The kernels' compile flags (one translation unit needs one set); the CPU target's default when empty."""
+    found = {k.flags for k in cmdbuf.kernels}
+    if len(found) > 1:
+        raise ReplayError(f"kernels: flags expected one set for the CPU driver, got {sorted(found)}")
+    flags = found.pop() if found else ""
+    return tuple(flags.split()) if flags else CFLAGS
+
+
+def _arg(binding: str, slots: dict[str, int]) -> str:
+    if binding.startswith("arena:"):
+        off, _ = parse_arena(binding)
+        return f"(void*)((char*)p[0] + {off})"
+    return f"p[{slots[binding]}]"
+
+
+def _call(cmdbuf: CommandBuffer, d: Dispatch, slots: dict[str, int]) -> str:
+    args = [_arg(b, slots) for b in d.bindings] + [scalar_expr(s) for s in d.scalars]
+    return f"{cmdbuf.kernels[d.kernel].entry}({', '.join(args)});"
+
+
+def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
+    """The kernels followed by ``drivepack_run`` (every dispatch in order) and ``drivepack_dispatch`` (one)."""
+    calls = [_call(cmdbuf, d, slots) for d in cmdbuf.dispatches]
+    lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), "", "DP_EXPORT void drivepack_run(void **p) {"]
+    lines += [f"  {c}" for c in calls]
+    lines += ["}", "", "DP_EXPORT int drivepack_dispatch(void **p, int i) {", "  switch (i) {"]
+    lines += [f"  case {i}: {c} return 0;" for i, c in enumerate(calls)]
+    lines += ["  default: return -1;", "  }", "}", ""]
+    return "\n".join(lines)
