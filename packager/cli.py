@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from packager import __version__
+from packager.abi_commands import add_abi_check_args, add_abi_diff_args, run_abi_check, run_abi_diff
 
 PROG = "drivepack"
 
@@ -96,6 +97,10 @@ def run_sample_vision() -> int:
 COMMANDS: dict[str, Command] = {
     "demo": Command("run small programs checked against numpy, then the built-in sample vision model",
                     _no_args, run_demo),
+    "abi-check": Command("check a model's input/output ABI against a vehicle profile's runtime",
+                         add_abi_check_args, run_abi_check),
+    "abi-diff": Command("list ABI changes between two models/packages: breaking or compatible",
+                        add_abi_diff_args, run_abi_diff),
 }
 
 

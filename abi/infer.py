@@ -1,0 +1,184 @@
+"""Infer a model's ABI from its ONNX graph: bytes from the graph inputs, meaning from names and metadata.
+
+Meaning comes, in increasing priority, from (1) openpilot's naming conventions (``CAMERA_INPUTS``,
+``HISTORY_INPUTS``), (2) the model's own ``drivepack_abi`` metadata_props entry (JSON: input name ->
+overrides) and (3) overrides passed in (a vehicle profile's ``model_overrides`` for the role). Inputs are
+packed in graph-input order into one host buffer; ``output_slices`` comes from the model's metadata_props.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import helper
+
+from abi import records
+from abi.errors import AbiError, issue
+from abi.layout import pack_offsets
+from abi.records import DTYPES, Abi, CameraSemantics, HistorySemantics, OutputSpec, TensorSpec, itemsize
+
+# openpilot's input names. Camera inputs: which camera feeds them. The dmonitoring model's `input_img` is taken
+# as one luma plane (1440x960 crop of the driver camera, as in openpilot's dmonitoringmodeld: an assumption).
+CAMERA_INPUTS = {"input_imgs": "road", "img": "road", "big_input_imgs": "wide", "big_img": "wide",
+                 "input_img": "driver"}
+# History inputs: (1, length, width) buffers of past samples, oldest first, one sample every SKIP frames.
+HISTORY_INPUTS = ("features_buffer", "desire", "desire_pulse", "prev_desired_curv")
+DEFAULT_SKIP = 4
+METADATA_KEY = "drivepack_abi"
+OVERRIDE_KEYS = {"camera", "history", "alignment", "device"}
+
+
+def infer_abi(model: onnx.ModelProto | str | Path, *, overrides: Mapping[str, Any] | None = None,
+              alignment: int = 64, buffer: str = "inputs", device: str = "host") -> Abi:
+    """The ABI of ``model`` (a ModelProto or a path to an .onnx file; weights are not read)."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+    props = {p.key: p.value for p in proto.metadata_props}
+    meta_over = _metadata_overrides(props)
+    all_over: dict[str, dict[str, Any]] = {k: dict(v) for k, v in meta_over.items()}
+    for name, extra in (overrides or {}).items():
+        all_over.setdefault(name, {}).update(extra)
+    inits = {i.name for i in proto.graph.initializer}
+    graph_inputs = [vi for vi in proto.graph.input if vi.name not in inits]
+    names = {vi.name for vi in graph_inputs}
+    unknown = sorted(set(all_over) - names)
+    if unknown:
+        raise AbiError([issue(n, "overrides", f"an input of the model ({', '.join(sorted(names))})", "no such input")
+                        for n in unknown])
+    errs = []
+    raw: list[tuple[str, str, tuple[int, ...]]] = []
+    for vi in graph_inputs:
+        try:
+            raw.append((vi.name, *_tensor_type(vi)))
+        except AbiError as e:
+            errs += e.errors
+    if errs:
+        raise AbiError(errs)
+    aligns = {n: int(all_over.get(n, {}).get("alignment", alignment)) for n, _, _ in raw}
+    offsets = pack_offsets([(n, _nbytes(dt, sh), aligns[n]) for n, dt, sh in raw])
+    inputs = []
+    for name, dtype, shape in raw:
+        over = all_over.get(name, {})
+        bad = sorted(set(over) - OVERRIDE_KEYS)
+        if bad:
+            errs += [issue(name, f"overrides.{k}", "one of " + ", ".join(sorted(OVERRIDE_KEYS)), "unknown key")
+                     for k in bad]
+            continue
+        cam, hist = conventional_semantics(name, dtype, shape)
+        try:
+            cam = _merge(cam, over.get("camera", ...), name, "camera")
+            hist = _merge(hist, over.get("history", ...), name, "history")
+            inputs.append(TensorSpec(name, dtype, shape, buffer, offsets[name], aligns[name],
+                                     over.get("device", device), cam, hist))
+        except AbiError as e:
+            errs += e.errors
+    outputs = []
+    try:
+        outputs = _outputs(proto, props)
+    except AbiError as e:
+        errs += e.errors
+    if errs:
+        raise AbiError(errs)
+    return Abi(tuple(inputs), tuple(outputs))
+
+
+def conventional_semantics(name: str, dtype: str, shape: tuple[int, ...]
+                           ) -> tuple[CameraSemantics | None, HistorySemantics | None]:
+    """Meaning implied by openpilot's input names (None where the name says nothing)."""
+    if name in CAMERA_INPUTS:
+        cam = CAMERA_INPUTS[name]
+        uint8 = dtype == "uint8"
+        if len(shape) == 4 and shape[1] % 6 == 0:
+            return CameraSemantics(cam, "yuv420_6ch", shape[1] // 6, DEFAULT_SKIP, "oldest_first", (0, 255),
+                                   uint8), None
+        return CameraSemantics(cam, "luma", 1, 1, "oldest_first", (0, 255), uint8), None
+    if name in HISTORY_INPUTS and len(shape) >= 2:
+        return None, HistorySemantics(shape[1], DEFAULT_SKIP, "oldest_first")
+    return None, None
+
+
+def _merge(base: Any, over: Any, name: str, kind: str) -> Any:
+    """Apply a partial override (a mapping of fields, or None to drop the semantics) to ``base``."""
+    if over is ...:
+        return base
+    if over is None:
+        return None
+    if not isinstance(over, Mapping):
+        raise AbiError([issue(name, f"overrides.{kind}", "a mapping of fields or null", repr(over))])
+    cls, to_dict = ((CameraSemantics, records.camera_to_dict) if kind == "camera"
+                     else (HistorySemantics, records.history_to_dict))
+    fields = to_dict(base) if base is not None else {}
+    fields.update(over)
+    if "value_range" in fields:
+        fields["value_range"] = tuple(fields["value_range"])
+    try:
+        return cls(**fields)
+    except TypeError as e:
+        raise AbiError([issue(name, f"overrides.{kind}", f"the fields of {cls.__name__}", str(e))]) from None
+    except AbiError as e:
+        raise AbiError([issue(name, f"{kind}.{x.field}", x.expected, x.actual) for x in e.errors]) from None
+
+
+def _metadata_overrides(props: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    if METADATA_KEY not in props:
+        return {}
+    try:
+        data = json.loads(props[METADATA_KEY])
+    except json.JSONDecodeError as e:
+        raise AbiError([issue("<model>", f"metadata_props.{METADATA_KEY}", "JSON", f"invalid JSON ({e})")]) from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise AbiError([issue("<model>", f"metadata_props.{METADATA_KEY}", "an object input -> overrides",
+                              type(data).__name__)])
+    return data
+
+
+def _tensor_type(vi: onnx.ValueInfoProto) -> tuple[str, tuple[int, ...]]:
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise AbiError([issue(vi.name, "type", "a tensor", vi.type.WhichOneof("value") or "nothing")])
+    try:
+        dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except (KeyError, ValueError):
+        dtype = f"onnx elem_type {tt.elem_type}"
+    if dtype not in DTYPES:
+        raise AbiError([issue(vi.name, "dtype", "one of " + ", ".join(DTYPES), dtype)])
+    dims = []
+    for i, d in enumerate(tt.shape.dim):
+        if not d.HasField("dim_value") or d.dim_value <= 0:
+            raise AbiError([issue(vi.name, f"shape[{i}]", "a fixed positive size", d.dim_param or "unknown")])
+        dims.append(int(d.dim_value))
+    return dtype, tuple(dims)
+
+
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * itemsize(dtype)
+
+
+def _outputs(proto: onnx.ModelProto, props: Mapping[str, str]) -> list[OutputSpec]:
+    slices: list[tuple[str, int, int]] = []
+    if "output_slices" in props:
+        try:
+            data = json.loads(props["output_slices"])
+        except json.JSONDecodeError as e:
+            raise AbiError([issue("<model>", "metadata_props.output_slices", "JSON", f"invalid JSON ({e})")]) from None
+        if not isinstance(data, dict):
+            raise AbiError([issue("<model>", "metadata_props.output_slices", "an object name -> [start, stop]",
+                                  type(data).__name__)])
+        for n, v in data.items():
+            if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)):
+                raise AbiError([issue("<model>", f"output_slices.{n}", "[start, stop]", repr(v))])
+            slices.append((n, v[0], v[1]))
+    outs = []
+    graph_outputs = list(proto.graph.output)
+    for vo in graph_outputs:
+        dtype, shape = _tensor_type(vo)
+        # openpilot: one flat vector sliced by name; the slices belong to the output named "outputs" (or the only one)
+        mine = vo.name == "outputs" or len(graph_outputs) == 1
+        outs.append(OutputSpec(vo.name, dtype, shape, tuple(slices) if mine else ()))
+    return outs

@@ -1,0 +1,326 @@
+"""ABI records: what every model input and output is (bytes and meaning), with a strict plain-data form.
+
+A record is immutable and self-consistent: ``byte_size`` equals the element count times the dtype size and
+``strides`` are the C-contiguous byte strides of ``shape`` (inputs live packed in a host buffer, so a
+non-contiguous input is not representable). Layout rules that involve several records (offsets aligned, no
+overlaps) are checked by ``abi.layout``, so a bad layout can still be loaded and reported field by field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from abi.errors import AbiError, AbiIssue, issue
+
+SCHEMA = "drivepack.abi"
+SCHEMA_VERSION = 1
+DTYPES = ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "int64", "uint64",
+          "float16", "float32", "float64")
+LAYOUTS = ("yuv420_6ch", "luma")          # six-channel YUV420 (DESIGN.md) or one Y plane
+ORDERS = ("oldest_first", "newest_first")  # temporal order of stacked frames / history rows
+DEVICES = ("host", "device")
+CAMERAS = ("road", "wide", "driver")
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of an ABI dtype name."""
+    return int(np.dtype(dtype).itemsize)
+
+
+def contiguous_strides(shape: tuple[int, ...], dtype: str) -> tuple[int, ...]:
+    """C-contiguous byte strides of ``shape``."""
+    strides, step = [], itemsize(dtype)
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class CameraSemantics:
+    """What a camera input means: frame layout, how many frames are stacked, their order and value range."""
+
+    camera: str                       # which camera: road / wide / driver
+    layout: str                       # yuv420_6ch: channel order of DESIGN.md; luma: one Y plane
+    frames: int                       # frames stacked in the tensor
+    skip: int                         # frames between two stacked frames (20 Hz ring: 4)
+    order: str = "oldest_first"
+    value_range: tuple[int, int] = (0, 255)
+    normalized_in_model: bool = True  # raw uint8 in, the model scales it itself
+
+    def __post_init__(self) -> None:
+        errs = []
+        _check_choice(errs, "camera", "camera", self.camera, CAMERAS)
+        _check_choice(errs, "camera", "layout", self.layout, LAYOUTS)
+        _check_choice(errs, "camera", "order", self.order, ORDERS)
+        _check_int(errs, "camera", "frames", self.frames, 1)
+        _check_int(errs, "camera", "skip", self.skip, 1)
+        lo_hi = self.value_range
+        if not (isinstance(lo_hi, tuple) and len(lo_hi) == 2 and all(isinstance(v, int | float) for v in lo_hi)
+                and lo_hi[0] < lo_hi[1]):
+            errs.append(issue("camera", "value_range", "(low, high) with low < high", repr(lo_hi)))
+        if not isinstance(self.normalized_in_model, bool):
+            errs.append(issue("camera", "normalized_in_model", "a bool", repr(self.normalized_in_model)))
+        if errs:
+            raise AbiError(errs)
+
+
+@dataclass(frozen=True)
+class HistorySemantics:
+    """What a history input means: ``length`` past samples, ``skip`` frames apart, in ``order``."""
+
+    length: int
+    skip: int
+    order: str = "oldest_first"
+
+    def __post_init__(self) -> None:
+        errs: list[AbiIssue] = []
+        _check_int(errs, "history", "length", self.length, 1)
+        _check_int(errs, "history", "skip", self.skip, 1)
+        _check_choice(errs, "history", "order", self.order, ORDERS)
+        if errs:
+            raise AbiError(errs)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input: its bytes (dtype, shape, size, strides, place in a named shared buffer) and meaning."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    buffer: str = "inputs"
+    offset: int = 0
+    alignment: int = 64
+    device: str = "host"
+    camera: CameraSemantics | None = None
+    history: HistorySemantics | None = None
+    byte_size: int = -1                # -1: computed from dtype and shape
+    strides: tuple[int, ...] = ()      # (): computed (C-contiguous)
+
+    def __post_init__(self) -> None:
+        errs: list[AbiIssue] = []
+        name = self.name if isinstance(self.name, str) and self.name else "<unnamed>"
+        if name == "<unnamed>":
+            errs.append(issue(name, "name", "a non-empty string", repr(self.name)))
+        _check_choice(errs, name, "dtype", self.dtype, DTYPES)
+        _check_choice(errs, name, "device", self.device, DEVICES)
+        if not (isinstance(self.shape, tuple) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                                      for d in self.shape)):
+            errs.append(issue(name, "shape", "a tuple of positive ints", repr(self.shape)))
+        if not isinstance(self.buffer, str) or not self.buffer:
+            errs.append(issue(name, "buffer", "a non-empty string", repr(self.buffer)))
+        _check_int(errs, name, "offset", self.offset, 0)
+        _check_int(errs, name, "alignment", self.alignment, 1)
+        if isinstance(self.alignment, int) and self.alignment & (self.alignment - 1):
+            errs.append(issue(name, "alignment", "a power of two", self.alignment))
+        if self.camera is not None and not isinstance(self.camera, CameraSemantics):
+            errs.append(issue(name, "camera", "CameraSemantics or None", type(self.camera).__name__))
+        if self.history is not None and not isinstance(self.history, HistorySemantics):
+            errs.append(issue(name, "history", "HistorySemantics or None", type(self.history).__name__))
+        if errs:
+            raise AbiError(errs)
+        size = math.prod(self.shape) * itemsize(self.dtype)
+        if self.byte_size == -1:
+            object.__setattr__(self, "byte_size", size)
+        elif self.byte_size != size:
+            errs.append(issue(name, "byte_size", f"{size} ({self.dtype} x {self.shape})", self.byte_size))
+        strides = contiguous_strides(self.shape, self.dtype)
+        if self.strides == ():
+            object.__setattr__(self, "strides", strides)
+        elif tuple(self.strides) != strides:
+            errs.append(issue(name, "strides", f"{strides} (C-contiguous)", tuple(self.strides)))
+        if errs:
+            raise AbiError(errs)
+
+    @property
+    def end(self) -> int:
+        """One past the last byte this input occupies in its buffer."""
+        return self.offset + self.byte_size
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One model output: dtype, shape, byte size and its named slices (name -> [start, stop) of the flat vector)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    slices: tuple[tuple[str, int, int], ...] = ()
+    byte_size: int = -1
+
+    def __post_init__(self) -> None:
+        errs: list[AbiIssue] = []
+        _check_choice(errs, self.name, "dtype", self.dtype, DTYPES)
+        if not (isinstance(self.shape, tuple) and all(isinstance(d, int) and d > 0 for d in self.shape)):
+            errs.append(issue(self.name, "shape", "a tuple of positive ints", repr(self.shape)))
+        if errs:
+            raise AbiError(errs)
+        n = math.prod(self.shape)
+        size = n * itemsize(self.dtype)
+        if self.byte_size == -1:
+            object.__setattr__(self, "byte_size", size)
+        elif self.byte_size != size:
+            errs.append(issue(self.name, "byte_size", size, self.byte_size))
+        seen = set()
+        for s in self.slices:
+            if not (isinstance(s, tuple) and len(s) == 3 and isinstance(s[0], str)
+                    and all(isinstance(v, int) for v in s[1:])):
+                errs.append(issue(self.name, "output_slices", "(name, start, stop)", repr(s)))
+                continue
+            sname, start, stop = s
+            if sname in seen:
+                errs.append(issue(self.name, f"output_slices.{sname}", "a unique name", "a duplicate"))
+            seen.add(sname)
+            if not 0 <= start < stop <= n:
+                errs.append(issue(self.name, f"output_slices.{sname}", f"0 <= start < stop <= {n}", [start, stop]))
+        if errs:
+            raise AbiError(errs)
+
+    def slice_map(self) -> dict[str, tuple[int, int]]:
+        """The slices as name -> (start, stop)."""
+        return {n: (a, b) for n, a, b in self.slices}
+
+
+@dataclass(frozen=True)
+class Abi:
+    """A model's whole I/O contract: inputs (bound by name, never by position) and outputs."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[OutputSpec, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        errs = []
+        for kind, recs in (("input", self.inputs), ("output", self.outputs)):
+            names = [r.name for r in recs]
+            for dup in sorted({n for n in names if names.count(n) > 1}):
+                errs.append(issue(dup, "name", f"a unique {kind} name", "a duplicate"))
+        if errs:
+            raise AbiError(errs)
+
+    def input(self, name: str) -> TensorSpec:
+        """The input called ``name`` (KeyError if absent)."""
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def input_names(self) -> list[str]:
+        return [s.name for s in self.inputs]
+
+    def buffer_sizes(self) -> dict[str, int]:
+        """Each shared buffer's size in bytes: the furthest end of an input placed in it."""
+        sizes: dict[str, int] = {}
+        for s in self.inputs:
+            sizes[s.buffer] = max(sizes.get(s.buffer, 0), s.end)
+        return sizes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-ready) with the schema name and version; ``from_dict`` reads it back exactly."""
+        return {"schema": SCHEMA, "version": SCHEMA_VERSION,
+                "inputs": [_input_to_dict(s) for s in self.inputs],
+                "outputs": [_output_to_dict(o) for o in self.outputs]}
+
+    @staticmethod
+    def from_dict(d: Any) -> Abi:
+        """Read ``to_dict`` output; refuses other schema versions and unknown or missing fields (AbiError)."""
+        where = "<abi>"
+        _exact_keys(d, {"schema", "version", "inputs", "outputs"}, where)
+        if d["schema"] != SCHEMA:
+            raise AbiError([issue(where, "schema", SCHEMA, repr(d["schema"]))])
+        if d["version"] != SCHEMA_VERSION:
+            raise AbiError([issue(where, "version", SCHEMA_VERSION, repr(d["version"]))])
+        for key in ("inputs", "outputs"):
+            if not isinstance(d[key], list):
+                raise AbiError([issue(where, key, "a list", type(d[key]).__name__)])
+        return Abi(tuple(_input_from_dict(x) for x in d["inputs"]), tuple(_output_from_dict(x) for x in d["outputs"]))
+
+
+def camera_to_dict(c: CameraSemantics) -> dict[str, Any]:
+    return {"camera": c.camera, "layout": c.layout, "frames": c.frames, "skip": c.skip, "order": c.order,
+            "value_range": list(c.value_range), "normalized_in_model": c.normalized_in_model}
+
+
+def history_to_dict(h: HistorySemantics) -> dict[str, Any]:
+    return {"length": h.length, "skip": h.skip, "order": h.order}
+
+
+def camera_from_dict(d: Any, where: str) -> CameraSemantics:
+    keys = {"camera", "layout", "frames", "skip", "order", "value_range", "normalized_in_model"}
+    _exact_keys(d, keys, f"{where}.camera")
+    vr = d["value_range"]
+    if not (isinstance(vr, list) and len(vr) == 2):
+        raise AbiError([issue(where, "camera.value_range", "[low, high]", repr(vr))])
+    return CameraSemantics(d["camera"], d["layout"], d["frames"], d["skip"], d["order"], (vr[0], vr[1]),
+                           d["normalized_in_model"])
+
+
+def history_from_dict(d: Any, where: str) -> HistorySemantics:
+    _exact_keys(d, {"length", "skip", "order"}, f"{where}.history")
+    return HistorySemantics(d["length"], d["skip"], d["order"])
+
+
+def _input_to_dict(s: TensorSpec) -> dict[str, Any]:
+    return {"name": s.name, "dtype": s.dtype, "shape": list(s.shape), "byte_size": s.byte_size,
+            "strides": list(s.strides), "buffer": s.buffer, "offset": s.offset, "alignment": s.alignment,
+            "device": s.device, "camera": camera_to_dict(s.camera) if s.camera else None,
+            "history": history_to_dict(s.history) if s.history else None}
+
+
+def _output_to_dict(o: OutputSpec) -> dict[str, Any]:
+    return {"name": o.name, "dtype": o.dtype, "shape": list(o.shape), "byte_size": o.byte_size,
+            "slices": {n: [a, b] for n, a, b in o.slices}}
+
+
+def _input_from_dict(d: Any) -> TensorSpec:
+    keys = {"name", "dtype", "shape", "byte_size", "strides", "buffer", "offset", "alignment", "device",
+            "camera", "history"}
+    where = d.get("name", "<input>") if isinstance(d, Mapping) else "<input>"
+    _exact_keys(d, keys, str(where))
+    for k in ("shape", "strides"):
+        if not isinstance(d[k], list):
+            raise AbiError([issue(str(where), k, "a list of ints", repr(d[k]))])
+    cam = camera_from_dict(d["camera"], str(where)) if d["camera"] is not None else None
+    hist = history_from_dict(d["history"], str(where)) if d["history"] is not None else None
+    return TensorSpec(d["name"], d["dtype"], tuple(d["shape"]), d["buffer"], d["offset"], d["alignment"],
+                      d["device"], cam, hist, d["byte_size"], tuple(d["strides"]))
+
+
+def _output_from_dict(d: Any) -> OutputSpec:
+    where = d.get("name", "<output>") if isinstance(d, Mapping) else "<output>"
+    _exact_keys(d, {"name", "dtype", "shape", "byte_size", "slices"}, str(where))
+    if not isinstance(d["shape"], list):
+        raise AbiError([issue(str(where), "shape", "a list of ints", repr(d["shape"]))])
+    if not isinstance(d["slices"], Mapping):
+        raise AbiError([issue(str(where), "slices", "a mapping name -> [start, stop]", repr(d["slices"]))])
+    slices = []
+    for n, v in d["slices"].items():
+        if not (isinstance(v, list) and len(v) == 2):
+            raise AbiError([issue(str(where), f"output_slices.{n}", "[start, stop]", repr(v))])
+        slices.append((n, v[0], v[1]))
+    return OutputSpec(d["name"], d["dtype"], tuple(d["shape"]), tuple(slices), d["byte_size"])
+
+
+def _exact_keys(d: Any, keys: set[str], where: str) -> None:
+    """Strict plain data: exactly ``keys``, reported all at once."""
+    if not isinstance(d, Mapping):
+        raise AbiError([issue(where, "<record>", "a mapping", type(d).__name__)])
+    errs = [issue(where, k, "a known field", "unknown field") for k in sorted(set(d) - keys)]
+    errs += [issue(where, k, "present", "missing") for k in sorted(keys - set(d))]
+    if errs:
+        raise AbiError(errs)
+
+
+def _check_choice(errs: list[AbiIssue], where: str, fld: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        errs.append(issue(where, fld, "one of " + ", ".join(choices), repr(value)))
+
+
+def _check_int(errs: list[AbiIssue], where: str, fld: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        errs.append(issue(where, fld, f"an int >= {minimum}", repr(value)))

@@ -1,0 +1,219 @@
+"""Vehicle profiles: load ``vehicles/<name>.yaml``, check it against ``vehicles/schema.yaml`` and the facts a
+schema cannot state, and expose each model role's runtime ABI as an ``Abi``.
+
+Every problem is a ProfileError naming the file, the line and the dotted key. A profile says what the runtime
+*provides* for each role (inputs: buffer, offset, dtype, shape, meaning) and what it *reads* (output slices by
+name and length); ``abi.check`` compares that with what a model needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from abi.errors import AbiError, ProfileError
+from abi.frames import nv12_geometry
+from abi.layout import layout_issues
+from abi.records import Abi, CameraSemantics, HistorySemantics, TensorSpec
+from abi.schema import check as schema_check
+from abi.yaml_lines import LineDict, line_of, load_yaml
+
+VEHICLES_DIR = Path(__file__).resolve().parents[1] / "vehicles"
+SCHEMA_PATH = VEHICLES_DIR / "schema.yaml"
+ROLES = ("vision", "policy", "dmonitoring")
+
+
+@dataclass(frozen=True)
+class Camera:
+    """One camera: sensors it may have, frame size, pinhole intrinsics (pixels)."""
+
+    name: str
+    sensors: tuple[str, ...]
+    width: int
+    height: int
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+
+
+@dataclass(frozen=True)
+class OutputNeed:
+    """What the runtime reads from one model output: dtype, flat size (None: any), slice name -> length."""
+
+    name: str
+    dtype: str
+    size: int | None
+    slices: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Role:
+    """One model role on this vehicle: the runtime's input ABI, the outputs it reads, its latency budget."""
+
+    name: str
+    abi: Abi
+    outputs: tuple[OutputNeed, ...]
+    budget_mean_ms: float
+    budget_max_ms: float
+    model_overrides: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class VehicleProfile:
+    """A deployment profile: device, compile target and options, cameras, per-role runtime ABI and budgets."""
+
+    name: str
+    path: Path
+    device: dict[str, str]
+    target: str
+    target_arch: str | None
+    emulated_dtypes: tuple[str, ...]
+    images: bool
+    frame_rate_hz: float
+    frame_budget_ms: float
+    model_mean_ms: float
+    model_max_ms: float
+    cameras: dict[str, Camera]
+    roles: dict[str, Role]
+
+
+def available_vehicles() -> list[str]:
+    """Names of the profiles shipped in vehicles/."""
+    return sorted(p.stem for p in VEHICLES_DIR.glob("*.yaml") if p.name != SCHEMA_PATH.name)
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A profile path from a shipped name (``comma3x``) or a path to a YAML file."""
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")) or "/" in text or Path(text).is_file():
+        return Path(text)
+    path = VEHICLES_DIR / f"{text}.yaml"
+    if not path.is_file():
+        raise ProfileError(text, 0, "", f"no such vehicle; expected one of {', '.join(available_vehicles())} "
+                                        "or a path to a .yaml profile")
+    return path
+
+
+def load_vehicle(name_or_path: str | Path) -> VehicleProfile:
+    """Load, schema-check and semantically check a profile; ProfileError (file, line, key) on the first problem."""
+    path = resolve(name_or_path)
+    data = load_yaml(path)
+    fname = str(path)
+    with SCHEMA_PATH.open(encoding="utf-8") as f:
+        schema = yaml.safe_load(f)
+    problems = schema_check(data, schema)
+    if problems:
+        p = problems[0]
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise ProfileError(fname, p.line, p.key, p.message + more)
+    return _build(data, path)
+
+
+def _err(path: Path, container: Any, key: Any, dotted: str, message: str) -> ProfileError:
+    return ProfileError(str(path), line_of(container, key), dotted, message)
+
+
+def _build(d: LineDict, path: Path) -> VehicleProfile:
+    if d["name"] != path.stem:
+        raise _err(path, d, "name", "name", f"expected the file name {path.stem!r}, got {d['name']!r}")
+    target = d["target"]
+    options = target.get("options", {})
+    emulated = tuple(options.get("EMULATED_DTYPES", []))
+    if emulated:
+        from jit.errors import DTypeError
+        from jit.passes.dtype_policy import parse_emulated
+        try:
+            parse_emulated(",".join(emulated))
+        except DTypeError as e:
+            raise _err(path, options, "EMULATED_DTYPES", "target.options.EMULATED_DTYPES", str(e)) from None
+    arch = target.get("arch")
+    if (arch is None) != (target["name"] != "qcom"):
+        want = "an adreno arch for target qcom" if target["name"] == "qcom" else "no arch for a non-qcom target"
+        raise _err(path, target, "arch" if arch else "name", "target.arch", f"expected {want}, got {arch!r}")
+    budget = d["budget_ms"]
+    if budget["model_mean"] > budget["model_max"]:
+        raise _err(path, budget, "model_mean", "budget_ms.model_mean",
+                   f"expected <= model_max {budget['model_max']}, got {budget['model_mean']}")
+    if budget["model_max"] > budget["frame"]:
+        raise _err(path, budget, "model_max", "budget_ms.model_max",
+                   f"expected <= frame {budget['frame']}, got {budget['model_max']}")
+    cameras = {name: _camera(path, d["cameras"], name) for name in d["cameras"]}
+    roles = {}
+    for name, role in d["roles"].items():
+        if name not in ROLES:
+            raise _err(path, d["roles"], name, f"roles.{name}", f"expected one of {', '.join(ROLES)}, got {name!r}")
+        roles[name] = _role(path, role, name, cameras)
+    return VehicleProfile(d["name"], path, dict(d["device"]), target["name"], arch, emulated,
+                          bool(options.get("images", False)), float(d["frame_rate_hz"]), float(budget["frame"]),
+                          float(budget["model_mean"]), float(budget["model_max"]), cameras, roles)
+
+
+def _camera(path: Path, cams: LineDict, name: str) -> Camera:
+    c = cams[name]
+    key = f"cameras.{name}"
+    if name not in ("road", "wide", "driver"):
+        raise _err(path, cams, name, key, f"expected road, wide or driver, got {name!r}")
+    w, h = c["width"], c["height"]
+    if w % 2 or h % 2:
+        raise _err(path, c, "width", key, f"expected even width and height (NV12), got {w}x{h}")
+    intr = c["intrinsics"]
+    for axis, limit in (("cx", w), ("cy", h)):
+        if not 0 < intr[axis] < limit:
+            raise _err(path, intr, axis, f"{key}.intrinsics.{axis}", f"expected inside (0, {limit}), got {intr[axis]}")
+    if "nv12" in c:
+        geom = nv12_geometry(w, h)
+        for k, v in c["nv12"].items():
+            want = getattr(geom, k)
+            if v != want:
+                raise _err(path, c["nv12"], k, f"{key}.nv12.{k}",
+                           f"expected {want} (VisionIPC NV12 for {w}x{h}), got {v}")
+    return Camera(name, tuple(c["sensors"]), w, h, float(intr["fx"]), float(intr["fy"]), float(intr["cx"]),
+                  float(intr["cy"]))
+
+
+def _role(path: Path, r: LineDict, name: str, cameras: dict[str, Camera]) -> Role:
+    key = f"roles.{name}"
+    b = r["budget_ms"]
+    if b["mean"] > b["max"]:
+        raise _err(path, b, "mean", f"{key}.budget_ms.mean", f"expected <= max {b['max']}, got {b['mean']}")
+    specs = [_input(path, r["inputs"], iname, f"{key}.inputs.{iname}", cameras) for iname in r["inputs"]]
+    try:
+        abi = Abi(tuple(specs))
+    except AbiError as e:
+        raise _err(path, r, "inputs", f"{key}.inputs", str(e)) from None
+    for problem in layout_issues(abi):
+        raise _err(path, r["inputs"][problem.input], problem.field, f"{key}.inputs.{problem.input}.{problem.field}",
+                   f"expected {problem.expected}, got {problem.actual}")
+    outs = tuple(OutputNeed(o, spec["dtype"], spec.get("size"), dict(spec.get("slices", {})))
+                 for o, spec in r["outputs"].items())
+    overrides = {k: dict(v) for k, v in r.get("model_overrides", {}).items()}
+    return Role(name, abi, outs, float(b["mean"]), float(b["max"]), overrides)
+
+
+def _input(path: Path, inputs: LineDict, iname: str, ikey: str, cameras: dict[str, Camera]) -> TensorSpec:
+    s = inputs[iname]
+    cam = hist = None
+    try:
+        if "camera" in s:
+            c = s["camera"]
+            if c["camera"] not in cameras:
+                raise _err(path, c, "camera", f"{ikey}.camera.camera",
+                           f"expected a camera of this profile ({', '.join(cameras)}), got {c['camera']!r}")
+            vr = c.get("value_range", [0, 255])
+            cam = CameraSemantics(c["camera"], c["layout"], c["frames"], c["skip"], c.get("order", "oldest_first"),
+                                  (vr[0], vr[1]), c.get("normalized_in_model", True))
+        if "history" in s:
+            h = s["history"]
+            hist = HistorySemantics(h["length"], h["skip"], h.get("order", "oldest_first"))
+        return TensorSpec(iname, s["dtype"], tuple(s["shape"]), s.get("buffer", "inputs"), s["offset"],
+                          s.get("alignment", 64), s.get("device", "host"), cam, hist, s.get("byte_size", -1),
+                          tuple(s.get("strides", ())))
+    except AbiError as e:
+        first = e.errors[0]
+        fld = first.field.split(".")[0]
+        raise _err(path, s, fld if fld in s else None, f"{ikey}.{first.field}",
+                   f"expected {first.expected}, got {first.actual}") from None
