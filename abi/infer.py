@@ -37,14 +37,18 @@ def infer_abi(model: onnx.ModelProto | str | Path, *, overrides: Mapping[str, An
     """The ABI of ``model`` (a ModelProto or a path to an .onnx file; weights are not read)."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
     props = {p.key: p.value for p in proto.metadata_props}
-    meta_over = _metadata_overrides(props)
-    all_over: dict[str, dict[str, Any]] = {k: dict(v) for k, v in meta_over.items()}
-    for name, extra in (overrides or {}).items():
-        all_over.setdefault(name, {}).update(extra)
+    # layers applied in order: the model's own metadata, then the caller's (profile) overrides
+    layers = [_metadata_overrides(props), dict(overrides or {})]
+    all_over: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for name, extra in layer.items():
+            if not isinstance(extra, Mapping):
+                raise AbiError([issue(str(name), "overrides", "a mapping of fields", repr(extra))])
+            all_over.setdefault(name, {}).update({k: v for k, v in extra.items() if k not in ("camera", "history")})
     inits = {i.name for i in proto.graph.initializer}
     graph_inputs = [vi for vi in proto.graph.input if vi.name not in inits]
     names = {vi.name for vi in graph_inputs}
-    unknown = sorted(set(all_over) - names)
+    unknown = sorted({n for layer in layers for n in layer} - names)
     if unknown:
         raise AbiError([issue(n, "overrides", f"an input of the model ({', '.join(sorted(names))})", "no such input")
                         for n in unknown])
@@ -62,15 +66,16 @@ def infer_abi(model: onnx.ModelProto | str | Path, *, overrides: Mapping[str, An
     inputs = []
     for name, dtype, shape in raw:
         over = all_over.get(name, {})
-        bad = sorted(set(over) - OVERRIDE_KEYS)
+        bad = sorted({k for layer in layers for k in layer.get(name, {})} - OVERRIDE_KEYS)
         if bad:
             errs += [issue(name, f"overrides.{k}", "one of " + ", ".join(sorted(OVERRIDE_KEYS)), "unknown key")
                      for k in bad]
             continue
         cam, hist = conventional_semantics(name, dtype, shape)
         try:
-            cam = _merge(cam, over.get("camera", ...), name, "camera")
-            hist = _merge(hist, over.get("history", ...), name, "history")
+            for layer in layers:
+                cam = _merge(cam, layer.get(name, {}).get("camera", ...), name, "camera")
+                hist = _merge(hist, layer.get(name, {}).get("history", ...), name, "history")
             inputs.append(TensorSpec(name, dtype, shape, buffer, offsets[name], aligns[name],
                                      over.get("device", device), cam, hist))
         except AbiError as e:
