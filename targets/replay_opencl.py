@@ -1,0 +1,301 @@
+"""OpenCL replay: a command buffer recorded once with cl_khr_command_buffer, else an enqueue loop.
+
+Every buffer is created once: inputs, outputs, weights (written once), states, and the arena (one cl_mem, each
+arena binding a sub-buffer of it). Every dispatch gets its own cl_kernel with all arguments set up front, so
+nothing is set per call. Where the device offers ``cl_khr_command_buffer`` (PoCL does), all dispatches are
+recorded once into a command buffer (entry points fetched with clGetExtensionFunctionAddressForPlatform) and a
+replay is: write the inputs into the buffers the recording uses (there is no mutable dispatch to rebind them),
+one ``clEnqueueCommandBufferKHR``, read each output straight into a fresh numpy array, ``clFinish``. Without
+the extension the same dispatches are enqueued one by one. Every call finishes before it returns, so the
+command buffer (recorded without simultaneous use) is never pending when it is enqueued again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+import cffi
+import numpy as np
+
+from jit.helpers import prod
+from targets.base import Buffer, Target
+from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
+from targets.opencl import (
+    CL_MEM_READ_WRITE,
+    CL_PROFILING_COMMAND_END,
+    CL_PROFILING_COMMAND_START,
+    OpenCLError,
+    OpenCLTarget,
+    _checked_create,
+    _cl,
+    check,
+)
+from targets.replay import Replay, ReplayError
+
+COMMAND_BUFFER_EXT = "cl_khr_command_buffer"
+CL_BUFFER_CREATE_TYPE_REGION = 0x1220
+CL_FALSE = 0
+
+# the extension's types and entry points (cl_khr_command_buffer 0.9.x), declared on top of targets/opencl.py's
+# binding so that its handles (cl_mem, cl_kernel, cl_command_queue) are the same cffi types here
+_EXT_CDEF = """
+typedef struct _cl_command_buffer_khr* cl_command_buffer_khr;
+typedef cl_uint cl_sync_point_khr;
+typedef struct _cl_mutable_command_khr* cl_mutable_command_khr;
+void* clGetExtensionFunctionAddressForPlatform(cl_platform_id, const char*);
+cl_mem clCreateSubBuffer(cl_mem, cl_bitfield, cl_uint, const void*, cl_int*);
+typedef cl_command_buffer_khr (*clCreateCommandBufferKHR_fn)(cl_uint, const cl_command_queue*, const cl_bitfield*,
+                                                              cl_int*);
+typedef cl_int (*clCommandNDRangeKernelKHR_fn)(cl_command_buffer_khr, cl_command_queue, const cl_bitfield*,
+                                               cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*,
+                                               cl_uint, const cl_sync_point_khr*, cl_sync_point_khr*,
+                                               cl_mutable_command_khr*);
+typedef cl_int (*clFinalizeCommandBufferKHR_fn)(cl_command_buffer_khr);
+typedef cl_int (*clEnqueueCommandBufferKHR_fn)(cl_uint, cl_command_queue*, cl_command_buffer_khr, cl_uint,
+                                               const cl_event*, cl_event*);
+typedef cl_int (*clReleaseCommandBufferKHR_fn)(cl_command_buffer_khr);
+"""
+_KHR_FUNCTIONS = ("clCreateCommandBufferKHR", "clCommandNDRangeKernelKHR", "clFinalizeCommandBufferKHR",
+                  "clEnqueueCommandBufferKHR", "clReleaseCommandBufferKHR")
+
+
+@cache
+def _ext() -> tuple[cffi.FFI, Any]:
+    """A binding of libOpenCL that shares targets/opencl.py's types and adds the extension declarations."""
+    base_ffi, _ = _cl()
+    ffi = cffi.FFI()
+    ffi.include(base_ffi)
+    ffi.cdef(_EXT_CDEF)
+    names = [os.environ["DRIVEPACK_OPENCL_LIB"]] if os.environ.get("DRIVEPACK_OPENCL_LIB") else []
+    for name in [*names, "libOpenCL.so.1", "libOpenCL.so"]:
+        try:
+            return ffi, ffi.dlopen(name)
+        except OSError:
+            continue
+    raise ReplayError("OPENCL replay: expected libOpenCL.so.1, found none")  # _cl() found it: unreachable
+
+
+def khr_functions(platform: Any) -> dict[str, Any]:
+    """The cl_khr_command_buffer entry points of ``platform``; ReplayError naming one the driver lacks."""
+    ffi, ext = _ext()
+    out = {}
+    for name in _KHR_FUNCTIONS:
+        address = ext.clGetExtensionFunctionAddressForPlatform(platform, name.encode())
+        if address == ffi.NULL:
+            raise ReplayError(f"{COMMAND_BUFFER_EXT}: entry point {name} expected from the platform, got NULL")
+        out[name] = ffi.cast(f"{name}_fn", address)
+    return out
+
+
+def _release_kernels(lib: Any, kernels: list[Any]) -> None:
+    for k in kernels:
+        lib.clReleaseKernel(k)
+
+
+def _release_command_buffer(release: Any, cb: Any) -> None:
+    release(cb)
+
+
+def _release_mems(lib: Any, mems: list[Any]) -> None:
+    for m in mems:
+        lib.clReleaseMemObject(m)
+
+
+class OpenCLReplay(Replay):
+    """A command buffer of OpenCL C kernels on one OpenCL device (the QCOM profile included)."""
+
+    languages = ("OPENCL", "QCOM")
+
+    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target,
+                 use_command_buffer: bool | None = None) -> None:
+        super().__init__(cmdbuf, weights, target)
+        assert isinstance(target, OpenCLTarget)  # ENGINES maps only OpenCLTarget and its subclasses here
+        self.cl = target
+        self.ffi, self.ext = _ext()
+        self.lib = _cl()[1]  # the core entry points; ``ext`` adds the sub-buffer and extension ones
+        device_align = target.info.base_addr_align_bytes
+        if cmdbuf.arena_bytes and cmdbuf.alignment % max(device_align, 1):
+            raise ReplayError(f"cmdbuf.alignment: expected a multiple of the device's {device_align} bytes "
+                              f"(sub-buffer origins), got {cmdbuf.alignment}")
+        for k in cmdbuf.kernels:
+            if k.flags != target.build_options:
+                raise ReplayError(f"kernel {k.name}: flags expected {target.build_options!r} (the target's build "
+                                  f"options), got {k.flags!r}")
+        self._programs = target.compile_many([(k.entry, k.source, {"global_size": (1,)}) for k in cmdbuf.kernels])
+        self._mems: dict[str, Any] = {}
+        self._buffers: dict[str, Buffer] = {}
+        self._allocate()
+        self._kernels = self._make_kernels()
+        self.mode = "command_buffer" if use_command_buffer is not False and self.has_command_buffer() else \
+            "enqueue_loop"
+        if use_command_buffer and self.mode != "command_buffer":
+            raise ReplayError(f"use_command_buffer: expected a device offering {COMMAND_BUFFER_EXT}, got "
+                              f"{target.info.name} without it")
+        self._launches = [self._launch_args(i) for i in range(self.n_dispatches)]
+        self._command_buffer = self._record() if self.mode == "command_buffer" else None
+        self._in = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.inputs]
+        self._out = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.outputs]
+        self._queue1 = self.ffi.new("cl_command_queue[1]", [target.queue])
+        self.reset_state()
+
+    @staticmethod
+    def default_flags(target: Target) -> str:
+        return str(getattr(target, "build_options", ""))
+
+    def has_command_buffer(self) -> bool:
+        return COMMAND_BUFFER_EXT in self.cl.info.extensions
+
+    # --- setup ---------------------------------------------------------------------------------------------
+    def _allocate(self) -> None:
+        cb, t = self.cmdbuf, self.cl
+        for b in cb.buffers:
+            if b.kind in ("input", "output", "state", "weight"):
+                self._buffers[b.binding] = t.allocate(b.nbytes)
+                self._mems[b.binding] = self._buffers[b.binding].handle
+        for wid, data in self.weights.items():
+            if data.nbytes:
+                t.copyin(self._buffers[f"weight:{wid}"], memoryview(data))
+        self._arena = t.allocate(cb.arena_bytes)
+        subs = []
+        for b in cb.of_kind("arena"):
+            off, size = parse_arena(b.binding)
+            region = self.ffi.new("size_t[2]", [off, size])
+            sub = _checked_create(f"clCreateSubBuffer({b.binding})", self.ext.clCreateSubBuffer, self._arena.handle,
+                                  CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, region)
+            self._mems[b.binding] = sub
+            subs.append(sub)
+        weakref.finalize(self, _release_mems, self.lib, subs).atexit = False
+
+    def _make_kernels(self) -> list[Any]:
+        """One cl_kernel per dispatch, every argument set now (a kernel object keeps its arguments)."""
+        ffi, lib = self.ffi, self.lib
+        made: list[Any] = []
+        weakref.finalize(self, _release_kernels, lib, made).atexit = False
+        for i, d in enumerate(self.cmdbuf.dispatches):
+            spec = self.cmdbuf.kernels[d.kernel]
+            program = self._programs[d.kernel].handle.program
+            k = _checked_create(f"clCreateKernel({spec.entry})", lib.clCreateKernel, program, spec.entry.encode())
+            made.append(k)
+            for arg, binding in enumerate(d.bindings):
+                check(f"dispatches[{i}] clSetKernelArg({spec.entry}, {arg})",
+                      lib.clSetKernelArg(k, arg, ffi.sizeof("cl_mem"), ffi.new("cl_mem*", self._mems[binding])))
+            for j, s in enumerate(d.scalars):
+                raw = _scalar_bytes(s.dtype, s.bits)
+                check(f"dispatches[{i}] clSetKernelArg({spec.entry}, {len(d.bindings) + j})",
+                      lib.clSetKernelArg(k, len(d.bindings) + j, len(raw), ffi.from_buffer(raw)))
+        return made
+
+    def _launch_args(self, i: int) -> tuple[Any, int, Any, Any] | None:
+        """(kernel, dims, global size, local size or NULL) of dispatch ``i``; None when it has no work items."""
+        d = self.cmdbuf.dispatches[i]
+        if prod(d.global_size) == 0:
+            return None
+        local = self.ffi.new("size_t[]", d.local_size) if d.local_size else self.ffi.NULL
+        return self._kernels[i], len(d.global_size), self.ffi.new("size_t[]", d.global_size), local
+
+    def _record(self) -> Any:
+        ffi, khr = self.ffi, khr_functions(self.cl.platform_id)
+        err = ffi.new("cl_int*")
+        cb = khr["clCreateCommandBufferKHR"](1, ffi.new("cl_command_queue[1]", [self.cl.queue]), ffi.NULL, err)
+        if err[0] != 0:
+            raise OpenCLError("clCreateCommandBufferKHR", err[0])
+        weakref.finalize(self, _release_command_buffer, khr["clReleaseCommandBufferKHR"], cb).atexit = False
+        for i, launch in enumerate(self._launches):
+            if launch is None:
+                continue
+            kernel, dims, gsize, lsize = launch
+            check(f"clCommandNDRangeKernelKHR(dispatches[{i}])", khr["clCommandNDRangeKernelKHR"](
+                cb, ffi.NULL, ffi.NULL, kernel, dims, ffi.NULL, gsize, lsize, 0, ffi.NULL, ffi.NULL, ffi.NULL))
+        check("clFinalizeCommandBufferKHR", khr["clFinalizeCommandBufferKHR"](cb))
+        self._enqueue_cb = khr["clEnqueueCommandBufferKHR"]
+        return cb
+
+    # --- running -------------------------------------------------------------------------------------------
+    def _write_inputs(self, inputs: list[np.ndarray]) -> None:
+        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        for (mem, n), a in zip(self._in, inputs, strict=True):
+            if n:  # non-blocking: the call's clFinish waits for it before the caller may touch ``a`` again
+                check("clEnqueueWriteBuffer", lib.clEnqueueWriteBuffer(
+                    queue, mem, CL_FALSE, 0, n, ffi.cast("void*", a.__array_interface__["data"][0]), 0, ffi.NULL,
+                    ffi.NULL))
+
+    def _read_outputs(self) -> list[np.ndarray]:
+        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        outputs = self.new_outputs()
+        for (mem, n), a in zip(self._out, outputs, strict=True):
+            if n:
+                check("clEnqueueReadBuffer", lib.clEnqueueReadBuffer(
+                    queue, mem, CL_FALSE, 0, n, ffi.cast("void*", a.__array_interface__["data"][0]), 0, ffi.NULL,
+                    ffi.NULL))
+        check("clFinish", lib.clFinish(queue))
+        return outputs
+
+    def _submit(self, inputs: list[np.ndarray]) -> None:
+        """Write the inputs and enqueue every dispatch (one command-buffer enqueue where recorded)."""
+        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        self._write_inputs(inputs)
+        if self._command_buffer is not None:
+            check("clEnqueueCommandBufferKHR", self._enqueue_cb(1, self._queue1, self._command_buffer, 0, ffi.NULL,
+                                                                ffi.NULL))
+            return
+        enqueue = lib.clEnqueueNDRangeKernel
+        for launch in self._launches:
+            if launch is not None:
+                code = enqueue(queue, launch[0], launch[1], ffi.NULL, launch[2], launch[3], 0, ffi.NULL, ffi.NULL)
+                if code != 0:
+                    raise OpenCLError("clEnqueueNDRangeKernel", code)
+
+    def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self._submit(inputs)
+        return self._read_outputs()
+
+    def _profile(self, inputs: list[np.ndarray]) -> list[float]:
+        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        self._write_inputs(inputs)
+        times = []
+        t = ffi.new("cl_ulong*")
+        for launch in self._launches:
+            if launch is None:
+                times.append(0.0)
+                continue
+            event = ffi.new("cl_event*")
+            check("clEnqueueNDRangeKernel", lib.clEnqueueNDRangeKernel(
+                queue, launch[0], launch[1], ffi.NULL, launch[2], launch[3], 0, ffi.NULL, event))
+            try:
+                check("clWaitForEvents", lib.clWaitForEvents(1, event))
+                check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+                    event[0], CL_PROFILING_COMMAND_START, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+                start = t[0]
+                check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+                    event[0], CL_PROFILING_COMMAND_END, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+                times.append((t[0] - start) * 1e-9)
+            finally:
+                lib.clReleaseEvent(event[0])
+        self._read_outputs()
+        return times
+
+    def time_enqueue(self, inputs: Mapping[str, Any]) -> tuple[float, float]:
+        """(seconds to write the inputs and enqueue one replay, seconds until its outputs were read back)."""
+        arrays = self.check_inputs(inputs)
+        start = time.perf_counter()
+        self._submit(arrays)
+        enqueued = time.perf_counter()
+        self._read_outputs()
+        return enqueued - start, time.perf_counter() - start
+
+    def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None:
+        self.cl.copyout(self._buffers[spec.binding], memoryview(out))
+
+    def _write_state(self, spec: BufferSpec, data: np.ndarray) -> None:
+        self.cl.copyin(self._buffers[spec.binding], memoryview(data))
+
+
+def _scalar_bytes(dtype: str, bits: int) -> bytes:
+    """The scalar's bits as the kernel argument bytes (little-endian, its dtype's width)."""
+    width = dtype_itemsize(dtype, "scalar")
+    return (bits & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
