@@ -77,7 +77,7 @@ def _validate(lifetimes: Sequence[Lifetime]) -> None:
                                   f"first {lt.first}, last {lt.last}")
 
 
-def _best_offset(size: int, busy: list[tuple[int, int]], align: int) -> int:
+def best_offset(size: int, busy: list[tuple[int, int]], align: int) -> int:
     """The start of the smallest gap of at least ``size`` bytes between the ``busy`` (start, end) ranges, or the
     first aligned offset after all of them."""
     best: tuple[int, int] | None = None  # (gap size, offset)
@@ -99,7 +99,7 @@ def plan_memory(lifetimes: Sequence[Lifetime], alignment: int) -> MemoryPlan:
     for lt in sorted(lifetimes, key=lambda x: (-x.nbytes, x.first, x.key)):
         size = round_up(max(lt.nbytes, 1), align)
         busy = [(off, off + sz) for other, off, sz in placed if other.overlaps(lt)]
-        placed.append((lt, _best_offset(size, busy, align), size))
+        placed.append((lt, best_offset(size, busy, align), size))
     offsets = {lt.key: off for lt, off, _ in placed}
     arena = max((off + lt.nbytes for lt, off, _ in placed), default=0)
     return MemoryPlan(offsets, round_up(arena, align), sum(lt.nbytes for lt in lifetimes), align)
