@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jit import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
-from jit.capture import CaptureError, Captured, capture, jit
+from jit.capture import Captured, CaptureError, capture, jit
 from jit.errors import DrivepackError
 from jit.realize import _memory
 from jit.tensor import Tensor
