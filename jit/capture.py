@@ -306,14 +306,14 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
                                              int(binding.split("+")[1]))
 
     compiled = compile_kernels(kept, tgt)
-    flags = kernel_flags(tgt)
     specs: dict[str, int] = {}
     kernel_specs: list[KernelSpec] = []
     dispatches: list[Dispatch] = []
     for k, ck in zip(kept, compiled, strict=True):
         if ck.name not in specs:
             specs[ck.name] = len(kernel_specs)
-            kernel_specs.append(KernelSpec(ck.name, ck.program.source, ck.program.name, tgt.name, flags))
+            kernel_specs.append(KernelSpec(ck.name, ck.program.source, ck.program.name, tgt.name,
+                                                  kernel_flags(tgt, ck.program)))
         binds = tuple(role[b] if b in role else bindings.weight(b) for b in k.buffers)
         local = tuple(ck.program.local_size) if ck.program.local_size else None
         dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))

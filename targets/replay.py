@@ -22,7 +22,7 @@ import numpy as np
 
 from jit.dtype import dtypes, to_numpy
 from jit.errors import DrivepackError, UnsupportedOp
-from targets.base import Target
+from targets.base import Program, Target
 from targets.cmdbuf import BufferSpec, CommandBuffer
 
 # target class (module.qualname) -> its replay engine (module:class); a subclass uses its nearest base's entry,
@@ -57,7 +57,7 @@ class _InputCheck:
     shape: tuple[int, ...]
     nbytes: int
     strides: tuple[int, ...]
-    align: int
+    align: int  # the dtype's natural alignment, what numpy's ALIGNED flag checks
 
 
 def _input_check(spec: BufferSpec) -> _InputCheck:
@@ -66,7 +66,7 @@ def _input_check(spec: BufferSpec) -> _InputCheck:
     for n in reversed(spec.shape):
         strides.append(acc)
         acc *= n
-    return _InputCheck(spec.name, npd, tuple(spec.shape), spec.nbytes, tuple(reversed(strides)), npd.itemsize)
+    return _InputCheck(spec.name, npd, tuple(spec.shape), spec.nbytes, tuple(reversed(strides)), npd.alignment)
 
 
 def check_input(c: _InputCheck, value: Any) -> np.ndarray:
@@ -83,8 +83,8 @@ def check_input(c: _InputCheck, value: Any) -> np.ndarray:
         raise InputError(f"{c.name}: nbytes expected {c.nbytes}, got {value.nbytes}")
     if not value.flags.c_contiguous:
         raise InputError(f"{c.name}: strides expected {c.strides} (C-contiguous), got {value.strides}")
-    address = value.__array_interface__["data"][0]
-    if address % c.align:
+    if not value.flags.aligned:  # numpy's own flag: the address is a multiple of the dtype's alignment
+        address = value.__array_interface__["data"][0]
         raise InputError(f"{c.name}: alignment expected an address multiple of {c.align} bytes, got address % "
                          f"{c.align} == {address % c.align}")
     return value
@@ -110,8 +110,8 @@ class Replay(abc.ABC):
         self.output_dtypes = [to_numpy(dtypes.from_name(b.dtype)) for b in self.output_specs]
 
     @staticmethod
-    def default_flags(target: Target) -> str:
-        """The compile flags kernels of ``target`` are built with (recorded in each KernelSpec)."""
+    def default_flags(target: Target, program: Program) -> str:
+        """The compile flags ``target`` built ``program`` with (recorded in its KernelSpec)."""
         return ""
 
     @property
@@ -208,9 +208,9 @@ def engine_for(target: Target) -> type[Replay]:
                         f"{type(target).__name__} {target.name}")
 
 
-def kernel_flags(target: Target) -> str:
-    """The compile flags ``target`` builds its kernels with, as its replay engine records them."""
-    return engine_for(target).default_flags(target)
+def kernel_flags(target: Target, program: Program) -> str:
+    """The compile flags ``target`` built ``program`` with, as its replay engine records them."""
+    return engine_for(target).default_flags(target, program)
 
 
 def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str) -> Replay:

@@ -13,16 +13,18 @@ command buffer share the code and keep separate tables.
 
 from __future__ import annotations
 
+import os
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import cffi
 import numpy as np
 
-from targets.base import Target
+import targets.cpu as cpu
+from targets.base import Program, Target
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, Scalar, parse_arena
-from targets.cpu import CFLAGS, compile_shared
 from targets.replay import Replay, ReplayError
 
 DRIVER_HEADER = """#include <stdint.h>
@@ -30,6 +32,7 @@ DRIVER_HEADER = """#include <stdint.h>
 """
 # flags added to the kernels' own: symbols stay local to the object, calls between them direct
 DRIVER_FLAGS = ("-fvisibility=hidden",)
+_THREADS_SETTER = "drivepack_set_threads"
 
 # scalar dtype -> (C type, unsigned C type of the same width holding its bits)
 _SCALAR_TYPES = {"bool": ("_Bool", "uint8_t"), "int8": ("int8_t", "uint8_t"), "int16": ("int16_t", "uint16_t"),
@@ -58,11 +61,17 @@ class CPUReplay(Replay):
         source = driver_source(cmdbuf, self.slots)
         self.source = source
         self.flags = _flags(cmdbuf)
-        path = compile_shared(source, flags=(*self.flags, *DRIVER_FLAGS))
+        path = cpu.compile_shared(source, flags=(*self.flags, *DRIVER_FLAGS))
         self._ffi = cffi.FFI()
         self._ffi.cdef("void drivepack_run(void **p); int drivepack_dispatch(void **p, int i);")
         self._lib = self._ffi.dlopen(str(path))
         self._run_fn, self._dispatch_fn = self._lib.drivepack_run, self._lib.drivepack_dispatch
+        self.threads = 1
+        if _THREADS_SETTER in source:
+            self._ffi.cdef(f"void {_THREADS_SETTER}(int n);")
+            self.set_threads(int(getattr(target, "threads", 1)))
+            # a forked child cannot use the parent's OpenMP thread pool: it runs single-threaded
+            os.register_at_fork(after_in_child=_call_if_alive(weakref.WeakMethod(self._single_thread)))
         # memory the table points at; kept referenced for as long as the replay lives
         self._arena = target.allocate(cmdbuf.arena_bytes)
         self._keep: dict[str, np.ndarray] = {"arena:": self._arena.handle}
@@ -80,34 +89,55 @@ class CPUReplay(Replay):
         self.reset_state()
 
     @staticmethod
-    def default_flags(target: Target) -> str:
-        return " ".join(CFLAGS)
+    def default_flags(target: Target, program: Program) -> str:
+        # kernels with a thread pragma are built with the target's OpenMP flags as well
+        extra = getattr(cpu, "OPENMP_FLAGS", ()) if program.meta.get("openmp") else ()
+        return " ".join((*cpu.CFLAGS, *extra))
+
+    def set_threads(self, n: int) -> None:
+        """Threads the driver's parallel kernels use (the CPU target's count at load)."""
+        if _THREADS_SETTER not in self.source:
+            return
+        if n < 1:
+            raise ReplayError(f"threads: expected a positive integer, got {n}")
+        getattr(self._lib, _THREADS_SETTER)(n)
+        self.threads = n
+
+    def _single_thread(self) -> None:
+        self.set_threads(1)
 
     def _slot_table(self) -> dict[str, int]:
         order = ["arena:"] + [b.binding for b in self.cmdbuf.buffers if b.kind != "arena"]
         return {b: i for i, b in enumerate(order)}
 
-    def _bind(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        table, cast = self._table, self._ffi.cast
-        for slot, a in zip(self._in_slots, arrays, strict=True):
-            table[slot] = cast("void*", a.__array_interface__["data"][0])
-        for slot, a in zip(self._out_slots, outputs, strict=True):
-            table[slot] = cast("void*", a.__array_interface__["data"][0])
+    def _bind(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> list[Any]:
+        """Point the input and output slots at the arrays; returns the cffi views the call must keep alive."""
+        table, keep = self._table, []
+        for slot, a in zip(self._in_slots + self._out_slots, arrays + outputs, strict=True):
+            try:
+                view = self._ffi.from_buffer(a)  # the fastest pointer cffi gives for a numpy array
+            except TypeError:  # ml_dtypes arrays (bf16, fp8) do not export the buffer protocol
+                view = self._ffi.cast("void*", a.ctypes.data)
+            table[slot] = view
+            keep.append(view)
+        return keep
 
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         outputs = self.new_outputs()
-        self._bind(inputs, outputs)
+        keep = self._bind(inputs, outputs)
         self._run_fn(self._table)
+        del keep
         return outputs
 
     def _profile(self, inputs: list[np.ndarray]) -> list[float]:
         outputs = self.new_outputs()
-        self._bind(inputs, outputs)
+        keep = self._bind(inputs, outputs)
         times = []
         for i in range(self.n_dispatches):
             start = time.perf_counter()
             self._dispatch_fn(self._table, i)
             times.append(time.perf_counter() - start)
+        del keep
         return times
 
     def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None:
@@ -124,12 +154,12 @@ def _aligned_copy(target: Target, data: np.ndarray) -> np.ndarray:
 
 
 def _flags(cmdbuf: CommandBuffer) -> tuple[str, ...]:
-    """The kernels' compile flags (one translation unit needs one set); the CPU target's default when empty."""
-    found = {k.flags for k in cmdbuf.kernels}
-    if len(found) > 1:
-        raise ReplayError(f"kernels: flags expected one set for the CPU driver, got {sorted(found)}")
-    flags = found.pop() if found else ""
-    return tuple(flags.split()) if flags else CFLAGS
+    """The flags of one translation unit holding every kernel: the union of the kernels' own flags in order of
+    appearance (a flag such as -fopenmp only changes kernels that use it); the CPU target's when none."""
+    merged: dict[str, None] = {}
+    for k in cmdbuf.kernels:
+        merged.update(dict.fromkeys(k.flags.split()))
+    return tuple(merged) if merged else cpu.CFLAGS
 
 
 def _arg(binding: str, slots: dict[str, int]) -> str:
@@ -144,10 +174,23 @@ def _call(cmdbuf: CommandBuffer, d: Dispatch, slots: dict[str, int]) -> str:
     return f"{cmdbuf.kernels[d.kernel].entry}({', '.join(args)});"
 
 
+def _call_if_alive(method: weakref.WeakMethod) -> Any:
+    def hook() -> None:
+        bound = method()
+        if bound is not None:
+            bound()
+    return hook
+
+
 def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
-    """The kernels followed by ``drivepack_run`` (every dispatch in order) and ``drivepack_dispatch`` (one)."""
+    """The kernels followed by ``drivepack_run`` (every dispatch in order) and ``drivepack_dispatch`` (one), and
+    a thread-count setter when the kernels declare the CPU target's OpenMP team-size variable (hidden here)."""
     calls = [_call(cmdbuf, d, slots) for d in cmdbuf.dispatches]
-    lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), "", "DP_EXPORT void drivepack_run(void **p) {"]
+    lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), ""]
+    symbol = getattr(cpu, "OMP_THREADS_SYMBOL", None)
+    if symbol and any(f"int {symbol}" in k.source for k in cmdbuf.kernels):
+        lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ {symbol} = n; }}", ""]
+    lines += ["DP_EXPORT void drivepack_run(void **p) {"]
     lines += [f"  {c}" for c in calls]
     lines += ["}", "", "DP_EXPORT int drivepack_dispatch(void **p, int i) {", "  switch (i) {"]
     lines += [f"  case {i}: {c} return 0;" for i, c in enumerate(calls)]

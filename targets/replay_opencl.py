@@ -23,7 +23,7 @@ import cffi
 import numpy as np
 
 from jit.helpers import prod
-from targets.base import Buffer, Target
+from targets.base import Buffer, Program, Target
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
 from targets.opencl import (
     CL_MEM_READ_WRITE,
@@ -144,7 +144,7 @@ class OpenCLReplay(Replay):
         self.reset_state()
 
     @staticmethod
-    def default_flags(target: Target) -> str:
+    def default_flags(target: Target, program: Program) -> str:
         return str(getattr(target, "build_options", ""))
 
     def has_command_buffer(self) -> bool:

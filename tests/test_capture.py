@@ -119,7 +119,8 @@ def test_intermediates_share_the_arena() -> None:
 def shift_history(x: Tensor, history: Tensor) -> dict[str, Tensor]:
     """A ring buffer: drop the oldest row, append x; the output reads the history before the update."""
     new = Tensor.cat(history[1:], x.reshape(1, 3), dim=0)
-    return {"history": new, "weighted": (history * Tensor(np.arange(1, 6, dtype=np.float32)).reshape(5, 1)).sum(0)}
+    weights = Tensor(np.arange(1, 6, dtype=np.float32), device=x.device).reshape(5, 1)
+    return {"history": new, "weighted": (history * weights).sum(0)}
 
 
 def test_state_is_updated_in_place_across_calls() -> None:
