@@ -2,8 +2,8 @@
 
 * ``*.onnx``: inferred from the model (``abi.infer``; weights are not read);
 * ``*.abi.json``: an ABI saved with ``Abi.to_dict`` (e.g. what an older package shipped);
-* ``*.dpk``: read through ``PACKAGE_ABI_READERS[".dpk"]``. The package format arrives in issue 8, which
-  registers its reader there; until then a .dpk is refused with a clear message (no format is guessed).
+* ``*.dpk``: read through ``PACKAGE_ABI_READERS[".dpk"]``: the package is opened and fully checked
+  (packager/package.py) and its manifest's ABI returned; a package that cannot be trusted is an AbiFileError.
 """
 
 from __future__ import annotations
@@ -43,10 +43,22 @@ def load_abi(path: str | Path, *, overrides: Mapping[str, Any] | None = None) ->
     reader = PACKAGE_ABI_READERS.get(p.suffix.lower())
     if reader is not None:
         return reader(p)
-    if p.suffix.lower() == ".dpk":
-        raise AbiFileError(str(p), "reading .dpk packages needs the package format (issue 8), not available yet; "
-                                   "pass the .onnx model or an .abi.json")
     raise AbiFileError(str(p), f"unsupported file kind {p.suffix or '(none)'!r}; expected .onnx, .abi.json or .dpk")
+
+
+def _read_package_abi(path: Path) -> Abi:
+    """The ABI a .dpk package carries (imported lazily: abi does not need the packager otherwise)."""
+    from packager.errors import PackageError
+    from packager.package import read_package_abi
+
+    try:
+        abi: Abi = read_package_abi(path)
+    except PackageError as e:
+        raise AbiFileError(str(path), f"not a trusted drivepack package: {e}") from None
+    return abi
+
+
+PACKAGE_ABI_READERS[".dpk"] = _read_package_abi
 
 
 def save_abi(abi: Abi, path: str | Path) -> None:

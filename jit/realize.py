@@ -170,3 +170,13 @@ def realize_uops(targets: list[UOp], device: str | None = None) -> dict[UOp, UOp
         if node.op is not Ops.BUFFER and node is not view:
             realized[node] = view
     return becomes
+
+
+def compiled_kernel(target_name: str, name: str) -> CompiledKernel | None:
+    """The kernel named ``name`` compiled in this process for target ``target_name`` under the current settings
+    (its stats and dtype policy, e.g. for a package manifest); None when there is none."""
+    settings = _settings_key()
+    for (tname, tsettings, _), ck in _compiled.items():
+        if tname == target_name and tsettings == settings and ck.name == name:
+            return ck
+    return None

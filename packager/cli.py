@@ -2,19 +2,37 @@
 
 Each subcommand is one entry in COMMANDS: name -> Command(help, add_args, run).
 To add one, write an `add_<name>_args(parser)` and a `run_<name>(args) -> int`
-and register them; `main` does the rest. Usage errors exit 2 with one line on
-stderr, never a traceback.
+and register them; `main` does the rest. Exit codes: 0 ok, 1 a check failed
+(VerifyError), 2 usage or input error (any other DrivepackError, an unreadable
+file); the error is one line on stderr, with a traceback only under `--debug`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from jit.errors import DrivepackError
 from packager import __version__
 from packager.abi_commands import add_abi_check_args, add_abi_diff_args, run_abi_check, run_abi_diff
+from packager.commands import (
+    EXIT_CHECK_FAILED,
+    EXIT_USAGE,
+    add_demo_args,
+    add_inspect_args,
+    add_package_args,
+    add_replay_args,
+    add_verify_args,
+    run_demo,
+    run_inspect,
+    run_package,
+    run_replay,
+    run_verify,
+)
+from packager.errors import VerifyError
 
 PROG = "drivepack"
 
@@ -37,66 +55,17 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
-def _no_args(parser: argparse.ArgumentParser) -> None:
-    """For commands that take no arguments."""
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    """Run two small programs through the jit and check them against numpy, then the sample vision model."""
-    import numpy as np
-
-    from jit.tensor import Tensor
-
-    out = (Tensor([1, 2, 3, 4]) + 3 + 4).tolist()
-    print(f"Tensor([1, 2, 3, 4]) + 3 + 4 = {out}")
-    if out != [8, 9, 10, 11]:
-        print(f"{PROG}: error: elementwise: expected [8, 9, 10, 11], got {out}", file=sys.stderr)
-        return 1
-
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((64, 64), dtype=np.float32)
-    b = rng.standard_normal((64, 64), dtype=np.float32)
-    got = Tensor(a).matmul(Tensor(b)).numpy()
-    want = a @ b
-    err = float(np.max(np.abs(got - want)))
-    print(f"64x64 matmul: max |jit - numpy| = {err:.3g}")
-    if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-4):
-        print(f"{PROG}: error: matmul: result differs from numpy (max abs error {err:.3g})", file=sys.stderr)
-        return 1
-    return run_sample_vision()
-
-
-def run_sample_vision() -> int:
-    """Load the built-in openpilot-shaped vision model through the ONNX frontend and run it once."""
-    import json
-    import time
-
-    import numpy as np
-
-    from jit.device import Device
-    from jit.onnx import load_onnx
-    from jit.realize import run_schedule
-    from jit.schedule import create_schedule
-    from packager.samples import sample_inputs, vision_model
-
-    proto = vision_model()
-    start = time.perf_counter()
-    model = load_onnx(proto)
-    outputs = model(sample_inputs(proto))
-    kernels, _ = create_schedule([t.uop for t in outputs.values()], Device.DEFAULT)
-    run_schedule(kernels)
-    elapsed = time.perf_counter() - start
-    flat = outputs["outputs"].numpy().reshape(-1)
-    print(f"sample vision model: {len(kernels)} kernels on {Device.DEFAULT}, load + compile + run {elapsed:.2f} s")
-    for name, (lo, hi) in json.loads(model.metadata["output_slices"]).items():
-        print(f"  {name:16s} [{lo:4d}:{hi:4d}]  first values {np.array2string(flat[lo:lo + 3], precision=4)}")
-    print("demo ok (set DEBUG=2 to print each kernel as it runs, DEBUG=4 for its source)")
-    return 0
-
-
 COMMANDS: dict[str, Command] = {
-    "demo": Command("run small programs checked against numpy, then the built-in sample vision model",
-                    _no_args, run_demo),
+    "demo": Command("package the built-in sample vision model for a profile that runs here, verify and replay it",
+                    add_demo_args, run_demo),
+    "package": Command("compile an ONNX model for a vehicle into a verified .dpk package", add_package_args,
+                       run_package),
+    "verify": Command("replay a package's golden inputs and compare with its golden outputs", add_verify_args,
+                      run_verify),
+    "replay": Command("benchmark a package: latency percentiles, deadline misses, per-kernel time",
+                      add_replay_args, run_replay),
+    "inspect": Command("show a package's manifest, ABI, kernels and command buffer (text, JSON or Graphviz)",
+                       add_inspect_args, run_inspect),
     "abi-check": Command("check a model's input/output ABI against a vehicle profile's runtime",
                          add_abi_check_args, run_abi_check),
     "abi-diff": Command("list ABI changes between two models/packages: breaking or compatible",
@@ -107,10 +76,17 @@ COMMANDS: dict[str, Command] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Package, check and replay driving models for embedded GPUs.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print a traceback with errors")
     sub = parser.add_subparsers(dest="command", metavar="<command>", parser_class=_Parser)
     for name, cmd in COMMANDS.items():
-        cmd.add_args(sub.add_parser(name, help=cmd.help, description=cmd.help))
+        p = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        cmd.add_args(p)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="print a traceback with errors")
     return parser
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -122,10 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return e.code if isinstance(e.code, int) else 0
         if args.command is None:
             raise UsageError(f"no command given (try '{PROG} --help')")
-        return COMMANDS[args.command].run(args)
+        try:
+            return COMMANDS[args.command].run(args)
+        except (DrivepackError, OSError) as e:
+            if args.debug:
+                traceback.print_exc()
+            failed = isinstance(e, VerifyError)
+            print(f"{PROG}: {'check failed' if failed else 'error'}: {_one_line(e)}", file=sys.stderr)
+            return EXIT_CHECK_FAILED if failed else EXIT_USAGE
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

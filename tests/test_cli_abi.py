@@ -111,13 +111,13 @@ def test_wrong_role_is_a_mismatch(models: dict[str, Path], capsys: pytest.Captur
     (["abi-check", "{vision}"], ["--vehicle"]),
     (["abi-check", "{vision}", "--vehicle", "comma9"], ["comma9", "comma3x"]),
     (["abi-check", "nope.onnx", "--vehicle", "comma3x"], ["nope.onnx", "no such file"]),
-    (["abi-check", "{dpk}", "--vehicle", "comma3x"], ["issue 8"]),
+    (["abi-check", "{dpk}", "--vehicle", "comma3x"], ["not a trusted drivepack package", "truncated"]),
     (["abi-check", "{bad_onnx}", "--vehicle", "comma3x"], ["not a readable ONNX model"]),
     (["abi-check", "{bad_yaml}", "--vehicle", "{bad_yaml}"], ["bad.yaml:2", "invalid YAML"]),
     (["abi-check", "{bad_json}", "--vehicle", "comma3x"], ["version expected 1, got 7"]),
     (["abi-check", "{vision}", "--vehicle", "comma3x", "--role", "steering"], ["steering"]),
     (["abi-diff", "{vision}"], ["new"]),
-    (["abi-diff", "{vision}", "{dpk}"], ["issue 8"]),
+    (["abi-diff", "{vision}", "{dpk}"], ["not a trusted drivepack package", "truncated"]),
 ])
 def test_bad_usage_or_file_exits_2(models: dict[str, Path], tmp_path: Path, argv: list[str], fragments: list[str],
                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,277 @@
+"""The packaging pipeline: ONNX model + vehicle profile -> a verified ``.dpk`` file.
+
+Stages (each timed and reported through packager/progress.py): load (model bytes and sha256, vehicle profile,
+ABI), capture (trace, fold weight-only work, schedule, compile: jit/capture.py) on the package's target, golden
+(deterministic inputs; outputs on the CPU reference and on the target, compared within the recorded tolerance),
+write (kernel names made canonical, sections, manifest), compile (the written file loaded back and its replay
+built with nothing but the file) and verify (that replay reproduces the target's golden outputs bit for bit).
+
+Determinism: the file depends only on the model bytes, the vehicle profile, the settings, the drivepack version
+and the machine's fingerprint (recorded so verify knows when bits must match): no timestamps or paths, canonical
+JSON, kernels renamed by position so names never depend on what the process compiled before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from abi.check import check_role, match_role
+from abi.errors import AbiError
+from abi.infer import infer_abi
+from abi.records import Abi
+from abi.vehicle import VehicleProfile, load_vehicle
+from jit.device import Device
+from jit.helpers import NOOPT, Context
+from jit.passes.dtype_policy import aggregate_policies, parse_emulated
+from jit.realize import compiled_kernel
+from packager import __version__
+from packager.container import BASE_ALIGNMENT, FORMAT_VERSION, Section, align_up, canonical_json, write_container
+from packager.environment import device_for, fingerprint
+from packager.errors import PackageError
+from packager.manifest import FORMAT_NAME
+from packager.package import Package, golden_section, kernel_section, load_package, weight_section
+from packager.progress import Progress
+from packager.verify import compare_exact, compare_tolerance
+from targets.cmdbuf import CommandBuffer, KernelSpec
+
+GOLDEN_SETS = 2
+GOLDEN_SEED = 0
+# per output dtype: (rtol, atol) for comparing a target's outputs with the CPU reference's; absent: bit-exact
+TOLERANCES: dict[str, tuple[float, float]] = {"float32": (1e-4, 1e-4), "float64": (1e-9, 1e-9),
+                                              "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2),
+                                              "fp8e4m3fn": (0.25, 0.25), "fp8e5m2": (0.25, 0.25),
+                                              "fp8e4m3fnuz": (0.25, 0.25), "fp8e5m2fnuz": (0.25, 0.25)}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a package build takes besides the model and the vehicle (``--target``, ``--emulate``, ...)."""
+
+    target: str | None = None  # a device name; default: the vehicle profile's
+    emulate: str | None = None  # an EMULATED_DTYPES value; default: the vehicle profile's
+    golden_sets: int = GOLDEN_SETS
+    model_name: str | None = None  # default: the model file's name
+
+
+@dataclass
+class BuildResult:
+    """What was built: the loaded package, the stage times, and the numbers the summary prints."""
+
+    package: Package
+    path: Path
+    size: int
+    times: dict[str, float] = field(default_factory=dict)
+    dtype_summary: str = ""
+    abi_warnings: list[str] = field(default_factory=list)
+
+
+def golden_inputs(abi: Abi, seed: int) -> dict[str, np.ndarray]:
+    """Deterministic random inputs: uint8 frames across 0-255 (both ends present), other integers in -8..8,
+    floats standard normal."""
+    from jit.dtype import dtypes, to_numpy
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for spec in abi.inputs:
+        npd = to_numpy(dtypes.from_name(spec.dtype))
+        shape = tuple(spec.shape)
+        if npd == np.uint8:
+            arr = rng.integers(0, 256, size=shape, dtype=np.uint8)
+            if arr.size >= 2:
+                arr.flat[0], arr.flat[-1] = 0, 255
+        elif npd == np.bool_:
+            arr = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(npd, np.integer):
+            arr = rng.integers(-8 if np.issubdtype(npd, np.signedinteger) else 0, 9, size=shape).astype(npd)
+        else:
+            arr = rng.standard_normal(shape).astype(npd)
+        out[spec.name] = np.ascontiguousarray(arr)
+    return out
+
+
+_SUFFIX = re.compile(r"n\d+$")
+
+
+def canonical_kernels(cmdbuf: CommandBuffer) -> tuple[CommandBuffer, dict[str, str]]:
+    """The command buffer with kernel ``i`` renamed ``<base>_k<i>`` (base: the name without the per-process
+    ``n<k>`` suffix jit/realize.py adds), in its source too; and old name -> new name."""
+    renamed, kernels = {}, []
+    for i, k in enumerate(cmdbuf.kernels):
+        new = f"{_SUFFIX.sub('', k.name)}_k{i}"
+        pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(k.entry)}(?![A-Za-z0-9_])")
+        source, count = pattern.subn(new, k.source)
+        if count == 0:
+            raise PackageError(f"kernel {k.name}: source expected to define entry {k.entry!r}, got no such name")
+        kernels.append(KernelSpec(new, source, new, k.target, k.flags))
+        renamed[k.name] = new
+    return replace(cmdbuf, kernels=tuple(kernels)), renamed
+
+
+def _tolerances(cmdbuf: CommandBuffer) -> list[dict[str, Any]]:
+    return [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape),
+             "rtol": TOLERANCES.get(b.dtype, (0.0, 0.0))[0], "atol": TOLERANCES.get(b.dtype, (0.0, 0.0))[1]}
+            for b in cmdbuf.outputs]
+
+
+def _role(abi: Abi, profile: VehicleProfile) -> tuple[str | None, list[str]]:
+    """The profile role the model's inputs match (None when none does) and the abi-check rows that fail."""
+    try:
+        role = match_role(abi, profile)
+    except AbiError:
+        return None, [f"no role of {profile.name} matches the model's inputs {abi.input_names()}"]
+    rows = check_role(abi, profile.roles[role])
+    return role, [f"{r.input}: {r.verdict}: expected {r.expected}, provided {r.provided}" for r in rows
+                  if r.verdict != "ok"]
+
+
+def _run_sets(captured: Any, sets: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    outs = []
+    for inputs in sets:
+        captured.reset_state()
+        outs.append(captured(inputs))
+    return outs
+
+
+def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, options: BuildOptions | None = None,
+                  progress: Progress | None = None) -> BuildResult:
+    """Package ``model_path`` for ``vehicle`` into ``out`` (see the module docstring); PackageError when a stage
+    cannot be done, VerifyError when the written package does not reproduce its golden outputs."""
+    from jit.capture import capture_onnx
+    from jit.onnx import load_onnx
+
+    opts = options or BuildOptions()
+    prog = progress or Progress(enabled=False)
+    if opts.golden_sets < 1:
+        raise PackageError(f"golden_sets: expected >= 1, got {opts.golden_sets}")
+    with prog.stage("load", str(model_path)):
+        try:
+            model_bytes = Path(model_path).read_bytes()
+        except OSError as e:
+            raise PackageError(f"model: expected a readable .onnx file, got {model_path}: {e.strerror}") from None
+        profile = load_vehicle(vehicle)
+        vehicle_bytes = profile.path.read_bytes()
+        proto = model_bytes_proto(model_bytes)
+        abi = infer_abi(proto)
+        model = load_onnx(proto)
+        device = Device.canonical(opts.target) if opts.target else device_for(profile.target, profile.target_arch)
+        emulate = opts.emulate if opts.emulate is not None else ",".join(profile.emulated_dtypes)
+        emulated = sorted(d.name for d in parse_emulated(emulate)) if emulate else []
+        role, abi_warnings = _role(abi, profile)
+        for w in abi_warnings:
+            prog.note("load", f"abi warning: {w}")
+    sets = [golden_inputs(abi, GOLDEN_SEED + i) for i in range(opts.golden_sets)]
+    settings = {"EMULATED_DTYPES": ",".join(emulated), "NOOPT": int(NOOPT.value), "fold_weights": True,
+                "golden_sets": opts.golden_sets, "golden_seed": GOLDEN_SEED}
+    with Context(EMULATED_DTYPES=settings["EMULATED_DTYPES"]):
+        with prog.stage("capture", f"trace, fold weights, schedule and compile for {device}"):
+            target = Device[device]
+            run = capture_onnx(model, sets[0], target=device)
+            assert run.report is not None
+            prog.note("capture", run.report.summary())
+            compiled = {k.name: compiled_kernel(target.name, k.name) for k in run.cmdbuf.kernels}
+        cmdbuf, renamed = canonical_kernels(run.cmdbuf)
+        with prog.stage("golden", f"{opts.golden_sets} input sets on {device} and the CPU reference"):
+            target_outs = _run_sets(run, sets)
+            if device == "CPU" and not emulated:
+                reference_outs = target_outs
+            else:
+                with Context(EMULATED_DTYPES=""):
+                    reference_outs = _run_sets(capture_onnx(model, sets[0], target="CPU"), sets)
+            tolerances = _tolerances(cmdbuf)
+            for i, (got, want) in enumerate(zip(target_outs, reference_outs, strict=True)):
+                compare_tolerance(got, want, tolerances, f"golden set {i} ({device} vs CPU reference)")
+    policy = aggregate_policies((renamed[n], ck.dtype_policy) for n, ck in compiled.items() if ck is not None)
+    kernel_list = []
+    for i, (old, k) in enumerate(zip([k.name for k in run.cmdbuf.kernels], cmdbuf.kernels, strict=True)):
+        ck = compiled[old]
+        kernel_list.append({"name": k.name, "entry": k.entry, "section": kernel_section(i),
+                            "flops": ck.stats.flops if ck else 0, "bytes": ck.stats.bytes if ck else 0})
+    budget = profile.roles[role] if role else None
+    manifest = {
+        "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "drivepack_version": __version__,
+        "model": {"name": opts.model_name or Path(model_path).name,
+                  "sha256": hashlib.sha256(model_bytes).hexdigest(), "bytes": len(model_bytes)},
+        "target": {"device": device, "name": device.split(":", 1)[0],
+                   "dtypes": sorted(d.name for d in target.supported_dtypes()),
+                   "profile_dtypes": sorted(d.name for d in _declared(target)),
+                   "emulated_dtypes": emulated},
+        "vehicle": {"name": profile.name, "sha256": hashlib.sha256(vehicle_bytes).hexdigest(), "role": role,
+                    "budget_mean_ms": budget.budget_mean_ms if budget else profile.model_mean_ms,
+                    "budget_max_ms": budget.budget_max_ms if budget else profile.model_max_ms},
+        "settings": settings,
+        "kernels": {"traced": run.report.kernels_traced, "kept": len(cmdbuf.kernels),
+                    "pruned": run.report.kernels_traced - len(cmdbuf.kernels), "dispatches": len(cmdbuf.dispatches),
+                    "list": kernel_list},
+        "arena_bytes": cmdbuf.arena_bytes,
+        "weights": {"count": len(cmdbuf.weights), "bytes": sum(b.nbytes for b in cmdbuf.weights)},
+        "dtype_policy": policy.as_dict(),
+        "abi": abi.to_dict(),
+        "abi_check": {"role": role, "ok": not abi_warnings, "problems": abi_warnings},
+        "golden": {"sets": opts.golden_sets, "seed": GOLDEN_SEED, "outputs": tolerances,
+                   "checked_on": fingerprint(target),
+                   "compare": "bit-exact against 'target' outputs where checked_on matches the replaying machine; "
+                              "else within rtol/atol against 'reference' (CPU) outputs"},
+    }
+    with prog.stage("write", str(out)):
+        sections = _sections(cmdbuf, run.weights, sets, reference_outs, target_outs)
+        size = write_container(out, manifest, sections, align_up(max(cmdbuf.alignment, BASE_ALIGNMENT),
+                                                                 BASE_ALIGNMENT))
+    with prog.stage("compile", f"{len(cmdbuf.kernels)} kernels from the written file"):
+        pkg = load_package(out)
+        replay = pkg.make_replay()
+        prog.bar("compile", len(cmdbuf.kernels), len(cmdbuf.kernels), "kernels built")
+    with prog.stage("verify", "replay the golden inputs from the file, bit-exact against the target's outputs"):
+        for i in range(pkg.manifest.golden_sets):
+            g = pkg.golden(i)
+            replay.reset_state()
+            compare_exact(replay(g.inputs), g.target, f"golden set {i}")
+            prog.bar("verify", i + 1, pkg.manifest.golden_sets, "golden sets")
+    return BuildResult(pkg, Path(out), size, dict(prog.times), _summary_policy(policy), abi_warnings)
+
+
+def model_bytes_proto(data: bytes) -> Any:
+    """An ONNX ModelProto from serialized bytes (PackageError when they are not one)."""
+    import onnx
+
+    try:
+        return onnx.load_from_string(data)
+    except Exception as e:  # protobuf raises DecodeError and others for a bad file
+        raise PackageError(f"model: expected a serialized ONNX model, got {type(e).__name__}: {e}") from None
+
+
+def _summary_policy(policy: Any) -> str:
+    return policy.summary()
+
+
+def _declared(target: Any) -> Any:
+    """The dtypes the target's profile declares (QCOM: the Adreno set, whatever device runs it here)."""
+    return target.profile_dtypes() if hasattr(target, "profile_dtypes") else target.supported_dtypes()
+
+
+def _sections(cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], sets: list[dict[str, np.ndarray]],
+              reference: list[dict[str, np.ndarray]], target: list[dict[str, np.ndarray]]) -> list[Section]:
+    """cmdbuf (kernel sources blanked: each is its own section), kernels, weights, then golden I/O per set."""
+    blank = replace(cmdbuf, kernels=tuple(replace(k, source="") for k in cmdbuf.kernels))
+    out = [Section("cmdbuf", "cmdbuf", canonical_json(blank.to_dict()), {"format": "drivepack-cmdbuf"})]
+    for i, k in enumerate(cmdbuf.kernels):
+        out.append(Section(kernel_section(i), "kernel_source", k.source.encode(), {"kernel": k.name,
+                                                                                   "language": k.target}))
+    for b in cmdbuf.weights:
+        data = np.ascontiguousarray(weights[int(b.name)]).reshape(-1).view(np.uint8)
+        out.append(Section(weight_section(int(b.name)), "weight", memoryview(data), {"dtype": b.dtype,
+                                                                                       "shape": list(b.shape)}))
+    for i, inputs in enumerate(sets):
+        groups = (("input", cmdbuf.inputs, inputs), ("reference", cmdbuf.outputs, reference[i]),
+                  ("target", cmdbuf.outputs, target[i]))
+        for kind, specs, arrays in groups:
+            for b in specs:
+                data = np.ascontiguousarray(arrays[b.name]).reshape(-1).view(np.uint8)
+                out.append(Section(golden_section(i, kind, b.name), f"golden_{kind}", memoryview(data),
+                                   {"dtype": b.dtype, "shape": list(b.shape)}))
+    return out

@@ -1,0 +1,152 @@
+"""The ``package``, ``verify``, ``replay``, ``inspect`` and ``demo`` commands (argument parsers and runners).
+
+Exit codes: 0 ok, 1 a check failed (verify mismatch), 2 usage or input error (bad or corrupt file, bad
+option). Errors are raised as DrivepackError subclasses and turned into one line by packager/cli.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+DEMO_ITERS, DEMO_WARMUP = 3, 1
+
+
+def add_package_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="the .onnx model to package")
+    p.add_argument("--vehicle", required=True, help="a profile name from vehicles/ or a path to a .yaml")
+    p.add_argument("-o", "--output", required=True, help="the .dpk file to write")
+    p.add_argument("--target", help="device to build for (CPU, OPENCL, QCOM, QCOM:650); default: the vehicle's")
+    p.add_argument("--emulate", help="EMULATED_DTYPES for this build, e.g. long,half; default: the vehicle's")
+    p.add_argument("--golden-sets", type=int, default=2, help="golden input sets to bundle (default 2)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def add_verify_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("package", help="a .dpk package")
+    p.add_argument("--device", help="replay on this device instead of the package's")
+    p.add_argument("--mode", choices=("auto", "exact", "tolerance"), default="auto",
+                   help="auto: bit-exact on the machine it was built and checked on, tolerance elsewhere")
+    p.add_argument("--json", action="store_true", help="print a JSON report")
+
+
+def add_replay_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("package", help="a .dpk package")
+    p.add_argument("--iters", type=int, default=100, help="timed replays (default 100)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed replays first (default 10)")
+    p.add_argument("--profile", action="store_true", help="also time each kernel and its share")
+    p.add_argument("--device", help="replay on this device instead of the package's")
+    p.add_argument("--json", action="store_true", help="print the JSON document (docs/package-format.md)")
+
+
+def add_inspect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("package", help="a .dpk package")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print everything as JSON")
+    fmt.add_argument("--dot", action="store_true", help="print a Graphviz graph of dispatches and buffers")
+
+
+def add_demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vehicle", default="pc-cpu", help="profile to package for (default pc-cpu; pc-opencl needs "
+                                                       "an OpenCL device)")
+    p.add_argument("-o", "--output", help="keep the package here (default: a temporary directory)")
+
+
+def _summary(result: object) -> list[str]:
+    from packager.build import BuildResult
+
+    assert isinstance(result, BuildResult)
+    m, raw = result.package.manifest, result.package.manifest.raw
+    times = "  ".join(f"{k} {v:.2f} s" for k, v in result.times.items())
+    return [f"package {result.path}: {result.size} bytes ({result.size / 1e6:.1f} MB)",
+            f"  target {m.target_device}, vehicle {m.vehicle_name}, role {m.role}",
+            f"  kernels {raw['kernels']['kept']} (pruned {m.kernels_pruned} of {m.kernels_traced} traced), "
+            f"{raw['kernels']['dispatches']} dispatches, arena {m.arena_bytes} bytes, weights "
+            f"{raw['weights']['bytes']} bytes",
+            *("  " + line for line in result.dtype_summary.splitlines()),
+            f"  time per stage: {times}"]
+
+
+def run_package(args: argparse.Namespace) -> int:
+    from packager.build import BuildOptions, build_package
+    from packager.progress import Progress
+
+    result = build_package(args.model, args.vehicle, args.output,
+                           BuildOptions(target=args.target, emulate=args.emulate, golden_sets=args.golden_sets),
+                           Progress(enabled=not args.quiet))
+    print("\n".join(_summary(result)))
+    return EXIT_OK
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from packager.package import load_package
+    from packager.verify import verify_package
+
+    report = verify_package(load_package(args.package), args.device, args.mode)
+    if args.json:
+        print(json.dumps({"package": args.package, "ok": True, "device": report.device, "mode": report.mode,
+                          "reason": report.reason, "sets": report.sets, "max_abs_diff": report.max_abs_diff}))
+    else:
+        extra = f", max |diff| {report.max_abs_diff:.3g}" if report.mode == "tolerance" else ""
+        print(f"verify ok: {report.sets} golden set(s) on {report.device}, {report.mode} ({report.reason}){extra}")
+    return EXIT_OK
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from packager.package import load_package
+    from packager.replay_stats import run_replay_benchmark
+
+    stats = run_replay_benchmark(load_package(args.package), args.iters, args.warmup, args.profile, args.device)
+    print(json.dumps(stats.to_json(), indent=1) if args.json else "\n".join(stats.lines()))
+    return EXIT_OK
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from packager.inspect_pkg import inspect_dot, inspect_json, inspect_text
+    from packager.package import load_package
+
+    pkg = load_package(args.package)
+    if args.json:
+        print(json.dumps(inspect_json(pkg), indent=1, sort_keys=True))
+    elif args.dot:
+        sys.stdout.write(inspect_dot(pkg))
+    else:
+        print("\n".join(inspect_text(pkg)))
+    return EXIT_OK
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Write the sample vision model, package it for a profile that runs here, verify, replay, summarise."""
+    import numpy as np
+    import onnx
+
+    from packager.build import BuildOptions, build_package
+    from packager.progress import Progress
+    from packager.replay_stats import run_replay_benchmark
+    from packager.samples import VISION_OUTPUT_SLICES, vision_model
+    from packager.verify import verify_package
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="drivepack-demo-") as tmp:
+        model_path = Path(tmp) / "sample_vision.onnx"
+        onnx.save(vision_model(), str(model_path))
+        out = Path(args.output) if args.output else Path(tmp) / "sample_vision.dpk"
+        print(f"sample vision model written to {model_path.name}; packaging for {args.vehicle}")
+        result = build_package(model_path, args.vehicle, out, BuildOptions(golden_sets=1), Progress())
+        print("\n".join(_summary(result)))
+        report = verify_package(result.package)
+        print(f"verify ok: {report.sets} golden set(s) on {report.device}, {report.mode} ({report.reason})")
+        stats = run_replay_benchmark(result.package, DEMO_ITERS, DEMO_WARMUP)
+        print("\n".join(stats.lines()))
+        flat = result.package.golden(0).target["outputs"].reshape(-1)
+        for name, (lo, hi) in VISION_OUTPUT_SLICES.items():
+            print(f"  {name:16s} [{lo:4d}:{hi:4d}]  first values {np.array2string(flat[lo:lo + 3], precision=4)}")
+        del result, report, stats, flat  # release the file mapping before the directory goes
+    print(f"demo ok in {time.perf_counter() - start:.1f} s (next: drivepack inspect / replay --profile on a "
+          f"package written with -o)")
+    return EXIT_OK

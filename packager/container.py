@@ -1,0 +1,238 @@
+"""The ``.dpk`` container: a fixed header, a canonical-JSON manifest, then 64-byte aligned, checksummed sections.
+
+Layout (all integers little-endian; docs/package-format.md is the normative description)::
+
+    0   8   magic            b"\\x89DPK\\r\\n\\x1a\\n"
+    8   4   format version   uint32 (FORMAT_VERSION)
+    12  4   flags            uint32; bit 0 (FLAG_LITTLE_ENDIAN) must be set, every other bit clear
+    16  8   manifest offset  uint64, always HEADER_SIZE (64)
+    24  8   manifest size    uint64
+    32  32  manifest sha256
+    64  ..  manifest (UTF-8 JSON, sorted keys, no whitespace), zero padding, sections, each at an offset that is a
+            multiple of the manifest's ``section_alignment`` and zero padding between them; the file ends where
+            the last section ends.
+
+Reading checks every byte: header fields exactly, the manifest against its checksum, each section against the
+sha256 in the manifest, and every padding byte against zero; so one flipped byte anywhere is a PackageError.
+Weights and other sections are handed out as read-only views into one ``mmap`` of the file (no copy). Nothing
+is pickled or evaluated; JSON is parsed with ``json.loads`` only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packager.errors import PackageError
+
+MAGIC = b"\x89DPK\r\n\x1a\n"
+FORMAT_VERSION = 1
+READS_VERSIONS = (1,)
+FLAG_LITTLE_ENDIAN = 1
+KNOWN_FLAGS = FLAG_LITTLE_ENDIAN
+HEADER = struct.Struct("<8sIIQQ32s")
+HEADER_SIZE = 64
+BASE_ALIGNMENT = 64
+assert HEADER.size == HEADER_SIZE
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section to write: its name (unique), kind, bytes and plain-data attributes (dtype, shape, ...)."""
+
+    name: str
+    kind: str
+    data: bytes | memoryview
+    attrs: dict[str, Any]
+
+
+def canonical_json(doc: Any) -> bytes:
+    """The one byte form of a plain-data document: sorted keys, no whitespace, UTF-8, no NaN."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def align_up(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def _layout(manifest: dict[str, Any], sections: list[Section], alignment: int) -> bytes:
+    """The manifest bytes with every section's offset, size and sha256 filled in. Offsets depend on the
+    manifest's length and the length on the offsets' digits: iterate to the fixed point (lengths only grow)."""
+    digests = [hashlib.sha256(s.data).hexdigest() for s in sections]
+    size = 0
+    for _ in range(16):
+        offset, table = align_up(HEADER_SIZE + size, alignment), []
+        for s, digest in zip(sections, digests, strict=True):
+            nbytes = memoryview(s.data).nbytes
+            table.append({**s.attrs, "name": s.name, "kind": s.kind, "offset": offset, "size": nbytes,
+                          "sha256": digest})
+            offset = align_up(offset + nbytes, alignment)
+        data = canonical_json({**manifest, "section_alignment": alignment, "sections": table})
+        if len(data) == size:
+            return data
+        size = len(data)
+    raise PackageError(f"manifest: expected its layout to settle, got size {size} still changing")
+
+
+def write_container(path: str | Path, manifest: dict[str, Any], sections: list[Section],
+                    alignment: int = BASE_ALIGNMENT) -> int:
+    """Write ``manifest`` (plain data; ``sections`` and ``section_alignment`` are filled in here) and the
+    sections to ``path`` atomically (a temporary file renamed over it); returns the file size in bytes."""
+    if alignment < BASE_ALIGNMENT or alignment % BASE_ALIGNMENT or alignment & (alignment - 1):
+        raise PackageError(f"section_alignment: expected a power of two multiple of {BASE_ALIGNMENT}, got "
+                           f"{alignment}")
+    names = [s.name for s in sections]
+    if len(set(names)) != len(names):
+        raise PackageError(f"sections: names expected unique, got {sorted(n for n in names if names.count(n) > 1)}")
+    body = _layout(manifest, sections, alignment)
+    header = HEADER.pack(MAGIC, FORMAT_VERSION, FLAG_LITTLE_ENDIAN, HEADER_SIZE, len(body),
+                         hashlib.sha256(body).digest())
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    pos = 0
+    with tmp.open("wb") as f:
+        for chunk in (header, body):
+            f.write(chunk)
+            pos += len(chunk)
+        for s in sections:
+            pad = align_up(pos, alignment) - pos
+            f.write(b"\0" * pad)
+            f.write(s.data)
+            pos += pad + memoryview(s.data).nbytes
+    tmp.replace(out)
+    return pos
+
+
+@dataclass
+class Container:
+    """An opened, fully checked package file: header values, the manifest (plain data) and section views."""
+
+    path: Path
+    version: int
+    flags: int
+    manifest: dict[str, Any]
+    buffer: Any  # the mmap (or bytes) every section view points into
+
+    def section_entry(self, name: str) -> dict[str, Any]:
+        for entry in self.manifest["sections"]:
+            if entry["name"] == name:
+                return entry
+        raise PackageError(f"sections: expected an entry named {name!r}, got none")
+
+    def has_section(self, name: str) -> bool:
+        return any(e["name"] == name for e in self.manifest["sections"])
+
+    def view(self, name: str) -> memoryview:
+        """The bytes of section ``name`` (read-only, no copy)."""
+        e = self.section_entry(name)
+        return memoryview(self.buffer)[e["offset"]:e["offset"] + e["size"]]
+
+
+def _map(path: Path) -> Any:
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return b""
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise PackageError(f"{path}: expected a readable file, got {e.strerror or e}") from None
+
+
+def read_header(data: Any, where: str) -> tuple[int, int, int]:
+    """(version, flags, manifest size) after checking magic, version, flags and the manifest range."""
+    if len(data) < HEADER_SIZE:
+        raise PackageError(f"{where}: size expected at least the {HEADER_SIZE}-byte header, got {len(data)} bytes "
+                           "(truncated)")
+    magic, version, flags, m_off, m_size, _ = HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise PackageError(f"{where}: magic expected {MAGIC!r} (a drivepack package), got {bytes(magic)!r}")
+    if version not in READS_VERSIONS:
+        raise PackageError(f"{where}: format version expected one of {list(READS_VERSIONS)} (this drivepack reads "
+                           f"format version {', '.join(map(str, READS_VERSIONS))}), got {version}")
+    if flags & ~KNOWN_FLAGS or not flags & FLAG_LITTLE_ENDIAN:
+        raise PackageError(f"{where}: flags expected {FLAG_LITTLE_ENDIAN:#x} (little-endian, no other bit), got "
+                           f"{flags:#x}")
+    if m_off != HEADER_SIZE:
+        raise PackageError(f"{where}: manifest offset expected {HEADER_SIZE}, got {m_off}")
+    if HEADER_SIZE + m_size > len(data):
+        raise PackageError(f"{where}: manifest end expected <= file size {len(data)}, got {HEADER_SIZE + m_size} "
+                           "(truncated)")
+    return version, flags, m_size
+
+
+def open_container(path: str | Path) -> Container:
+    """Map ``path`` and check every byte of it (see the module docstring); PackageError on the first problem."""
+    p = Path(path)
+    where = str(p)
+    data = _map(p)
+    version, flags, m_size = read_header(data, where)
+    body = data[HEADER_SIZE:HEADER_SIZE + m_size]
+    if hashlib.sha256(body).digest() != data[32:64]:
+        raise PackageError(f"{where}: manifest sha256 expected {bytes(data[32:64]).hex()} (the header's), got "
+                           f"{hashlib.sha256(body).hexdigest()}")
+    try:
+        manifest = json.loads(bytes(body).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PackageError(f"{where}: manifest expected UTF-8 JSON, got {type(e).__name__}: {e}") from None
+    if not isinstance(manifest, dict):
+        raise PackageError(f"{where}: manifest expected a JSON object, got {type(manifest).__name__}")
+    _check_sections(manifest, data, HEADER_SIZE + m_size, where)
+    return Container(p, version, flags, manifest, data)
+
+
+def _int(entry: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    v = entry.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise PackageError(f"{where}.{key}: expected an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _check_sections(manifest: dict[str, Any], data: Any, start: int, where: str) -> None:
+    """Every section inside the file, aligned, in order, not overlapping, its sha256 matching; every gap zero;
+    the file ending at the last section's end."""
+    align = _int(manifest, "section_alignment", f"{where}: manifest", BASE_ALIGNMENT)
+    if align % BASE_ALIGNMENT or align & (align - 1):
+        raise PackageError(f"{where}: manifest.section_alignment: expected a power of two multiple of "
+                           f"{BASE_ALIGNMENT}, got {align}")
+    entries = manifest.get("sections")
+    if not isinstance(entries, list):
+        raise PackageError(f"{where}: manifest.sections: expected a list, got {type(entries).__name__}")
+    pos, names = start, set()
+    for i, e in enumerate(entries):
+        at = f"{where}: manifest.sections[{i}]"
+        if not isinstance(e, dict):
+            raise PackageError(f"{at}: expected an object, got {type(e).__name__}")
+        name = e.get("name")
+        if not isinstance(name, str) or not name or name in names:
+            raise PackageError(f"{at}.name: expected a unique non-empty string, got {name!r}")
+        names.add(name)
+        if not isinstance(e.get("kind"), str):
+            raise PackageError(f"{at}.kind: expected a string, got {e.get('kind')!r}")
+        off, size = _int(e, "offset", at), _int(e, "size", at)
+        if off % align:
+            raise PackageError(f"{at}.offset: expected a multiple of {align}, got {off}")
+        if off < pos:
+            raise PackageError(f"{at}.offset: expected >= {pos} (after the previous section), got {off}")
+        if off + size > len(data):
+            raise PackageError(f"{at} ({name}): end expected <= file size {len(data)}, got {off + size} (truncated)")
+        _check_zero(data, pos, off, where)
+        digest = e.get("sha256")
+        got = hashlib.sha256(memoryview(data)[off:off + size]).hexdigest()
+        if got != digest:
+            raise PackageError(f"{at} ({name}): sha256 expected {digest}, got {got} (corrupt section)")
+        pos = off + size
+    _check_zero(data, pos, len(data), where, tail=True)
+
+
+def _check_zero(data: Any, lo: int, hi: int, where: str, tail: bool = False) -> None:
+    if hi > lo and any(memoryview(data)[lo:hi]):
+        first = next(i for i in range(lo, hi) if data[i])
+        what = "nothing after the last section" if tail else "zero padding"
+        raise PackageError(f"{where}: bytes {lo}..{hi}: expected {what}, got byte {data[first]:#04x} at {first}")

@@ -1,0 +1,15 @@
+"""The packager's typed errors: every message names the field, the expected and the actual value."""
+
+from __future__ import annotations
+
+from jit.errors import DrivepackError
+
+
+class PackageError(DrivepackError, ValueError):
+    """A package file that cannot be trusted (bad magic, other version, truncated, checksum mismatch, manifest
+    field missing or out of range, a binding outside its buffer) or a package that cannot be built. Nothing from
+    the file has been executed when this is raised."""
+
+
+class VerifyError(DrivepackError, ValueError):
+    """A replayed output that differs from the package's golden output (names the set, output and the numbers)."""

@@ -1,0 +1,93 @@
+"""What is inside a package, for people and tools: manifest, ABI table, kernels, command buffer; as text, JSON
+or a Graphviz graph (dispatches as boxes, buffers as ellipses; an edge into a dispatch is a read, out of it the
+write: a dispatch's first binding is the buffer its kernel writes)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from packager.package import Package
+
+
+def kernel_rows(pkg: Package) -> list[dict[str, Any]]:
+    """Per kernel: name, the launch dims of its dispatches (distinct), dispatch count, FLOPs and bytes."""
+    rows = []
+    for i, (k, entry) in enumerate(zip(pkg.cmdbuf.kernels, pkg.manifest.kernels, strict=True)):
+        ds = [d for d in pkg.cmdbuf.dispatches if d.kernel == i]
+        launches = sorted({(tuple(d.global_size), tuple(d.local_size) if d.local_size else None) for d in ds},
+                          key=str)
+        rows.append({"name": k.name, "dispatches": len(ds), "flops": entry.flops, "bytes": entry.bytes,
+                     "launches": [{"global": list(g), "local": list(lo) if lo else None} for g, lo in launches],
+                     "source_bytes": len(k.source.encode())})
+    return rows
+
+
+def abi_rows(pkg: Package) -> list[dict[str, Any]]:
+    rows = [{"io": "input", "name": s.name, "dtype": s.dtype, "shape": list(s.shape), "bytes": s.byte_size,
+             "buffer": s.buffer, "offset": s.offset} for s in pkg.abi.inputs]
+    rows += [{"io": "output", "name": o.name, "dtype": o.dtype, "shape": list(o.shape), "bytes": o.byte_size,
+              "buffer": None, "offset": None} for o in pkg.abi.outputs]
+    return rows
+
+
+def inspect_json(pkg: Package) -> dict[str, Any]:
+    cb = pkg.cmdbuf
+    return {"path": str(pkg.path), "size": pkg.size, "manifest": pkg.manifest.raw, "abi": abi_rows(pkg),
+            "kernels": kernel_rows(pkg),
+            "command_buffer": {"target": cb.target, "arena_bytes": cb.arena_bytes, "alignment": cb.alignment,
+                               "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape),
+                                            "nbytes": b.nbytes} for b in cb.buffers],
+                               "dispatches": [{"index": i, "kernel": cb.kernels[d.kernel].name,
+                                               "global_size": list(d.global_size),
+                                               "local_size": list(d.local_size) if d.local_size else None,
+                                               "bindings": list(d.bindings)}
+                                              for i, d in enumerate(cb.dispatches)]}}
+
+
+def inspect_text(pkg: Package) -> list[str]:
+    m, raw = pkg.manifest, pkg.manifest.raw
+    k = raw["kernels"]
+    out = [f"{pkg.path}: {pkg.size} bytes, format {raw['format']} v{raw['format_version']}, drivepack "
+           f"{m.drivepack_version}",
+           f"model {m.model_name} sha256 {m.model_sha256[:16]}...; vehicle {m.vehicle_name} role {m.role} "
+           f"(budget mean {m.budget_mean_ms:g} ms, max {m.budget_max_ms:g} ms)",
+           f"target {m.target_device}; emulated dtypes {raw['target']['emulated_dtypes'] or 'none'}; settings "
+           f"{json.dumps(raw['settings'], sort_keys=True)}",
+           f"kernels {k['kept']} kept of {k['traced']} traced ({k['pruned']} pruned), {len(pkg.cmdbuf.dispatches)} "
+           f"dispatches, arena {m.arena_bytes} bytes, {len(pkg.weights)} weights "
+           f"({sum(w.nbytes for w in pkg.weights.values())} bytes), {m.golden_sets} golden sets", "", "ABI:"]
+    for r in abi_rows(pkg):
+        where = f" buffer {r['buffer']}+{r['offset']}" if r["buffer"] else ""
+        out.append(f"  {r['io']:6s} {r['name']:24s} {r['dtype']:8s} {str(tuple(r['shape'])):20s}{where}")
+    out += ["", f"{'kernel':40s} {'disp':>4s} {'MFLOP':>9s} {'MB':>8s}  launch (global / local)"]
+    for r in kernel_rows(pkg):
+        launch = "; ".join(f"{tuple(x['global'])} / {tuple(x['local']) if x['local'] else '-'}"
+                           for x in r["launches"])
+        out.append(f"{r['name']:40s} {r['dispatches']:4d} {r['flops'] / 1e6:9.2f} {r['bytes'] / 1e6:8.2f}  {launch}")
+    out += ["", "command buffer:"]
+    for i, d in enumerate(pkg.cmdbuf.dispatches):
+        out.append(f"  {i:3d} {pkg.cmdbuf.kernels[d.kernel].name:40s} {' '.join(d.bindings)}")
+    return out
+
+
+def _q(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def inspect_dot(pkg: Package) -> str:
+    """A Graphviz digraph of dispatches and buffers (see the module docstring)."""
+    cb = pkg.cmdbuf
+    lines = [f"digraph {_q(pkg.path.name)} {{", "  rankdir=LR;", "  node [fontname=monospace];"]
+    for b in cb.buffers:
+        label = _q(f"{b.binding}\n{b.dtype} {tuple(b.shape)}")
+        lines.append(f"  {_q(b.binding)} [shape=ellipse, label={label}];")
+    for i, d in enumerate(cb.dispatches):
+        node, label = f"d{i}", _q(f"#{i} {cb.kernels[d.kernel].name}")
+        lines.append(f"  {node} [shape=box, label={label}];")
+        if d.bindings:
+            lines.append(f"  {node} -> {_q(d.bindings[0])};")
+        for b in d.bindings[1:]:
+            lines.append(f"  {_q(b)} -> {node};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

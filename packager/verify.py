@@ -1,0 +1,114 @@
+"""Comparing replayed outputs with a package's golden outputs: bit-exact, or within a per-output tolerance.
+
+``verify_package`` replays every golden set on a device. When the replaying machine's fingerprint
+(packager/environment.py) equals the one recorded at package time and the device is the package's, the
+outputs must equal the target's recorded outputs bit for bit; otherwise they must be within each output's
+recorded rtol/atol of the CPU reference outputs (integer outputs: exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from packager.errors import VerifyError
+
+
+def compare_exact(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], where: str) -> None:
+    """VerifyError unless every output has exactly the bytes of ``want`` (NaN payloads included)."""
+    for name, w in want.items():
+        g = got[name]
+        gb = np.ascontiguousarray(g).reshape(-1).view(np.uint8)
+        wb = np.ascontiguousarray(w).reshape(-1).view(np.uint8)
+        if g.shape != w.shape or g.dtype != w.dtype or not np.array_equal(gb, wb):
+            if g.shape != w.shape or g.dtype != w.dtype:
+                raise VerifyError(f"{where}: {name}: expected {w.dtype} {w.shape}, got {g.dtype} {g.shape}")
+            gf, wf = g.reshape(-1), w.reshape(-1)
+            diff = np.flatnonzero((gb.reshape(gf.size, -1) != wb.reshape(wf.size, -1)).any(axis=1))
+            i = int(diff[0])
+            raise VerifyError(f"{where}: {name}: expected bit-exact, got {diff.size} of {gf.size} elements "
+                              f"differing (first at {i}: expected {wf[i]!r}, got {gf[i]!r})")
+
+
+def compare_tolerance(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray],
+                      tolerances: list[dict[str, Any]], where: str) -> float:
+    """VerifyError unless |got - want| <= atol + rtol * |want| per output (exact where both are 0; NaN must
+    meet NaN); returns the largest absolute difference seen."""
+    worst = 0.0
+    for t in tolerances:
+        name, rtol, atol = t["name"], float(t["rtol"]), float(t["atol"])
+        g, w = got[name], want[name]
+        if g.shape != w.shape or g.dtype != w.dtype:
+            raise VerifyError(f"{where}: {name}: expected {w.dtype} {w.shape}, got {g.dtype} {g.shape}")
+        if rtol == 0 and atol == 0:
+            compare_exact({name: g}, {name: w}, where)
+            continue
+        gf, wf = g.astype(np.float64).reshape(-1), w.astype(np.float64).reshape(-1)
+        nan_ok = np.isnan(gf) == np.isnan(wf)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(gf - wf)
+            ok = nan_ok & ((diff <= atol + rtol * np.abs(wf)) | np.isnan(wf) | (gf == wf))
+        finite = diff[np.isfinite(diff)]
+        worst = max(worst, float(finite.max()) if finite.size else 0.0)
+        if not ok.all():
+            bad = np.flatnonzero(~ok)
+            i = int(bad[0])
+            raise VerifyError(f"{where}: {name}: expected |got - want| <= {atol:g} + {rtol:g}*|want|, got "
+                              f"{bad.size} of {gf.size} elements outside (first at {i}: expected {wf[i]!r}, got "
+                              f"{gf[i]!r})")
+    return worst
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What verify compared: the mode (``exact`` / ``tolerance``), why, sets checked, worst abs difference."""
+
+    device: str
+    mode: str
+    reason: str
+    sets: int
+    max_abs_diff: float
+
+
+def choose_mode(recorded: Mapping[str, str], here: Mapping[str, str], package_device: str, device: str) -> tuple[
+        str, str]:
+    """``exact`` when replaying on the package's device on a machine with the recorded fingerprint, else
+    ``tolerance``; and the reason, for the report."""
+    if device != package_device:
+        return "tolerance", f"device {device} differs from the package's {package_device}"
+    changed = sorted(k for k in set(recorded) | set(here) if recorded.get(k) != here.get(k))
+    if changed:
+        return "tolerance", "fingerprint differs in " + ", ".join(
+            f"{k} ({recorded.get(k)!r} vs {here.get(k)!r})" for k in changed)
+    return "exact", f"same device {device} and fingerprint as at package time"
+
+
+def verify_package(pkg: Any, device: str | None = None, mode: str = "auto") -> VerifyReport:
+    """Replay every golden set of ``pkg`` (a packager.package.Package) on ``device`` and compare (see the
+    module docstring); VerifyError on the first mismatch."""
+    from packager.environment import fingerprint
+
+    m = pkg.manifest
+    dev = device or m.target_device
+    replay = pkg.make_replay(dev)
+    auto_mode, reason = choose_mode(m.checked_on, fingerprint(replay.target), m.target_device, dev)
+    if mode == "auto":
+        mode = auto_mode
+    elif mode != auto_mode:
+        reason = f"forced by --mode {mode} ({reason})"
+    if mode not in ("exact", "tolerance"):
+        raise VerifyError(f"mode: expected auto, exact or tolerance, got {mode!r}")
+    tolerances = [{"name": o.name, "rtol": o.rtol, "atol": o.atol} for o in m.outputs]
+    worst = 0.0
+    for i in range(m.golden_sets):
+        g = pkg.golden(i)
+        replay.reset_state()
+        got = replay(g.inputs)
+        if mode == "exact":
+            compare_exact(got, g.target, f"golden set {i}")
+        else:
+            worst = max(worst, compare_tolerance(got, g.reference, tolerances, f"golden set {i}"))
+    return VerifyReport(dev, mode, reason, m.golden_sets, worst)
