@@ -158,7 +158,6 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
         vehicle_bytes = profile.path.read_bytes()
         proto = model_bytes_proto(model_bytes)
         abi = infer_abi(proto)
-        model = load_onnx(proto)
         device = Device.canonical(opts.target) if opts.target else device_for(profile.target, profile.target_arch)
         emulate = opts.emulate if opts.emulate is not None else ",".join(profile.emulated_dtypes)
         emulated = sorted(d.name for d in parse_emulated(emulate)) if emulate else []
@@ -171,7 +170,7 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
     with Context(EMULATED_DTYPES=settings["EMULATED_DTYPES"]):
         with prog.stage("capture", f"trace, fold weights, schedule and compile for {device}"):
             target = Device[device]
-            run = capture_onnx(model, sets[0], target=device)
+            run = capture_onnx(load_onnx(proto, device=device), sets[0], target=device)
             assert run.report is not None
             prog.note("capture", run.report.summary())
             compiled = {k.name: compiled_kernel(target.name, k.name) for k in run.cmdbuf.kernels}
@@ -182,7 +181,8 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
                 reference_outs = target_outs
             else:
                 with Context(EMULATED_DTYPES=""):
-                    reference_outs = _run_sets(capture_onnx(model, sets[0], target="CPU"), sets)
+                    reference_outs = _run_sets(capture_onnx(load_onnx(proto, device="CPU"), sets[0], target="CPU"),
+                                               sets)
             tolerances = _tolerances(cmdbuf)
             for i, (got, want) in enumerate(zip(target_outs, reference_outs, strict=True)):
                 compare_tolerance(got, want, tolerances, f"golden set {i} ({device} vs CPU reference)")
