@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import weakref
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,21 @@ from jit.dtype import DType, dtypes
 from jit.errors import CompileError
 from jit.uop import UOp
 from targets.base import Buffer, Program, Target, TargetLimits
-from targets.cstyle import CStyleLanguage, render_kernel
+from targets.cstyle import CStyleLanguage, render_kernel_info
 
+OMP_THREADS_SYMBOL = "dp_omp_threads"
+# OpenMP: the outermost output loops are split over a team of threads (static schedule: equal chunks, no
+# work-stealing bookkeeping); kernels with the pragma are built with OPENMP_FLAGS, the rest without
 CPU_LANGUAGE = CStyleLanguage(
     headers=("#include <math.h>", "#include <stdint.h>"),
     type_names={dtypes.bool: "_Bool", dtypes.float16: "_Float16"},
+    parallel_for="#pragma omp parallel for collapse({collapse}) num_threads(dp_omp_threads) schedule(static)",
+    # the team size is a variable the target writes after loading (a forked child must drop to 1: libgomp's
+    # thread pool does not survive fork, and a team of more than 1 thread in the child hangs)
+    parallel_setup=f"#ifndef DP_OMP_THREADS\n#define DP_OMP_THREADS\nint {OMP_THREADS_SYMBOL} = 1;\n#endif",
 )
+OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
+THREADS_ENV = "DRIVEPACK_CPU_THREADS"
 
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
@@ -116,6 +126,25 @@ def compile_shared(source: str, cc: str | None = None, flags: tuple[str, ...] = 
     return compile_shared_many([source], cc, flags)[0]
 
 
+def cpu_threads() -> int:
+    """Threads a CPU kernel may use: ``$DRIVEPACK_CPU_THREADS``, else the cores this process may run on."""
+    raw = os.environ.get(THREADS_ENV)
+    if raw is None:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise CompileError(f"{THREADS_ENV}: expected a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def _call_if_alive(method: weakref.WeakMethod) -> Any:
+    """A callable that runs ``method`` if its object still exists (fork hooks cannot be unregistered)."""
+    def hook() -> None:
+        bound = method()
+        if bound is not None:
+            bound()
+    return hook
+
+
 class CPUTarget(Target):
     """Single-process CPU execution; buffers are 64-byte aligned host arrays."""
 
@@ -123,9 +152,27 @@ class CPUTarget(Target):
     limits = TargetLimits(max_local_size=1, buffer_alignment=64)
     language = CPU_LANGUAGE
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int | None = None) -> None:
         self._ffi = cffi.FFI()
         self.compile_count = 0
+        n = cpu_threads() if threads is None else threads
+        if n < 1:
+            raise CompileError(f"CPUTarget.threads: expected a positive integer, got {n}")
+        self.threads = n
+        self._loaded_parallel = False  # whether this process loaded a kernel using the thread pragma
+        os.register_at_fork(after_in_child=_call_if_alive(weakref.WeakMethod(self._single_threaded_after_fork)))
+
+    def set_threads(self, n: int) -> None:
+        """Threads every parallel kernel uses when this target launches it from now on."""
+        if n < 1:
+            raise CompileError(f"CPUTarget.threads: expected a positive integer, got {n}")
+        self.threads = n
+
+    def _single_threaded_after_fork(self) -> None:
+        # libgomp keeps its thread pool across fork only in the parent: a child that starts a team of more than
+        # one thread waits forever for threads that were not copied, so a forked child runs single-threaded
+        if self._loaded_parallel:
+            self.set_threads(1)
 
     def supported_dtypes(self) -> frozenset[DType]:
         """C with GCC/Clang: every integer width, _Float16, float and double. bfloat16 and the fp8 formats have
@@ -134,20 +181,35 @@ class CPUTarget(Target):
 
     def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
         self.check_dtypes(name, sink)
-        return render_kernel(self.language, name, sink), {"global_size": (1,), "local_size": None}
+        rendered = render_kernel_info(self.language, name, sink)
+        return rendered.source, {"global_size": (1,), "local_size": None, "openmp": rendered.parallel}
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
         return self.compile_many([(name, source, meta)])[0]
 
     def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
-        paths = compile_shared_many([source for _, source, _ in items])
+        # one compiler run per flag set: single-threaded kernels keep their flags (and cache entries)
+        paths: list[Path | None] = [None] * len(items)
+        for openmp in (False, True):
+            picked = [i for i, (_, _, meta) in enumerate(items) if bool(meta.get("openmp")) == openmp]
+            if picked:
+                flags = CFLAGS + OPENMP_FLAGS if openmp else CFLAGS
+                for i, path in zip(picked, compile_shared_many([items[i][1] for i in picked], flags=flags),
+                                   strict=True):
+                    paths[i] = path
         return [self._load(name, source, meta, path) for (name, source, meta), path in zip(items, paths, strict=True)]
 
     def _load(self, name: str, source: str, meta: dict[str, Any], path: Path) -> Program:
         ffi = cffi.FFI()
         n_params = source.split(f" {name}(", 1)[1].split(")", 1)[0].count(",") + 1
         ffi.cdef(f"void {name}({', '.join(['void*'] * n_params)});")
+        if meta.get("openmp"):
+            ffi.cdef(f"extern int {OMP_THREADS_SYMBOL};")
         lib = ffi.dlopen(str(path))
+        if meta.get("openmp"):
+            # a caller that runs the kernel without launch() (a C driver) gets this target's count too
+            setattr(lib, OMP_THREADS_SYMBOL, self.threads)
+            self._loaded_parallel = True
         self.compile_count += 1
         return Program(name, source, getattr(lib, name), meta=meta | {"lib": lib, "ffi": ffi})
 
@@ -171,6 +233,9 @@ class CPUTarget(Target):
     def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
         ffi = self._ffi
         args = [ffi.cast("void*", b.handle.ctypes.data) for b in bufs]
+        if prog.meta.get("openmp"):
+            # the team size lives in the shared object, which other targets may share: set it per launch
+            setattr(prog.meta["lib"], OMP_THREADS_SYMBOL, self.threads)
         start = time.perf_counter()
         prog.handle(*args)
         return time.perf_counter() - start if wait else None

@@ -43,6 +43,15 @@ class CStyleLanguage:
     # integer POW: "double" computes (T)pow((double)a, (double)b) (C with fp64); "loop" calls a helper doing
     # exponentiation by squaring in the unsigned type (exact, wraps; for targets without fp64)
     int_pow: str = "double"
+    # CPU threads: the pragma that splits the outermost output loops over a thread team ("" = single-threaded;
+    # ``{collapse}`` is filled in), the definitions it needs (emitted once per compiled file), the work (loop
+    # iterations of the whole kernel) below which a thread team costs more than it saves, and the fewest
+    # iterations the collapsed loops must have. The thread count itself is not in the source: the target sets
+    # it at load time, so one compiled kernel serves any count.
+    parallel_for: str = ""
+    parallel_setup: str = ""
+    parallel_min_work: int = 1 << 15
+    parallel_min_trips: int = 8
 
     def type_name(self, d: DType) -> str:
         return self.type_names.get(d, d.cname)
@@ -89,6 +98,13 @@ class KernelRenderer:
         self.scope_names: list[list[UOp]] = [[]]
         self.uses: dict[UOp, int] = {}
         self.helpers: dict[str, str] = {}  # helper functions the kernel calls, emitted before its signature
+        self.parallel_loops = 0  # output loops shared out over threads (set by render)
+        # REDUCEs by their ranges, in graph order: candidates for sharing one loop nest
+        self.reduces: dict[tuple[UOp, ...], list[UOp]] = {}
+        self._reduce_inputs: dict[UOp, set[UOp]] = {}
+        for node in toposort([sink]):
+            if node.op is Ops.REDUCE:
+                self.reduces.setdefault(node.src[1:], []).append(node)
         for node in toposort([sink]):
             for src in node.src:
                 self.uses[src] = self.uses.get(src, 0) + 1
@@ -243,24 +259,49 @@ class KernelRenderer:
         value: object = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: d.min, Ops.MIN: d.max}[r.arg]
         return render_const(self.lang, value, d)
 
-    def emit_reduce(self, r: UOp) -> str:
-        value, ranges = r.src[0], r.src[1:]
-        # hoist what the loop body does not need the loop for
-        for node in toposort([value]):
-            if node in self.names or node.op in _INLINE or not self.deps(node) <= self.open_ranges:
+    def reduce_group(self, r: UOp) -> list[UOp]:
+        """``r`` and every other REDUCE over the very same RANGEs that can be computed here too: not computed yet,
+        depending only on loops open now, and not feeding one another. They share one loop nest (register tiles:
+        the optimizer's copies of one reduce), each with its own accumulator."""
+        group = [r]
+        for other in self.reduces.get(r.src[1:], ()):
+            if other is r or other in self.names or not self.deps(other) <= self.open_ranges:
                 continue
-            self.expr(node, force_var=True)
-        acc = self.new_var("acc")
-        self.line(f"{self.tname(r.dtype)} {acc} = {self.identity(r)};")
+            inside = set(toposort([other.src[0]]))
+            if any(g in inside or other in self.reduce_inputs(g) for g in group):
+                continue
+            group.append(other)
+        return group
+
+    def reduce_inputs(self, r: UOp) -> set[UOp]:
+        if r not in self._reduce_inputs:
+            self._reduce_inputs[r] = set(toposort([r.src[0]]))
+        return self._reduce_inputs[r]
+
+    def emit_reduce(self, r: UOp) -> str:
+        group = self.reduce_group(r)
+        ranges = r.src[1:]
+        # hoist what the loop body does not need the loop for
+        for red in group:
+            for node in toposort([red.src[0]]):
+                if node in self.names or node.op in _INLINE or not self.deps(node) <= self.open_ranges:
+                    continue
+                self.expr(node, force_var=True)
+        accs = []
+        for red in group:
+            accs.append(self.new_var("acc"))
+            self.line(f"{self.tname(red.dtype)} {accs[-1]} = {self.identity(red)};")
         for rng in ranges:
             self.open_loop(rng)
-        v = self.expr(value)
-        combine = self.alu_text(UOp(r.arg, r.dtype, (value, value)), [acc, v])
-        self.line(f"{acc} = {combine};")
+        values = [self.expr(red.src[0]) for red in group]
+        for red, acc, v in zip(group, accs, values, strict=True):
+            combine = self.alu_text(UOp(red.arg, red.dtype, (red.src[0], red.src[0])), [acc, v])
+            self.line(f"{acc} = {combine};")
         for _ in ranges:
             self.close_loop()
-        self.name_here(r, acc)
-        return acc
+        for red, acc in zip(group, accs, strict=True):
+            self.name_here(red, acc)
+        return accs[0]
 
     def open_loop(self, rng: UOp) -> None:
         var = f"ridx{rng.arg[0]}"
@@ -279,6 +320,25 @@ class KernelRenderer:
         self.depth -= 1
         self.line("}")
 
+    def parallel_depth(self, loops: list[UOp]) -> int:
+        """How many of the outermost output ``loops`` the thread pragma collapses (0: no pragma): the fewest
+        whose trip count reaches ``parallel_min_trips``, when the kernel has enough work to share.
+
+        The output loops are opened back to back with nothing between them (perfectly nested, as ``collapse``
+        requires), and each iteration of them stores to its own output elements, so iterations are independent.
+        """
+        if not self.lang.parallel_for or not loops:
+            return 0
+        work = math.prod(int(u.src[0].arg) for u in toposort([self.sink]) if u.op is Ops.RANGE)
+        if work < self.lang.parallel_min_work:
+            return 0
+        trips = 1
+        for depth, rng in enumerate(loops, 1):
+            trips *= int(rng.src[0].arg)
+            if trips >= self.lang.parallel_min_trips:
+                return depth
+        return len(loops) if trips > 1 else 0
+
     def render(self) -> str:
         for g in toposort([self.sink]):
             if g.op is Ops.DEFINE_GLOBAL:
@@ -292,7 +352,13 @@ class KernelRenderer:
             self.names[rng] = var
             self.open_ranges |= {rng}
             self.line(f"int {var} = {self.lang.global_index_fn}({n_hw - 1 - i});")
-        for rng in out_ranges[n_hw:]:
+        loops = out_ranges[n_hw:]
+        self.parallel_loops = self.parallel_depth(loops)
+        if self.parallel_loops:
+            self.line(self.lang.parallel_for.format(collapse=self.parallel_loops))
+            if self.lang.parallel_setup:
+                self.helpers["parallel_setup"] = self.lang.parallel_setup
+        for rng in loops:
             self.open_loop(rng)
         for store in self.sink.src:
             self.expr(store)
@@ -314,10 +380,24 @@ def global_launch_size(lang: CStyleLanguage, sink: UOp) -> tuple[int, ...]:
     return tuple(int(r.src[0].arg) for r in reversed(hw)) or (1,)
 
 
+@dataclass(frozen=True)
+class RenderedKernel:
+    """Kernel source and what the target must know to build it (``parallel``: it uses the thread pragma)."""
+
+    source: str
+    parallel: bool
+
+
 def render_kernel(lang: CStyleLanguage, name: str, sink: UOp) -> str:
+    return render_kernel_info(lang, name, sink).source
+
+
+def render_kernel_info(lang: CStyleLanguage, name: str, sink: UOp) -> RenderedKernel:
     if sink.op is not Ops.SINK:
         raise CompileError(f"{name}: expected a SINK at the kernel root, got {sink.op.name}")
     for u in toposort([sink]):
         if u.op in GroupOp.Movement or u.op in (Ops.BUFFER, Ops.REDUCE_AXIS):
             raise CompileError(f"{name}: tensor-level op {u.op.name} reached the renderer")
-    return KernelRenderer(lang, name, sink).render()
+    renderer = KernelRenderer(lang, name, sink)
+    source = renderer.render()
+    return RenderedKernel(source, renderer.parallel_loops > 0)

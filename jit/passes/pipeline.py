@@ -10,7 +10,8 @@
 3. the dtype policy for this kernel and target, then dtype decomposition: ``float_emulation`` (float16,
    bfloat16, fp8 as float32 over integer bits), then ``long_decomp`` (int64/uint64 as 32-bit words);
 4. ``cast_const``: the final commit of any weak constant still bare, including ones a decomposition built;
-5. codegen: symbolic, then (unless NOOPT) unrolling of small loops, then symbolic again.
+5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/opt: register tiling of reduce kernels,
+   unrolling of small loops in the rest), then symbolic again.
 
 ``rewrite_kernel`` returns the same graph together with the kernel's ``DTypePolicy``.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from jit.dtype import DType
 from jit.helpers import EMULATED_DTYPES, NOOPT
+from jit.opt import optimize_kernel
 from jit.passes.cast_const import pm_cast_const
 from jit.passes.commit_weak import pm_commit_weak
 from jit.passes.dtype_policy import DTypePolicy, decide_policy
@@ -30,7 +32,6 @@ from jit.passes.index_simplify import pm_index_simplify
 from jit.passes.long_decomp import decompose_longs
 from jit.passes.lower_weak import pm_lower_weak
 from jit.passes.symbolic import pm_symbolic
-from jit.passes.unroll import unroll_small_ranges
 from jit.rewrite import graph_rewrite
 from jit.uop import UOp
 from targets.base import Target
@@ -78,8 +79,8 @@ def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
     sink = graph_rewrite(sink, pm_cast_const, name="cast const")
     sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
     if not NOOPT:
-        sink = unroll_small_ranges(sink)
-        sink = graph_rewrite(sink, pm_symbolic, name="symbolic after unroll")
+        sink = optimize_kernel(sink)
+        sink = graph_rewrite(sink, pm_symbolic, name="symbolic after optimizing")
     return RewrittenKernel(sink, policy)
 
 

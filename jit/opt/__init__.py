@@ -1,0 +1,27 @@
+"""The kernel optimizer: per-kernel rewrites of a lowered kernel's loop structure, run before rendering.
+
+Entry point: ``optimize_kernel(sink)`` (called by jit/passes/pipeline.py unless ``NOOPT=1``). What it does:
+
+* reduce kernels (matmul, conv): register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
+  and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators);
+* every other kernel: the small-loop unroll of ``jit.passes.unroll`` (as before the optimizer existed).
+
+Threads on the CPU target are not decided here: the renderer splits the outermost output loops when the
+target's language declares a parallel pragma (targets/cstyle.py).
+"""
+
+from __future__ import annotations
+
+from jit.opt.tiling import TilePlan, plan_tiles, tile_kernel
+from jit.passes.unroll import unroll_small_ranges
+from jit.uop import UOp
+
+__all__ = ["TilePlan", "optimize_kernel", "plan_tiles", "tile_kernel"]
+
+
+def optimize_kernel(sink: UOp) -> UOp:
+    """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results."""
+    plan = plan_tiles(sink)
+    if plan is not None:
+        return tile_kernel(sink, plan)
+    return unroll_small_ranges(sink)

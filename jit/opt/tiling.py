@@ -1,0 +1,90 @@
+"""Register tiling of reduce kernels: upcast output axes so each reduce-loop pass updates a tile of outputs.
+
+Before: a kernel graph (SINK of STOREs) with one REDUCE over its reduce RANGEs and one RANGE per output axis
+(kind "global"), the last of which is the contiguous output axis. After: each upcast axis ``r`` of size ``n``
+is a RANGE of size ``n // u`` (same id), and every STORE is copied ``u`` times with ``r`` replaced by
+``r' * u + c`` for ``c`` in ``0..u-1``; the copies' REDUCEs share the same reduce RANGEs, so the renderer runs
+them in one loop with ``u_inner * u_reuse`` accumulators: a load that does not depend on an upcast axis is
+read once per tile instead of once per output. Every output element is still stored exactly once with the
+same value (each copy evaluates the original expression at one index of the tile, and each accumulator sums
+its own terms in the original order).
+
+Axes: the *inner* axis is the contiguous output axis (so a tile row is a contiguous run of loads and
+stores the C compiler vectorises); the *reuse* axis is another output axis that some load of the reduce body
+does not depend on while depending on the inner axis (a conv's output channel: the input window is shared
+by every channel of the tile; a matmul's row: the row of B is shared by every row of the tile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jit.passes.symbolic import pm_symbolic
+from jit.rewrite import graph_rewrite
+from jit.stats import range_deps
+from jit.uop import Ops, UOp, toposort
+
+INNER_UPCASTS = (16, 8, 4)  # contiguous-axis tile widths tried, widest first (16 floats: one AVX-512 register)
+REUSE_UPCASTS = (4, 2)  # reuse-axis tile heights tried; 4 x 16 accumulators fit the vector register file
+MIN_REDUCE_TRIPS = 4  # below this, the reduce loop is too short for a tile to pay for its code size
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Which output ranges to upcast and by how much: ``((range, factor), ...)``, inner axis first."""
+
+    upcasts: tuple[tuple[UOp, int], ...]
+
+
+def _size(r: UOp) -> int:
+    return int(r.src[0].arg)
+
+
+def _first_divisor(n: int, options: tuple[int, ...]) -> int | None:
+    return next((u for u in options if n % u == 0 and n // u >= 1 and n >= u), None)
+
+
+def plan_tiles(sink: UOp) -> TilePlan | None:
+    """The tile plan for ``sink``, or None when it is not a single-reduce kernel worth tiling."""
+    nodes = toposort([sink])
+    reduces = [u for u in nodes if u.op is Ops.REDUCE]
+    if len(reduces) != 1 or len(sink.src) != 1:
+        return None
+    red = reduces[0]
+    reduce_trips = 1
+    for r in red.src[1:]:
+        reduce_trips *= _size(r)
+    if reduce_trips < MIN_REDUCE_TRIPS:
+        return None
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    if not outs:
+        return None
+    inner = outs[-1]
+    u_inner = _first_divisor(_size(inner), INNER_UPCASTS)
+    if u_inner is None:
+        return None
+    deps = range_deps(red.src[0])
+    loads = [u for u in toposort([red.src[0]]) if u.op is Ops.LOAD]
+    upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
+    for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
+        shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
+        u_reuse = _first_divisor(_size(cand), REUSE_UPCASTS)
+        if shared and u_reuse is not None:
+            upcasts.append((cand, u_reuse))
+            break
+    return TilePlan(tuple(upcasts))
+
+
+def _upcast(sink: UOp, rng: UOp, factor: int) -> UOp:
+    """Every STORE of ``sink`` copied ``factor`` times over a ``factor``-times shorter ``rng``."""
+    outer = UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(_size(rng) // factor),), rng.arg)
+    stores = [s.substitute({rng: outer * factor + c if c else outer * factor}) for s in sink.src
+              for c in range(factor)]
+    return sink.replace(src=tuple(stores))
+
+
+def tile_kernel(sink: UOp, plan: TilePlan) -> UOp:
+    """``sink`` with every upcast of ``plan`` applied (inner axis last, so its copies are adjacent)."""
+    for rng, factor in reversed(plan.upcasts):
+        sink = _upcast(sink, rng, factor)
+    return graph_rewrite(sink, pm_symbolic, name="symbolic after tiling")
