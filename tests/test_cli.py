@@ -40,8 +40,12 @@ def test_module_help_runs() -> None:
     assert proc.stderr == ""
 
 
-def test_demo_runs_the_sample_vision_model(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert "[8, 9, 10, 11]" in out
-    assert "sample vision model:" in out and "hidden_state" in out and "demo ok" in out
+def test_demo_packages_verifies_and_replays_the_sample_model(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path) -> None:
+    out_path = tmp_path / "demo.dpk"
+    assert main(["demo", "-o", str(out_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "packaging for pc-cpu" in out and "[verify]" in err
+    assert "verify ok: 1 golden set(s) on CPU, exact" in out and "latency ms: p50" in out
+    assert "hidden_state" in out and "demo ok" in out
+    assert out_path.read_bytes()[:4] == b"\x89DPK"

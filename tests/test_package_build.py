@@ -43,7 +43,7 @@ build_package(sys.argv[1], "pc-cpu", sys.argv[2], BuildOptions(golden_sets=1))
 
 def test_same_inputs_give_byte_identical_files_in_two_processes(tmp_path: Path) -> None:
     digests = []
-    for i, mode in enumerate(("fresh", "busy")):
+    for mode in ("fresh", "busy"):
         (tmp_path / mode).mkdir()
         out = tmp_path / mode / "p.dpk"  # the model's file name is part of the manifest: keep it the same
         proc = subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path / mode / "m.onnx"), str(out), mode],
