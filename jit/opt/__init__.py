@@ -12,16 +12,20 @@ target's language declares a parallel pragma (targets/cstyle.py).
 
 from __future__ import annotations
 
+from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.opt.tiling import TilePlan, plan_tiles, tile_kernel
 from jit.passes.unroll import unroll_small_ranges
 from jit.uop import UOp
 
-__all__ = ["TilePlan", "optimize_kernel", "plan_tiles", "tile_kernel"]
+__all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_kernel", "plan_tiles",
+           "tile_kernel"]
 
 
-def optimize_kernel(sink: UOp) -> UOp:
-    """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results."""
-    plan = plan_tiles(sink)
+def optimize_kernel(sink: UOp, opts: OptOptions | None = None) -> UOp:
+    """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results.
+    ``opts`` None means the heuristic default ``OptOptions()``."""
+    opts = DEFAULT_OPTS if opts is None else opts
+    plan = plan_tiles(sink, opts) if opts.tile else None
     if plan is not None:
         return tile_kernel(sink, plan)
-    return unroll_small_ranges(sink)
+    return unroll_small_ranges(sink) if opts.unroll else sink

@@ -17,16 +17,14 @@ by every channel of the tile; a matmul's row: the row of B is shared by every ro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from jit.opt.options import DEFAULT_OPTS, OptOptions
 from jit.passes.symbolic import pm_symbolic
 from jit.rewrite import graph_rewrite
 from jit.stats import range_deps
 from jit.uop import Ops, UOp, toposort
-
-INNER_UPCASTS = (16, 8, 4)  # contiguous-axis tile widths tried, widest first (16 floats: one AVX-512 register)
-REUSE_UPCASTS = (4, 2)  # reuse-axis tile heights tried; 4 x 16 accumulators fit the vector register file
-MIN_REDUCE_TRIPS = 4  # below this, the reduce loop is too short for a tile to pay for its code size
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ def _first_divisor(n: int, options: tuple[int, ...]) -> int | None:
     return next((u for u in options if n % u == 0 and n // u >= 1 and n >= u), None)
 
 
-def plan_tiles(sink: UOp) -> TilePlan | None:
+def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     """The tile plan for ``sink``, or None when it is not a single-reduce kernel worth tiling."""
     nodes = toposort([sink])
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
@@ -54,13 +52,13 @@ def plan_tiles(sink: UOp) -> TilePlan | None:
     reduce_trips = 1
     for r in red.src[1:]:
         reduce_trips *= _size(r)
-    if reduce_trips < MIN_REDUCE_TRIPS:
+    if reduce_trips < opts.min_reduce_trips:
         return None
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
-    if not outs:
+    if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs:
         return None
     inner = outs[-1]
-    u_inner = _first_divisor(_size(inner), INNER_UPCASTS)
+    u_inner = _first_divisor(_size(inner), opts.inner_upcasts)
     if u_inner is None:
         return None
     deps = range_deps(red.src[0])
@@ -68,7 +66,7 @@ def plan_tiles(sink: UOp) -> TilePlan | None:
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
-        u_reuse = _first_divisor(_size(cand), REUSE_UPCASTS)
+        u_reuse = _first_divisor(_size(cand), tuple(u for u in opts.reuse_upcasts if u * u_inner <= opts.max_upcast))
         if shared and u_reuse is not None:
             upcasts.append((cand, u_reuse))
             break

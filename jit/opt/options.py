@@ -1,0 +1,85 @@
+"""The optimizer's knobs, explicit and frozen: what ``optimize_kernel(sink, opts)`` may do to one kernel.
+
+``OptOptions()`` (every field at its default) is the heuristic default the packager uses when nothing else is
+asked for; a search (BEAM) or a tuning file builds other instances. The fields are stable: a tuning file stores
+them by name (``to_dict`` / ``from_dict``), so renaming one breaks stored tunings.
+
+What holds: every instance accepted by ``__post_init__`` yields a kernel with the same results as NOOPT (the
+options change loop structure and code size, never arithmetic order within one output's reduction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from jit.errors import DrivepackError
+
+
+class OptOptionsError(DrivepackError, ValueError):
+    """An ``OptOptions`` field with a value the optimizer cannot use."""
+
+
+def _check_factors(name: str, value: object) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                               for v in value):
+        raise OptOptionsError(f"OptOptions.{name}: expected a tuple of positive ints, got {value!r}")
+
+
+def _check_positive(name: str, value: object, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise OptOptionsError(f"OptOptions.{name}: expected an int >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OptOptions:
+    """Per-kernel optimizer choices (all defaults = the built-in heuristic).
+
+    * ``tile``: register-tile reduce kernels (matmul, conv) at all.
+    * ``inner_upcasts``: widths tried, widest first, for the contiguous output axis (a tile row).
+    * ``reuse_upcasts``: heights tried, tallest first, for the reuse axis (conv output channel, matmul row).
+    * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
+    * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
+    * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it).
+    * ``unroll``: unroll small loops of kernels that are not tiled.
+    * ``threads``: let the CPU renderer share the outermost output loops over threads (OpenMP).
+    * ``vectorize``: render a tile row as explicit vector types where the language declares them.
+    """
+
+    tile: bool = True
+    inner_upcasts: tuple[int, ...] = (16, 8, 4)
+    reuse_upcasts: tuple[int, ...] = (4, 2)
+    max_upcast: int = 64
+    min_reduce_trips: int = 8
+    min_outputs: int = 64
+    unroll: bool = True
+    threads: bool = True
+    vectorize: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tile", "unroll", "threads", "vectorize"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
+        _check_factors("inner_upcasts", self.inner_upcasts)
+        _check_factors("reuse_upcasts", self.reuse_upcasts)
+        _check_positive("max_upcast", self.max_upcast)
+        _check_positive("min_reduce_trips", self.min_reduce_trips)
+        _check_positive("min_outputs", self.min_outputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able fields (tuples as lists), for a tuning file."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OptOptions:
+        """The options stored by ``to_dict``; unknown names are refused (a typo must not silently mean default)."""
+        if not isinstance(data, dict):
+            raise OptOptionsError(f"OptOptions: expected a dict of fields, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise OptOptionsError(f"OptOptions: expected fields among {sorted(known)}, got unknown {unknown}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+DEFAULT_OPTS = OptOptions()

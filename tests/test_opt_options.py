@@ -1,0 +1,55 @@
+"""OptOptions: checked fields, round trip through a dict, and each knob changing what optimize_kernel does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit.errors import DrivepackError
+from jit.opt import OptOptions, OptOptionsError, optimize_kernel, plan_tiles
+from jit.passes.pipeline import commit_dtypes
+from jit.schedule import create_schedule
+from jit.tensor import Tensor
+from jit.uop import Ops, toposort
+
+
+def _matmul_ast():
+    a = Tensor(np.ones((64, 48), np.float32))
+    b = Tensor(np.ones((48, 80), np.float32))
+    kernels, _ = create_schedule([a.matmul(b).uop], "CPU")
+    return commit_dtypes(kernels[-1].ast)
+
+
+def test_dict_round_trip_keeps_every_field() -> None:
+    opts = OptOptions(inner_upcasts=(8,), reuse_upcasts=(2,), max_upcast=16, threads=False)
+    assert OptOptions.from_dict(opts.to_dict()) == opts
+
+
+@pytest.mark.parametrize("field,value", [("inner_upcasts", (0,)), ("inner_upcasts", [4]), ("max_upcast", 0),
+                                         ("tile", 1), ("min_reduce_trips", -1), ("min_outputs", True)])
+def test_bad_field_is_a_typed_error_naming_it(field: str, value: object) -> None:
+    with pytest.raises(OptOptionsError, match=f"OptOptions.{field}: expected") as e:
+        OptOptions(**{field: value})
+    assert isinstance(e.value, DrivepackError)
+
+
+def test_unknown_field_in_dict_is_refused() -> None:
+    with pytest.raises(OptOptionsError, match="unknown \\['upcastz'\\]"):
+        OptOptions.from_dict({"upcastz": 4})
+
+
+def test_knobs_change_the_plan() -> None:
+    ast = _matmul_ast()
+    sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
+    assert sizes(plan_tiles(ast, OptOptions())) == [(80, 16), (64, 4)]
+    assert sizes(plan_tiles(ast, OptOptions(inner_upcasts=(8,), reuse_upcasts=(2,)))) == [(80, 8), (64, 2)]
+    assert sizes(plan_tiles(ast, OptOptions(max_upcast=16))) == [(80, 16)]  # no reuse axis fits under the cap
+    assert plan_tiles(ast, OptOptions(min_reduce_trips=49)) is None
+    assert plan_tiles(ast, OptOptions(min_outputs=64 * 80 + 1)) is None
+
+
+def test_tile_off_leaves_one_store() -> None:
+    ast = _matmul_ast()
+    stores = lambda s: sum(1 for u in toposort([s]) if u.op is Ops.STORE)  # noqa: E731
+    assert stores(optimize_kernel(ast, OptOptions(tile=False))) == 1
+    assert stores(optimize_kernel(ast)) == 64
