@@ -44,6 +44,9 @@ class OptOptions:
     * ``unroll``: unroll small loops of kernels that are not tiled.
     * ``threads``: let the CPU renderer share the outermost output loops over threads (OpenMP).
     * ``vectorize``: render a tile row as explicit vector types where the language declares them.
+    * ``local_size``: work-group size on targets that launch work-groups (OpenCL), one entry per launch
+      dimension; ``()`` lets the target choose. A size that does not divide the launch or exceeds the kernel's
+      limits is replaced by the target's own choice (a tuning file never makes a launch invalid).
     """
 
     tile: bool = True
@@ -55,6 +58,7 @@ class OptOptions:
     unroll: bool = True
     threads: bool = True
     vectorize: bool = True
+    local_size: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tile", "unroll", "threads", "vectorize"):
@@ -62,6 +66,7 @@ class OptOptions:
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)
         _check_factors("reuse_upcasts", self.reuse_upcasts)
+        _check_factors("local_size", self.local_size)
         _check_positive("max_upcast", self.max_upcast)
         _check_positive("min_reduce_trips", self.min_reduce_trips)
         _check_positive("min_outputs", self.min_outputs)
