@@ -34,11 +34,13 @@ class Setting:
 
 DEBUG = Setting("DEBUG", 0)
 NOOPT = Setting("NOOPT", 0)
+# BEAM=N: search each kernel's optimizer options by timing (beam width N) when it is compiled (jit/opt/search.py)
+BEAM = Setting("BEAM", 0)
 VIZ = Setting("VIZ", 0)
 EMULATED_DTYPES = Setting("EMULATED_DTYPES", "")
 NOLOCALS = Setting("NOLOCALS", 0)  # OpenCL: launch with a NULL local size (the driver picks the work-group size)
 
-_SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, VIZ, EMULATED_DTYPES, NOLOCALS)}
+_SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, BEAM, VIZ, EMULATED_DTYPES, NOLOCALS)}
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import numpy as np
 from jit.device import Device
 from jit.dtype import DType, to_numpy
 from jit.helpers import DEBUG, EMULATED_DTYPES, NOOPT
+from jit.opt.search import settings_key as tuning_settings_key
 from jit.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
 from jit.passes.pipeline import RewrittenKernel, rewrite_kernel
 from jit.schedule import ScheduledKernel, create_schedule, realized
@@ -86,7 +87,7 @@ def _deep_recursion(limit: int = _RECURSION_LIMIT) -> Iterator[None]:
 
 def _settings_key() -> str:
     """The run settings a compiled kernel depends on (a kernel compiled under EMULATED_DTYPES=long differs)."""
-    return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value}"
+    return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value};{tuning_settings_key()}"
 _names: dict[str, dict[str, int]] = {}  # base name -> source -> suffix number
 
 

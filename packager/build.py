@@ -13,6 +13,7 @@ JSON, kernels renamed by position so names never depend on what the process comp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from dataclasses import dataclass, field, replace
@@ -27,7 +28,10 @@ from abi.infer import infer_abi
 from abi.records import Abi
 from abi.vehicle import VehicleProfile, load_vehicle
 from jit.device import Device
-from jit.helpers import NOOPT, Context
+from jit.helpers import BEAM, NOOPT, Context
+from jit.opt import tuning as tuning_file
+from jit.opt.search import use_tuning
+from jit.opt.tuning import TuningTable
 from jit.passes.dtype_policy import aggregate_policies, parse_emulated
 from jit.realize import compiled_kernel
 from packager import __version__
@@ -41,6 +45,7 @@ from packager.verify import compare_exact, compare_tolerance
 from targets.cmdbuf import CommandBuffer, KernelSpec
 
 GOLDEN_SETS = 2
+DEFAULT_BEAM = 2  # beam width of ``--tune`` when neither BuildOptions.beam nor BEAM says otherwise
 GOLDEN_SEED = 0
 # per output dtype: (rtol, atol) for comparing a target's outputs with the CPU reference's; absent: bit-exact
 TOLERANCES: dict[str, tuple[float, float]] = {"float32": (1e-4, 1e-4), "float64": (1e-9, 1e-9),
@@ -57,6 +62,9 @@ class BuildOptions:
     emulate: str | None = None  # an EMULATED_DTYPES value; default: the vehicle profile's
     golden_sets: int = GOLDEN_SETS
     model_name: str | None = None  # default: the model file's name
+    tuning: str | Path | None = None  # a tuning file (jit/opt/tuning.py) to compile with (``--tuning``)
+    tune: bool = False  # search kernels the tuning file lacks, then write it (``--tune``; default <out>.tuning.json)
+    beam: int = 0  # beam width of that search; 0: the BEAM setting, else DEFAULT_BEAM
 
 
 @dataclass
@@ -69,6 +77,20 @@ class BuildResult:
     times: dict[str, float] = field(default_factory=dict)
     dtype_summary: str = ""
     abi_warnings: list[str] = field(default_factory=list)
+    tuning_path: Path | None = None  # the tuning file read or written, if any
+    tuning_summary: str = ""
+
+
+def _tuning(opts: BuildOptions, out: str | Path) -> tuple[TuningTable | None, Path | None, int]:
+    """The tuning table to compile with, where it is written back (``--tune``) or read from, and the search's
+    beam width (0: read only). No tuning file and no ``--tune``: (None, None, 0), the optimizer's defaults."""
+    if opts.beam < 0:
+        raise PackageError(f"beam: expected an int >= 0, got {opts.beam}")
+    if not opts.tune:
+        return (tuning_file.load(opts.tuning), Path(opts.tuning), 0) if opts.tuning is not None else (None, None, 0)
+    path = Path(opts.tuning) if opts.tuning is not None else Path(f"{out}.tuning.json")
+    table = tuning_file.load(path) if path.exists() else TuningTable()  # a warm file: only new kernels searched
+    return table, path, opts.beam or int(BEAM) or DEFAULT_BEAM
 
 
 def golden_inputs(abi: Abi, seed: int) -> dict[str, np.ndarray]:
@@ -164,16 +186,28 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
         role, abi_warnings = _role(abi, profile)
         for w in abi_warnings:
             prog.note("load", f"abi warning: {w}")
+        table, tuning_path, beam = _tuning(opts, out)
     sets = [golden_inputs(abi, GOLDEN_SEED + i) for i in range(opts.golden_sets)]
     settings = {"EMULATED_DTYPES": ",".join(emulated), "NOOPT": int(NOOPT.value), "fold_weights": True,
                 "golden_sets": opts.golden_sets, "golden_seed": GOLDEN_SEED}
+    tuning_summary = ""
     with Context(EMULATED_DTYPES=settings["EMULATED_DTYPES"]):
-        with prog.stage("capture", f"trace, fold weights, schedule and compile for {device}"):
+        # only the package's own kernels are tuned: the CPU reference below compiles with the defaults
+        tuned = use_tuning(table, beam) if table is not None else contextlib.nullcontext()
+        with prog.stage("capture", f"trace, fold weights, schedule and compile for {device}"), tuned as session:
             target = Device[device]
             run = capture_onnx(load_onnx(proto, device=device), sets[0], target=device)
             assert run.report is not None
             prog.note("capture", run.report.summary())
             compiled = {k.name: compiled_kernel(target.name, k.name) for k in run.cmdbuf.kernels}
+            if session is not None:
+                assert table is not None and tuning_path is not None
+                tuning_summary = (f"tuning: {session.hits} kernels from {tuning_path.name}, {session.searched} "
+                                  f"searched (beam {beam}), {session.misses} at the defaults")
+                prog.note("capture", tuning_summary)
+                if opts.tune:
+                    table.save(tuning_path)
+                settings["tuning"] = {"sha256": table.digest(), "entries": len(table)}
         cmdbuf, renamed = canonical_kernels(run.cmdbuf)
         with prog.stage("golden", f"{opts.golden_sets} input sets on {device} and the CPU reference"):
             target_outs = _run_sets(run, sets)
@@ -232,7 +266,8 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
             replay.reset_state()
             compare_exact(replay(g.inputs), g.target, f"golden set {i}")
             prog.bar("verify", i + 1, pkg.manifest.golden_sets, "golden sets")
-    return BuildResult(pkg, Path(out), size, dict(prog.times), _summary_policy(policy), abi_warnings)
+    return BuildResult(pkg, Path(out), size, dict(prog.times), _summary_policy(policy), abi_warnings, tuning_path,
+                       tuning_summary)
 
 
 def model_bytes_proto(data: bytes) -> Any:

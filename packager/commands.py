@@ -25,6 +25,11 @@ def add_package_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emulate", help="EMULATED_DTYPES for this build, e.g. long,half; default: the vehicle's")
     p.add_argument("--golden-sets", type=int, default=2, help="golden input sets to bundle (default 2)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--tuning", metavar="FILE", help="compile with the kernel options stored in this tuning file "
+                                                    "(no search: deterministic)")
+    p.add_argument("--tune", action="store_true", help="search each kernel the tuning file lacks (timed, beam "
+                                                       "width BEAM or 2) and write the file (default "
+                                                       "<output>.tuning.json)")
 
 
 def add_verify_args(p: argparse.ArgumentParser) -> None:
@@ -69,6 +74,7 @@ def _summary(result: object) -> list[str]:
             f"{raw['kernels']['dispatches']} dispatches, arena {m.arena_bytes} bytes, weights "
             f"{raw['weights']['bytes']} bytes",
             *("  " + line for line in result.dtype_summary.splitlines()),
+            *([f"  {result.tuning_summary} ({result.tuning_path})"] if result.tuning_summary else []),
             f"  time per stage: {times}"]
 
 
@@ -77,7 +83,8 @@ def run_package(args: argparse.Namespace) -> int:
     from packager.progress import Progress
 
     result = build_package(args.model, args.vehicle, args.output,
-                           BuildOptions(target=args.target, emulate=args.emulate, golden_sets=args.golden_sets),
+                           BuildOptions(target=args.target, emulate=args.emulate, golden_sets=args.golden_sets,
+                                        tuning=args.tuning, tune=args.tune),
                            Progress(enabled=not args.quiet))
     print("\n".join(_summary(result)))
     return EXIT_OK

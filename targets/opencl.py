@@ -296,6 +296,18 @@ def choose_local_size(global_size: tuple[int, ...], max_group: int, max_items: t
     return tuple(local)
 
 
+def valid_local_size(local: tuple[int, ...], global_size: tuple[int, ...], max_group: int,
+                     max_items: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``local`` when it is a launchable work-group size for ``global_size`` (one entry per dimension, each
+    dividing its global extent and within ``max_items``, product within ``max_group``), else None."""
+    if len(local) != len(global_size) or prod(local) > max_group:
+        return None
+    for dim, (lo, g) in enumerate(zip(local, global_size, strict=True)):
+        if lo < 1 or g % lo or lo > (max_items[dim] if dim < len(max_items) else 1):
+            return None
+    return local
+
+
 def _release_mem(lib: Any, handle: Any, live: Counter[str]) -> None:
     lib.clReleaseMemObject(handle)
     live["mem"] -= 1
@@ -395,7 +407,11 @@ class OpenCLTarget(Target):
         self.check_dtypes(name, sink)
         global_size = global_launch_size(self.language, sink)
         local_size = choose_local_size(global_size, self.max_group, self.max_items, self.preferred_local)
-        return render_kernel(self.language, name, sink), {"global_size": global_size, "local_size": local_size}
+        meta: dict[str, Any] = {"global_size": global_size, "local_size": local_size}
+        if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/opt/search.py)
+            meta["local_request"] = tuple(requested)
+        return render_kernel(self.language, name, sink), meta
+
 
     def _cache_key(self, source: str) -> str:
         i = self.info
@@ -510,8 +526,11 @@ class OpenCLTarget(Target):
         max_group = _info_uint(lib.clGetKernelWorkGroupInfo, kernel, CL_KERNEL_WORK_GROUP_SIZE, self.device_id)
         handle = CLKernel(self, program, kernel, max_group)
         global_size = tuple(meta.get("global_size", (1,)))
-        local_size = choose_local_size(global_size, min(max_group, self.max_group), self.max_items,
-                                       self.preferred_local)
+        local_size = valid_local_size(tuple(meta.get("local_request", ())), global_size,
+                                      min(max_group, self.max_group), self.max_items)
+        if local_size is None:
+            local_size = choose_local_size(global_size, min(max_group, self.max_group), self.max_items,
+                                           self.preferred_local)
         return Program(name, source, handle, global_size=global_size, local_size=local_size, meta=meta)
 
     # --- memory --------------------------------------------------------------------------------------------

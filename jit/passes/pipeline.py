@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from jit.dtype import DType
 from jit.helpers import EMULATED_DTYPES, NOOPT
 from jit.opt import optimize_kernel
+from jit.opt.search import kernel_options, with_options
 from jit.passes.cast_const import pm_cast_const
 from jit.passes.commit_weak import pm_commit_weak
 from jit.passes.dtype_policy import DTypePolicy, decide_policy
@@ -79,8 +80,11 @@ def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
     sink = graph_rewrite(sink, pm_cast_const, name="cast const")
     sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
     if not NOOPT:
-        sink = optimize_kernel(sink)
+        opts = kernel_options(sink, target)  # a tuning file's or BEAM search's choice; None: the default
+        sink = optimize_kernel(sink, opts)
         sink = graph_rewrite(sink, pm_symbolic, name="symbolic after optimizing")
+        if opts is not None:
+            sink = with_options(sink, opts)  # the target reads launch choices (work-group size) from the SINK
     return RewrittenKernel(sink, policy)
 
 
