@@ -1,0 +1,84 @@
+"""OpenCL kernel options: work-group size choices and checks, tuned launches in captures, honest DEBUG=2 counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit.capture import capture
+from jit.device import Device
+from jit.helpers import Context
+from jit.opt.options import OptOptions
+from jit.opt.search import local_size_choices, use_tuning
+from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
+from jit.passes.cast_const import pm_cast_const
+from jit.passes.pipeline import commit_dtypes
+from jit.passes.symbolic import pm_symbolic
+from jit.realize import compile_uops
+from jit.rewrite import graph_rewrite
+from jit.schedule import create_schedule
+from jit.tensor import Tensor
+from targets.opencl import valid_local_size
+
+RNG = np.random.default_rng(3)
+X = RNG.standard_normal((1, 4, 12, 16), dtype=np.float32)
+W = RNG.standard_normal((8, 4, 3, 3), dtype=np.float32)
+
+
+def _conv() -> Tensor:
+    return Tensor(X, device="OPENCL").conv2d(Tensor(W, device="OPENCL"), padding=1).relu()
+
+
+def _table_for(out: Tensor, opts: OptOptions) -> TuningTable:
+    kernels, _ = create_schedule([out.uop], "OPENCL")
+    sink = graph_rewrite(graph_rewrite(commit_dtypes(kernels[-1].ast), pm_cast_const), pm_symbolic)
+    key, dev = kernel_key(sink), device_fingerprint(Device["OPENCL"])
+    return TuningTable({(key, "OPENCL", dev): TuningEntry(key, "OPENCL", dev, opts)})
+
+
+def test_local_size_choices_divide_the_launch_within_limits() -> None:
+    choices = local_size_choices((12, 32, 4), 64, (64, 64, 2))
+    assert (1, 1, 1) in choices and len(choices) == len(set(choices)) > 3
+    for local in choices:
+        assert all(g % lo == 0 for g, lo in zip((12, 32, 4), local, strict=True))
+        assert np.prod(local) <= 64 and local[2] <= 2
+
+
+@pytest.mark.parametrize(("local", "ok"), [((4, 2), True), ((3, 2), False), ((4,), False), ((16, 8), False),
+                                           ((8, 1), True), ((0, 1), False), ((1, 4), False)])
+def test_valid_local_size_checks_division_dims_and_limits(local: tuple[int, ...], ok: bool) -> None:
+    # global (16, 8); at most 64 items per group, at most (16, 2) per dimension
+    assert (valid_local_size(local, (16, 8), 64, (16, 2)) == local) is ok
+
+
+def test_counted_flops_do_not_depend_on_tiling_or_work_group_size() -> None:
+    with Context(NOOPT=1):
+        plain = compile_uops([_conv().uop], "OPENCL")[-1].stats
+    default = compile_uops([_conv().uop], "OPENCL")[-1].stats
+    stats = {}
+    for opts in (OptOptions(inner_upcasts=(4,), reuse_upcasts=(2,), min_outputs=1), OptOptions(local_size=(1, 2, 2)),
+                 OptOptions(local_size=(1, 1, 1))):
+        with use_tuning(_table_for(_conv(), opts)):
+            stats[opts] = compile_uops([_conv().uop], "OPENCL")[-1].stats
+    flops = 2 * 8 * 12 * 16 * 4 * 9  # one multiply and one add per conv term
+    assert plain.flops >= flops and {s.flops for s in stats.values()} == {default.flops} == {plain.flops}
+    # bytes count loads as executed: a tile reads a shared operand once, never more often than without tiling
+    assert all(s.bytes <= plain.bytes for s in stats.values())
+    by_local = [stats[OptOptions(local_size=(1, 2, 2))], stats[OptOptions(local_size=(1, 1, 1))]]
+    assert by_local[0] == by_local[1] == default  # the work-group size changes no loop: same counts
+
+
+def test_a_tuned_work_group_size_is_recorded_in_the_capture_and_replays_the_same() -> None:
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": x.conv2d(Tensor(W, device="OPENCL"), padding=1).relu()}
+
+    x = {"x": X}
+    plain = capture(model, x, target="OPENCL")
+    launch = plain.cmdbuf.dispatches[-1]
+    ones = (1,) * len(launch.global_size)  # divides any launch; the target's own choice groups more items
+    assert launch.local_size != ones
+    with use_tuning(_table_for(_conv(), OptOptions(local_size=ones))) as session:
+        tuned = capture(model, x, target="OPENCL")
+    assert session.hits == 1
+    assert tuned.cmdbuf.dispatches[-1].local_size == ones
+    np.testing.assert_array_equal(tuned(x)["y"], plain(x)["y"])  # a work-group size changes no arithmetic
