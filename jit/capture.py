@@ -27,6 +27,7 @@ only differ where the C compiler would have contracted a folded product into a m
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,9 +36,10 @@ from typing import Any
 import numpy as np
 
 from jit.device import Device
-from jit.dtype import DType, commit_weak, from_numpy
+from jit.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.errors import DrivepackError, DTypeError
 from jit.memory_plan import Lifetime, plan_alignment, plan_memory
+from jit.passes.images import weights_to_images
 from jit.realize import compile_kernels, copy_from_device, run_schedule
 from jit.schedule import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
 from jit.tensor import Tensor
@@ -203,13 +205,37 @@ class _Bindings:
     table: dict[str, BufferSpec]
     weights: dict[int, np.ndarray]
 
-    def weight(self, buf: UOp) -> str:
+    def weight(self, buf: UOp, image: tuple[int, int] | None = None) -> str:
         if buf not in self.role:
             wid = len(self.weights)
             self.weights[wid] = copy_from_device(buf).view(np.uint8)
             self.role[buf] = f"weight:{wid}"
-            self.table[self.role[buf]] = _flat_spec(self.role[buf], buf)
+            self.table[self.role[buf]] = dataclasses.replace(_flat_spec(self.role[buf], buf), image=image)
         return self.role[buf]
+
+
+def _image_weights(kernels: list[ScheduledKernel], role: dict[UOp, str], limits: Any) -> dict[UOp, tuple[int, int]]:
+    """Weights to bind as images (target limits say ``images``): float32 weights read only inside reduce loops
+    at indices that move with the loop (a conv's or matmul's weights, not a bias or a scalar) and that fit the
+    target's largest image, each with its (height, width) in texels."""
+    read_by_reduce: dict[UOp, bool] = {}
+    for k in kernels:
+        in_loop = {u.src[0].src[0].arg for r in toposort([k.ast]) if r.op is Ops.REDUCE
+                   for u in toposort([r.src[0]])
+                   if u.op is Ops.LOAD and set(r.src[1:]) & set(toposort([u]))}
+        for i, b in enumerate(k.buffers):
+            if i and b not in role:
+                read_by_reduce[b] = read_by_reduce.get(b, True) and i in in_loop
+    out = {}
+    for b, only_reduce in read_by_reduce.items():
+        if only_reduce and b.dtype == dtypes.float32 and (hw := image_shape(b.arg[2], limits.image2d_max)):
+            out[b] = hw
+    return out
+
+
+def _read_as_images(k: ScheduledKernel, images: dict[UOp, tuple[int, int]]) -> ScheduledKernel:
+    params = {i: images[b] for i, b in enumerate(k.buffers) if i and b in images}
+    return dataclasses.replace(k, ast=weights_to_images(k.ast, params)) if params else k
 
 
 def _flat_spec(binding: str, buf: UOp, shape: tuple[int, ...] | None = None) -> BufferSpec:
@@ -306,6 +332,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         bindings.table[binding] = BufferSpec(binding, "uint8", (int(binding.split("+")[1]),),
                                              int(binding.split("+")[1]))
 
+    images = _image_weights(kept, role, tgt.limits) if tgt.limits.images else {}
+    kept = [_read_as_images(k, images) for k in kept]
     compiled = compile_kernels(kept, tgt)
     specs: dict[str, int] = {}
     kernel_specs: list[KernelSpec] = []
@@ -315,7 +343,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
             specs[ck.name] = len(kernel_specs)
             kernel_specs.append(KernelSpec(ck.name, ck.program.source, ck.program.name, tgt.name,
                                                   kernel_flags(tgt, ck.program)))
-        binds = tuple(role[b] if b in role else bindings.weight(b) for b in k.buffers)
+        binds = tuple(role[b] if b in role else bindings.weight(b, images.get(b)) for b in k.buffers)
         local = tuple(ck.program.local_size) if ck.program.local_size else None
         dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
 

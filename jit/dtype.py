@@ -97,6 +97,31 @@ class PtrDType:
     weak = False
 
 
+@dataclass(frozen=True, eq=True)
+class ImageDType(PtrDType):
+    """A read-only 2-D image of RGBA float texels holding ``size`` elements of ``base`` (float32) in order:
+    element i is component i % 4 of texel i // 4, and texel t sits at (x, y) = (t % width, t // width)."""
+
+    height: int = 1
+    width: int = 1
+
+    def __repr__(self) -> str:
+        return f"{self.base!r}.image({self.height}, {self.width})"
+
+    @property
+    def name(self) -> str:
+        return f"image2d<{self.base.name}>[{self.height}x{self.width}]"
+
+
+def image_shape(elements: int, max_hw: tuple[int, int]) -> tuple[int, int] | None:
+    """(height, width) in texels of the narrowest-fitting image for ``elements`` floats (4 per texel), rows as
+    wide as ``max_hw`` allows; None when it does not fit."""
+    texels = max(1, -(-elements // 4))
+    width = min(texels, max_hw[1])
+    height = -(-texels // width)
+    return (height, width) if height <= max_hw[0] else None
+
+
 AnyDType = DType | PtrDType
 
 

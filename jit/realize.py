@@ -88,10 +88,10 @@ def _deep_recursion(limit: int = _RECURSION_LIMIT) -> Iterator[None]:
 def _settings_key() -> str:
     """The run settings a compiled kernel depends on (a kernel compiled under EMULATED_DTYPES=long differs)."""
     return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value};{tuning_settings_key()}"
-_names: dict[str, dict[str, int]] = {}  # base name -> source -> suffix number
+_names: dict[str, dict[object, int]] = {}  # base name -> kernel graph -> suffix number
 
 
-def unique_name(base: str, key: str) -> str:
+def unique_name(base: str, key: object) -> str:
     """``base`` for the first kernel with that name, then ``base`` + ``n2``, ``n3``... for different kernels."""
     seen = _names.setdefault(base, {})
     if key not in seen:
@@ -110,8 +110,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target) -> list[Comp
             continue
         with _deep_recursion():
             rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
-            probe, _ = target.render("kernel", rewritten.sink)
-            name = unique_name(k.name, probe)
+            name = unique_name(k.name, rewritten.sink)
             source, meta = target.render(name, rewritten.sink)
         if DEBUG >= 2:
             for line in rewritten.dtype_policy.debug_lines():  # once per kernel: compiled kernels are cached

@@ -180,7 +180,8 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
         vehicle_bytes = profile.path.read_bytes()
         proto = model_bytes_proto(model_bytes)
         abi = infer_abi(proto)
-        device = Device.canonical(opts.target) if opts.target else device_for(profile.target, profile.target_arch)
+        device = Device.canonical(opts.target) if opts.target else \
+            device_for(profile.target, profile.target_arch, profile.images)
         emulate = opts.emulate if opts.emulate is not None else ",".join(profile.emulated_dtypes)
         emulated = sorted(d.name for d in parse_emulated(emulate)) if emulate else []
         role, abi_warnings = _role(abi, profile)

@@ -11,11 +11,12 @@ from targets.base import Target
 _VEHICLE_TARGETS = {"cpu": "CPU", "opencl": "OPENCL", "qcom": "QCOM"}
 
 
-def device_for(target: str, arch: str | None) -> str:
-    """The device name (``CPU``, ``OPENCL``, ``QCOM:630``) of a vehicle profile's target and arch."""
+def device_for(target: str, arch: str | None, images: bool = False) -> str:
+    """The device name (``CPU``, ``OPENCL``, ``QCOM:630``, ``QCOM:630:images``) of a vehicle profile's target,
+    arch and images option (conv/matmul weights in image2d_t: the QCOM profile only)."""
     base = _VEHICLE_TARGETS.get(target.lower(), target.upper())
-    if base == "QCOM" and arch:
-        return f"QCOM:{arch.removeprefix('adreno')}"
+    if base == "QCOM":
+        return ":".join(["QCOM", *([arch.removeprefix("adreno")] if arch else []), *(["images"] if images else [])])
     return base
 
 

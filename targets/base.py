@@ -17,7 +17,8 @@ class TargetLimits:
     max_local_size: int = 1
     max_local_dims: tuple[int, ...] = (1, 1, 1)
     buffer_alignment: int = 64
-    images: bool = False
+    images: bool = False  # capture binds conv/matmul weights as image2d_t (jit/passes/images.py)
+    image2d_max: tuple[int, int] = (0, 0)  # (height, width) in texels
 
 
 @dataclass

@@ -66,13 +66,16 @@ class Dispatch:
 
 @dataclass(frozen=True)
 class BufferSpec:
-    """One entry of the buffer table. ``init`` (states only) is the weight id holding the initial bytes."""
+    """One entry of the buffer table. ``init`` (states only) is the weight id holding the initial bytes;
+    ``image`` (float32 weights only) is (height, width) in RGBA float texels when kernels read the weight as an
+    image2d_t (element i is component i % 4 of texel i // 4, texels row-major, zero-padded to fill the image)."""
 
     binding: str
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
     init: int | None = None
+    image: tuple[int, int] | None = None
 
     @property
     def kind(self) -> str:
@@ -202,7 +205,7 @@ class CommandBuffer:
                             "scalars": [{"dtype": s.dtype, "bits": s.bits} for s in d.scalars]}
                            for d in self.dispatches],
             "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape), "nbytes": b.nbytes,
-                         "init": b.init} for b in self.buffers],
+                         "init": b.init, "image": None if b.image is None else list(b.image)} for b in self.buffers],
         }
 
     def to_bytes(self) -> bytes:
@@ -233,7 +236,8 @@ class CommandBuffer:
                      tuple(Scalar(s.get("dtype", str), s.get("bits", int)) for s in r.items("scalars")))
             for r in root.items("dispatches"))
         buffers = tuple(BufferSpec(r.get("binding", str), r.get("dtype", str), r.ints("shape"), r.get("nbytes", int),
-                                   None if r.raw("init") is None else r.get("init", int))
+                                   None if r.raw("init") is None else r.get("init", int),
+                                   None if r.raw("image") is None else r.ints("image"))
                         for r in root.items("buffers"))
         return CommandBuffer(root.get("target", str), kernels, dispatches, buffers, root.get("arena_bytes", int),
                              root.get("alignment", int), dict(meta))
@@ -258,6 +262,12 @@ def _check_buffer(b: BufferSpec, cb: CommandBuffer) -> None:
         raise CmdbufError(f"{b.binding}: nbytes expected {want} ({b.dtype} {b.shape}), got {b.nbytes}")
     if kind == "weight" and not name.isdigit():
         raise CmdbufError(f"{b.binding}: weight id expected a non-negative integer, got {name!r}")
+    if b.image is not None:
+        if kind != "weight" or b.dtype != "float32":
+            raise CmdbufError(f"{b.binding}: image expected only on float32 weights, got a {b.dtype} {kind}")
+        if len(b.image) != 2 or min(b.image) < 1 or b.image[0] * b.image[1] * 16 < b.nbytes:
+            raise CmdbufError(f"{b.binding}: image expected (height, width) texels holding {b.nbytes} bytes, "
+                              f"got {b.image}")
     if kind == "arena":
         off, size = parse_arena(b.binding)
         if size != b.nbytes:

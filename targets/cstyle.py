@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from jit.dtype import DType, PtrDType, dtypes
+from jit.dtype import DType, ImageDType, PtrDType, dtypes
 from jit.errors import CompileError
 from jit.uop import GroupOp, Ops, UOp, toposort
 
@@ -52,6 +52,11 @@ class CStyleLanguage:
     parallel_setup: str = ""
     parallel_min_work: int = 1 << 15
     parallel_min_trips: int = 8
+    # weights in images (jit/passes/images.py): how a parameter of ImageDType is declared, the helper
+    # definitions that read one float of it, and the read itself ({buf}, {idx}, {width}); "" = no images
+    image_param: str = ""
+    image_helper: str = ""
+    image_read: str = ""
 
     def type_name(self, d: DType) -> str:
         return self.type_names.get(d, d.cname)
@@ -108,10 +113,13 @@ class KernelRenderer:
         for node in toposort([sink]):
             for src in node.src:
                 self.uses[src] = self.uses.get(src, 0) + 1
+        self.deps(sink)  # one walk fills the dependency table for every node
 
     # --- dependency analysis ------------------------------------------------------------------------
     def deps(self, u: UOp) -> frozenset[UOp]:
         """The RANGE nodes a value depends on (a REDUCE does not depend on the ranges it reduces over)."""
+        if (known := self._deps.get(u)) is not None:
+            return known  # the walk below is the whole subgraph: renders ask about every node many times
         for node in toposort([u]):
             if node in self._deps:
                 continue
@@ -159,7 +167,11 @@ class KernelRenderer:
         repeats = op in (Ops.MAX, Ops.MIN, Ops.IDIV, Ops.MOD, Ops.ABS)
         srcs = [self.expr(s, force_var=repeats) for s in u.src]
         text = self.alu_text(u, srcs)
-        if op is Ops.LOAD:
+        if op is Ops.LOAD and isinstance(image := u.src[0].src[0].dtype, ImageDType):
+            self.helpers["image"] = self.lang.image_helper
+            text = self.lang.image_read.format(buf=self.expr(u.src[0].src[0]), idx=self.expr(u.src[0].src[1]),
+                                               width=image.width)
+        elif op is Ops.LOAD:
             text = f"*({srcs[0]})"
         elif self.uses.get(u, 0) <= 1 and not force_var:
             # C computes narrow types in int/float: an inlined value must be wrapped/rounded to its own type,
@@ -267,7 +279,7 @@ class KernelRenderer:
         for other in self.reduces.get(r.src[1:], ()):
             if other is r or other in self.names or not self.deps(other) <= self.open_ranges:
                 continue
-            inside = set(toposort([other.src[0]]))
+            inside = self.reduce_inputs(other)
             if any(g in inside or other in self.reduce_inputs(g) for g in group):
                 continue
             group.append(other)
@@ -339,12 +351,18 @@ class KernelRenderer:
                 return depth
         return len(loops) if trips > 1 else 0
 
+    def param(self, i: int, d: PtrDType) -> str:
+        if not isinstance(d, ImageDType):
+            return f"{self.lang.buffer_prefix}{self.tname(d.base)}* {self.lang.restrict} data{i}"
+        if not self.lang.image_param:
+            raise CompileError(f"{self.name}: parameter {i} is an image, which this target's language lacks")
+        return f"{self.lang.image_param} data{i}"
+
     def render(self) -> str:
         for g in toposort([self.sink]):
             if g.op is Ops.DEFINE_GLOBAL:
                 self.names[g] = f"data{g.arg}"
-        params = [f"{self.lang.buffer_prefix}{self.tname(d.base)}* {self.lang.restrict} data{i}"
-                  for i, d in enumerate(self.sink.arg.params)]
+        params = [self.param(i, d) for i, d in enumerate(self.sink.arg.params)]
         out_ranges = global_ranges(self.sink)
         n_hw = min(self.lang.global_dims, len(out_ranges))  # global_launch_size() mirrors this mapping
         for i, rng in enumerate(out_ranges[:n_hw]):

@@ -47,6 +47,17 @@ OPENCL_LANGUAGE = CStyleLanguage(
     global_dims=3,
     global_index_fn="get_global_id",
     bitcast_fmt="as_{dst_t}(({src_t})({x}))",
+    image_param="read_only image2d_t",
+    # element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.dtype.ImageDType)
+    image_helper="#ifndef DP_READ_IMAGE\n#define DP_READ_IMAGE\n"
+                 "__constant sampler_t dp_sampler = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE |"
+                 " CLK_FILTER_NEAREST;\n"
+                 "float dp_read_image(read_only image2d_t img, int i, int width) {\n"
+                 "  int t = i >> 2, c = i & 3;\n"
+                 "  float4 v = read_imagef(img, dp_sampler, (int2)(t % width, t / width));\n"
+                 "  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;\n"
+                 "}\n#endif",
+    image_read="dp_read_image({buf}, {idx}, {width})",
 )
 
 # dtypes every full-profile OpenCL device computes in; half and double depend on extensions
@@ -96,17 +107,24 @@ cl_int clEnqueueNDRangeKernel(cl_command_queue, cl_kernel, cl_uint, const size_t
 cl_int clWaitForEvents(cl_uint, const cl_event*);
 cl_int clGetEventProfilingInfo(cl_event, cl_uint, size_t, void*, size_t*);
 cl_int clReleaseEvent(cl_event);
+typedef struct { cl_uint image_channel_order; cl_uint image_channel_data_type; } cl_image_format;
+typedef struct { cl_uint image_type; size_t image_width; size_t image_height; size_t image_depth;
+                 size_t image_array_size; size_t image_row_pitch; size_t image_slice_pitch; cl_uint num_mip_levels;
+                 cl_uint num_samples; cl_mem buffer; } cl_image_desc;
+cl_mem clCreateImage(cl_context, cl_bitfield, const cl_image_format*, const cl_image_desc*, void*, cl_int*);
 """
 
 CL_TRUE = 1
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME = 0x0901, 0x0902
 CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1004, 0x1005
+CL_DEVICE_IMAGE2D_MAX_WIDTH, CL_DEVICE_IMAGE2D_MAX_HEIGHT = 0x1011, 0x1012
 CL_DEVICE_IMAGE_SUPPORT, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_DEVICE_GLOBAL_MEM_SIZE = 0x1016, 0x1019, 0x101F
 CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_PROFILE, CL_DEVICE_VERSION = 0x102B, 0x102D, 0x102E, 0x102F
 CL_DEVICE_EXTENSIONS = 0x1030
 CL_QUEUE_PROFILING_ENABLE = 1 << 1
-CL_MEM_READ_WRITE = 1 << 0
+CL_MEM_READ_WRITE, CL_MEM_READ_ONLY, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 2, 1 << 5
+CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_PROGRAM_BUILD_LOG = 0x1183
 CL_KERNEL_WORK_GROUP_SIZE = 0x11B0
@@ -233,6 +251,7 @@ class CLDeviceInfo:
     base_addr_align_bytes: int
     global_mem_size: int
     image_support: bool
+    image2d_max: tuple[int, int]  # (height, width) in pixels
 
 
 def _platforms() -> list[tuple[Any, str]]:
@@ -260,7 +279,8 @@ def _device_info(index: int, platform: Any, platform_name: str, dev: Any) -> CLD
         max_work_item_sizes=_info_sizes(q, dev, CL_DEVICE_MAX_WORK_ITEM_SIZES),
         base_addr_align_bytes=_info_uint(q, dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN) // 8,
         global_mem_size=_info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_SIZE),
-        image_support=bool(_info_uint(q, dev, CL_DEVICE_IMAGE_SUPPORT)))
+        image_support=bool(_info_uint(q, dev, CL_DEVICE_IMAGE_SUPPORT)),
+        image2d_max=(_info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_HEIGHT), _info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_WIDTH)))
 
 
 def list_devices() -> list[tuple[Any, Any, CLDeviceInfo]]:
@@ -375,7 +395,8 @@ class OpenCLTarget(Target):
         weakref.finalize(self, _release_queue, self.lib, self.queue, self.context).atexit = False
         self.limits = TargetLimits(max_local_size=info.max_work_group_size,
                                    max_local_dims=info.max_work_item_sizes,
-                                   buffer_alignment=max(info.base_addr_align_bytes, 1), images=info.image_support)
+                                   buffer_alignment=max(info.base_addr_align_bytes, 1),
+                                   image2d_max=info.image2d_max if info.image_support else (0, 0))
         # the pragmas are only needed by OpenCL C 1.0/1.1 compilers, harmless elsewhere; emitted per device so the
         # renderer itself stays device-independent
         pragmas = tuple(f"#pragma OPENCL EXTENSION {ext} : enable" for ext in ("cl_khr_fp64", "cl_khr_fp16")
@@ -411,7 +432,6 @@ class OpenCLTarget(Target):
         if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/opt/search.py)
             meta["local_request"] = tuple(requested)
         return render_kernel(self.language, name, sink), meta
-
 
     def _cache_key(self, source: str) -> str:
         i = self.info
@@ -539,6 +559,27 @@ class OpenCLTarget(Target):
         handle = _checked_create("clCreateBuffer", self.lib.clCreateBuffer, self.context, CL_MEM_READ_WRITE,
                                  max(nbytes, 1), self.ffi.NULL)
         buf = Buffer(self, nbytes, handle)
+        self.live["mem"] += 1
+        weakref.finalize(buf, _release_mem, self.lib, handle, self.live).atexit = False
+        return buf
+
+    def allocate_image(self, height: int, width: int, data: memoryview) -> Buffer:
+        """A read-only image2d_t of ``height`` x ``width`` RGBA float texels holding ``data`` (float32 bytes in
+        element order, zero-padded to fill the last texels): what an ImageDType kernel parameter reads."""
+        size = height * width * 16
+        if not self.info.image_support:
+            raise OpenCLError(f"clCreateImage on {self.info.name}: CL_DEVICE_IMAGE_SUPPORT expected true, got false",
+                              -10)
+        if data.nbytes > size or data.nbytes % 4:
+            raise ValueError(f"allocate_image: expected at most {size} bytes of float32, got {data.nbytes}")
+        host = bytearray(size)
+        host[:data.nbytes] = data.cast("B")
+        fmt = self.ffi.new("cl_image_format*", [CL_RGBA, CL_FLOAT])
+        desc = self.ffi.new("cl_image_desc*", {"image_type": CL_MEM_OBJECT_IMAGE2D, "image_width": width,
+                                               "image_height": height})
+        handle = _checked_create("clCreateImage", self.lib.clCreateImage, self.context,
+                                 CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, fmt, desc, self.ffi.from_buffer(host))
+        buf = Buffer(self, size, handle)
         self.live["mem"] += 1
         weakref.finalize(buf, _release_mem, self.lib, handle, self.live).atexit = False
         return buf

@@ -11,8 +11,9 @@ selects, PoCL in CI), says so once on stderr, and emulates on top whatever that 
 kernels use natively are the profile's set intersected with the local device's. ``QCOM:640`` picks another
 model from ``ADRENO_MODELS``. Adreno's own compiler and KGSL submission cannot be exercised without the GPU.
 
-``images`` (``DRIVEPACK_QCOM_IMAGES=1``) is the switch for conv/matmul weights in ``image2d_t``; it is off by
-default and turning it on is an UnsupportedOp until that path exists.
+``images`` (``QCOM:images``, ``QCOM:630:images`` or ``DRIVEPACK_QCOM_IMAGES=1``; off by default): capture binds the
+weights that only conv/matmul (reduce) kernels read as ``image2d_t`` of RGBA float texels, read with
+``read_imagef`` (jit/passes/images.py); the command buffer records each image's shape. Eager runs keep buffers.
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ class QCOMLimits(TargetLimits):
 
     preferred_local_size: int = 128
     image_pitch_alignment: int = 64
-    image2d_max: tuple[int, int] = (16384, 16384)
 
 
 @dataclass(frozen=True)
@@ -102,16 +102,16 @@ class QCOMTarget(OpenCLTarget):
     name = "QCOM"
 
     def __init__(self, device: str = "QCOM", images: bool | None = None) -> None:
-        _, _, model = device.partition(":")
-        model = model or DEFAULT_MODEL
-        if model not in ADRENO_MODELS:
-            raise OpenCLDeviceError(f"device {device!r}: expected an Adreno model in {sorted(ADRENO_MODELS)}, "
-                                    f"got {model!r}", -33)
+        parts = device.split(":")[1:]
+        if "images" in parts:
+            parts.remove("images")
+            images = True
+        model = parts[0] if parts else DEFAULT_MODEL
+        if model not in ADRENO_MODELS or len(parts) > 1:
+            raise OpenCLDeviceError(f"device {device!r}: expected QCOM[:<model>][:images] with a model in "
+                                    f"{sorted(ADRENO_MODELS)}, got {':'.join(parts)!r}", -33)
         if images is None:
             images = os.environ.get(IMAGES_ENV, "0") not in ("", "0")
-        if images:
-            raise UnsupportedOp(f"{device}: images=True (conv/matmul weights as image2d_t read with read_imagef) is "
-                                f"not implemented yet; expected images=False (unset {IMAGES_ENV})")
         self.model = ADRENO_MODELS[model]
         index, self.on_adreno = _local_device_index()
         super().__init__(f"OPENCL:{index}")
@@ -120,8 +120,13 @@ class QCOMTarget(OpenCLTarget):
             _announce(f"drivepack: QCOM: no Adreno GPU found; running Adreno {model}-rendered OpenCL C on the local "
                       f"OpenCL device {self.info.name!r} ({self.info.platform}), emulating the dtypes it lacks")
         m = self.model
-        self.limits = replace(m.limits(images=False), max_local_size=min(m.max_work_group_size, self.max_group),
-                              buffer_alignment=max(m.buffer_alignment, self.limits.buffer_alignment))
+        if images and not self.info.image_support:
+            raise UnsupportedOp(f"{device}: images=True needs an OpenCL device with image support; "
+                                f"{self.info.name!r} has none")
+        self.limits = replace(m.limits(images=images), max_local_size=min(m.max_work_group_size, self.max_group),
+                              buffer_alignment=max(m.buffer_alignment, self.limits.buffer_alignment),
+                              image2d_max=(min(m.image2d_max[0], self.info.image2d_max[0]),
+                                           min(m.image2d_max[1], self.info.image2d_max[1])))
         self.max_group = self.limits.max_local_size
         self.max_items = tuple(min(a, b) for a, b in zip(m.max_work_item_sizes, self.max_items, strict=False))
         self.preferred_local = m.preferred_local_size

@@ -154,12 +154,15 @@ class OpenCLReplay(Replay):
     def _allocate(self) -> None:
         cb, t = self.cmdbuf, self.cl
         for b in cb.buffers:
-            if b.kind in ("input", "output", "state", "weight"):
+            if b.image is not None:  # read-only: created holding its bytes
+                self._buffers[b.binding] = t.allocate_image(*b.image, memoryview(self.weights[int(b.name)]))
+            elif b.kind in ("input", "output", "state", "weight"):
                 self._buffers[b.binding] = t.allocate(b.nbytes)
-                self._mems[b.binding] = self._buffers[b.binding].handle
-        for wid, data in self.weights.items():
-            if data.nbytes:
-                t.copyin(self._buffers[f"weight:{wid}"], memoryview(data))
+                if b.kind == "weight" and b.nbytes:
+                    t.copyin(self._buffers[b.binding], memoryview(self.weights[int(b.name)]))
+            else:
+                continue
+            self._mems[b.binding] = self._buffers[b.binding].handle
         self._arena = t.allocate(cb.arena_bytes)
         subs = []
         for b in cb.of_kind("arena"):

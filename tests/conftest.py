@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,35 @@ def pytest_configure(config: pytest.Config) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
             generate(tmp)
             tmp.rename(folder)
+
+
+# The Tensor op suite runs on every target the project ships: once on CPU, once on OPENCL (PoCL in CI).
+# A test that checks something only one target does carries `@pytest.mark.cpu_only` and runs on CPU alone.
+DEVICE_MATRIX = ("CPU", "OPENCL")
+_MATRIX_MODULES = ("test_tensor_", "test_nn_ops", "test_autograd")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "on_device" not in metafunc.fixturenames:
+        return
+    in_matrix = metafunc.module.__name__.rsplit(".", 1)[-1].startswith(_MATRIX_MODULES)
+    cpu_only = metafunc.definition.get_closest_marker("cpu_only") is not None
+    if in_matrix:
+        metafunc.parametrize("on_device", ("CPU",) if cpu_only else DEVICE_MATRIX, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def on_device(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """Runs the test with ``Device.DEFAULT`` set to the matrix device (tests outside the matrix: untouched)."""
+    from jit.device import Device
+
+    device = getattr(request, "param", None)
+    if device is None:
+        yield None
+        return
+    saved = Device._default
+    Device.DEFAULT = device
+    try:
+        yield device
+    finally:
+        Device._default = saved

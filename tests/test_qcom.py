@@ -19,13 +19,18 @@ import pytest
 
 import targets.qcom as qcom
 from jit import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
+from jit.capture import capture_onnx
 from jit.device import Device
-from jit.dtype import dtypes
-from jit.errors import UnsupportedOp
+from jit.dtype import dtypes, image_shape
+from jit.errors import CompileError
 from jit.onnx import load_onnx
+from jit.passes.images import weights_to_images
 from jit.realize import compile_uops, schedule_dtype_policy
+from jit.schedule import create_schedule
 from jit.tensor import Tensor
+from packager.environment import device_for
 from packager.samples import float16_model, policy_model, sample_inputs, vision_model
+from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer
 from tests.test_onnx_models import DATA, dummy_input
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,16 +80,68 @@ def test_profile_dtypes_and_limits(target: qcom.QCOMTarget) -> None:
 def test_other_models_and_bad_names() -> None:
     t = Device["QCOM:650"]
     assert isinstance(t, qcom.QCOMTarget) and t.model.name == "650" and t.preferred_local == 256
-    with pytest.raises(qcom.OpenCLDeviceError, match=r"Adreno model.*'999'"):
+    with pytest.raises(qcom.OpenCLDeviceError, match=r"QCOM\[:<model>\]\[:images\].*'999'"):
         qcom.QCOMTarget("QCOM:999")
+    with pytest.raises(qcom.OpenCLDeviceError, match="'640:650'"):
+        qcom.QCOMTarget("QCOM:640:650")
 
 
-def test_images_switch_is_refused_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(UnsupportedOp, match="image2d_t.*not implemented yet"):
-        qcom.QCOMTarget("QCOM", images=True)
+def test_images_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not Device["QCOM"].limits.images
+    t = Device["QCOM:640:images"]
+    assert t.limits.images and t.model.name == "640"
+    # the profile's largest image, cut to what the device running the kernels takes (PoCL: 8192 x 8192)
+    model, device = t.model.image2d_max, t.info.image2d_max
+    assert t.limits.image2d_max == (min(model[0], device[0]), min(model[1], device[1]))
     monkeypatch.setenv(qcom.IMAGES_ENV, "1")
-    with pytest.raises(UnsupportedOp, match=qcom.IMAGES_ENV):
-        qcom.QCOMTarget("QCOM")
+    assert qcom.QCOMTarget("QCOM").limits.images
+
+
+def test_image_shape_and_pass_refusals() -> None:
+    assert image_shape(10, (8, 8)) == (1, 3) and image_shape(4 * 20, (8, 8)) == (3, 8)
+    assert image_shape(4 * 65, (8, 8)) is None
+    x, w = Tensor(np.ones((2, 8), np.float32)), Tensor(np.ones((8, 3), np.float32))
+    (k,) = create_schedule([x.matmul(w).uop], "CPU")[0]
+    with pytest.raises(CompileError, match=r"parameters \[0\]: image expected a read-only parameter"):
+        weights_to_images(k.ast, {0: (1, 2)})
+    with pytest.raises(CompileError, match="parameter 2: image of 1x1 texels holds 4 floats, expected at least 24"):
+        weights_to_images(k.ast, {2: (1, 1)})
+    ints = Tensor(np.ones((2, 8), np.int32)).sum(axis=1)
+    (k,) = create_schedule([ints.uop], "CPU")[0]
+    with pytest.raises(CompileError, match="parameter 1: image expected a float32 buffer, got int32"):
+        weights_to_images(k.ast, {1: (1, 4)})
+
+
+@pytest.mark.parametrize("make", [vision_model, policy_model], ids=["vision", "policy"])
+def test_weights_in_images_replay_bit_identical(make) -> None:
+    """With images on, conv/matmul weights are image2d_t read through read_imagef: same bits as buffers."""
+    proto = make()
+    feeds = sample_inputs(proto, seed=4)
+    want = capture_onnx(load_onnx(proto, device="QCOM"), feeds, target="QCOM")(feeds)
+    run = capture_onnx(load_onnx(proto, device="QCOM:images"), feeds, target="QCOM:images")
+    images = [b for b in run.cmdbuf.buffers if b.image is not None]
+    assert images and all(b.kind == "weight" and b.dtype == "float32" for b in images)
+    assert all(b.image[0] * b.image[1] * 16 >= b.nbytes for b in images)
+    readers = [k.source for k in run.cmdbuf.kernels if "read_only image2d_t" in k.source]
+    assert readers and all("read_imagef" in src for src in readers)
+    assert CommandBuffer.from_bytes(run.cmdbuf.to_bytes()) == run.cmdbuf  # image shapes travel with it
+    got = run(feeds)
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name])
+    for name, arr in run(sample_inputs(proto, seed=5)).items():
+        assert not np.array_equal(arr, got[name])
+
+
+def test_image_is_only_for_float32_weights() -> None:
+    with pytest.raises(CmdbufError, match="input:x: image expected only on float32 weights, got a float32 input"):
+        CommandBuffer("QCOM", (), (), (BufferSpec("input:x", "float32", (4,), 16, image=(1, 1)),), 0, 64, {})
+    with pytest.raises(CmdbufError, match=r"weight:0: image expected \(height, width\) texels holding 32 bytes"):
+        CommandBuffer("QCOM", (), (), (BufferSpec("weight:0", "float32", (8,), 32, image=(1, 1)),), 0, 64, {})
+
+
+def test_vehicle_images_option_picks_the_image_device() -> None:
+    assert device_for("qcom", "adreno630", images=True) == "QCOM:630:images"
+    assert device_for("qcom", "adreno630") == "QCOM:630"
 
 
 def test_dev_qcom_announces_the_stand_in_once(target: qcom.QCOMTarget) -> None:
