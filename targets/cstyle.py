@@ -217,6 +217,8 @@ class KernelRenderer:
             if d.is_float:  # NaN propagates, as numpy's maximum/minimum
                 return f"(({s[0]}{cmp}{s[1]}||{s[0]}!={s[0]})?{s[0]}:{s[1]})"
             return f"(({s[0]}{cmp}{s[1]})?{s[0]}:{s[1]})"
+        if op in (Ops.IDIV, Ops.MOD) and not d.is_float and u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1):
+            return f"({s[0]}{'/' if op is Ops.IDIV else '%'}{s[1]})"  # no trap to guard against
         if op is Ops.IDIV:
             # x/0 and INT_MIN/-1 trap on x86: define them (0 and wrapped negation) like numpy does
             return f"(({s[1]})==0?0:({s[1]})==-1?-({s[0]}):({s[0]})/({s[1]}))" if not d.is_unsigned \

@@ -118,3 +118,15 @@ def test_debug_flags_print_kernels_and_source(tmp_path: Path) -> None:
     path = Path(next(ln for ln in viz.splitlines() if ln.startswith("VIZ:")).split()[-1])
     html = path.read_text()
     assert "symbolic" in html and "before" in html and "after" in html
+
+
+def test_division_by_a_constant_has_no_trap_guard() -> None:
+    """Regression: `(8)==0||(8)==-1 ? 0 : x % 8` made clang warn about '||' with constant operands on every
+    PoCL build; a constant divisor other than 0 and -1 cannot trap, so it is divided directly."""
+    x = Tensor(np.arange(-8, 8, dtype=np.int32))
+    for t, want in ((x // 3, np.arange(-8, 8) // 3), (x % 3, np.arange(-8, 8) % 3)):
+        src = compile_uops([t.uop])[0].program.source
+        assert "==0" not in src and "==-1" not in src, src
+        np.testing.assert_array_equal(t.numpy(), want)
+    y = Tensor(np.array([3, 0, -1], dtype=np.int32))
+    np.testing.assert_array_equal((Tensor(np.array([7, 7, 7], dtype=np.int32)) % y).numpy(), [1, 0, 0])
