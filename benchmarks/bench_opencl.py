@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,9 +42,8 @@ from packager.samples import policy_model, sample_inputs, vision_model
 _TINYGRAD = """
 import json, statistics, sys, time
 import numpy as np
-from tinygrad import Device, Tensor, TinyJit
+from tinygrad import Tensor, TinyJit
 from tinygrad.nn.onnx import OnnxRunner
-Device.DEFAULT = "CL"
 run = OnnxRunner(sys.argv[1])
 inputs = {k: np.load(v) for k, v in json.loads(sys.argv[2]).items()}
 jit = TinyJit(lambda **kw: next(iter(run(kw).values())).cast("float32").contiguous().realize())
@@ -80,7 +80,7 @@ def tinygrad_cl(model_path: Path, inputs: dict[str, np.ndarray], iters: int, wor
         files[name] = str(work / f"{name}.npy")
         np.save(files[name], arr)
     proc = subprocess.run([sys.executable, "-c", _TINYGRAD, str(model_path), json.dumps(files), str(iters)],
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=1800, env={**os.environ, "DEV": "CL"})
     if proc.returncode != 0:
         print(f"tinygrad CL: failed ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '?'})")
         return None
