@@ -1,10 +1,16 @@
 """The kernel optimizer: per-kernel rewrites of a lowered kernel's loop structure, run before rendering.
 
-Entry point: ``optimize_kernel(sink)`` (called by jit/passes/pipeline.py unless ``NOOPT=1``). What it does:
+Entry point: ``optimize_kernel(sink, opts=None)`` (called by jit/passes/pipeline.py unless ``NOOPT=1``; ``opts``
+is an ``OptOptions``, None = the heuristic default). What it does:
 
 * reduce kernels (matmul, conv): register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators);
 * every other kernel: the small-loop unroll of ``jit.passes.unroll`` (as before the optimizer existed).
+
+Compile time is part of the design (packaging and CI run it for every kernel): small kernels are not tiled
+(``min_outputs``, ``min_reduce_trips``), copies are built in one walk that rebuilds only the nodes depending on
+the upcast ranges, the index arithmetic is simplified once by the pipeline's symbolic pass afterwards, and a
+kernel with nothing to do comes back as the same node (the pipeline then skips that symbolic pass).
 
 Threads on the CPU target are not decided here: the renderer splits the outermost output loops when the
 target's language declares a parallel pragma (targets/cstyle.py).
@@ -13,12 +19,13 @@ target's language declares a parallel pragma (targets/cstyle.py).
 from __future__ import annotations
 
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
-from jit.opt.tiling import TilePlan, plan_tiles, tile_kernel
-from jit.passes.unroll import unroll_small_ranges
-from jit.uop import UOp
+from jit.opt.tiling import TilePlan, plan_tiles, tile_copies, tile_kernel
+from jit.passes.unroll import UPCAST_MAX, pm_unroll_reduce
+from jit.rewrite import graph_rewrite
+from jit.uop import Ops, UOp, toposort
 
 __all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_kernel", "plan_tiles",
-           "tile_kernel"]
+           "tile_kernel", "unroll_small_loops"]
 
 
 def optimize_kernel(sink: UOp, opts: OptOptions | None = None) -> UOp:
@@ -28,4 +35,19 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None) -> UOp:
     plan = plan_tiles(sink, opts) if opts.tile else None
     if plan is not None:
         return tile_kernel(sink, plan)
-    return unroll_small_ranges(sink) if opts.unroll else sink
+    return unroll_small_loops(sink) if opts.unroll else sink
+
+
+def unroll_small_loops(sink: UOp) -> UOp:
+    """jit.passes.unroll's small-loop unroll (the innermost output loop and single-range reduces of at most
+    ``UPCAST_MAX`` trips become straight-line code), with the copies built in one walk and the reduce rewrite
+    skipped when no reduce qualifies (it would walk the whole kernel to change nothing)."""
+    nodes = toposort([sink])
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    if outs and int(outs[-1].src[0].arg) <= UPCAST_MAX:
+        rng = outs[-1]
+        maps = [{rng: rng.const_like(i)} for i in range(int(rng.src[0].arg))]
+        sink = sink.replace(src=tuple(c for s in sink.src for c in tile_copies(s, (rng,), maps)))
+    if any(u.op is Ops.REDUCE and len(u.src) == 2 and int(u.src[1].src[0].arg) <= UPCAST_MAX for u in nodes):
+        sink = graph_rewrite(sink, pm_unroll_reduce, name="unroll")
+    return sink

@@ -54,7 +54,7 @@ class OptOptions:
     reuse_upcasts: tuple[int, ...] = (4, 2)
     max_upcast: int = 64
     min_reduce_trips: int = 8
-    min_outputs: int = 64
+    min_outputs: int = 256
     unroll: bool = True
     threads: bool = True
     vectorize: bool = True

@@ -21,8 +21,6 @@ import math
 from dataclasses import dataclass
 
 from jit.opt.options import DEFAULT_OPTS, OptOptions
-from jit.passes.symbolic import pm_symbolic
-from jit.rewrite import graph_rewrite
 from jit.stats import range_deps
 from jit.uop import Ops, UOp, toposort
 
@@ -73,16 +71,35 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     return TilePlan(tuple(upcasts))
 
 
-def _upcast(sink: UOp, rng: UOp, factor: int) -> UOp:
-    """Every STORE of ``sink`` copied ``factor`` times over a ``factor``-times shorter ``rng``."""
-    outer = UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(_size(rng) // factor),), rng.arg)
-    stores = [s.substitute({rng: outer * factor + c if c else outer * factor}) for s in sink.src
-              for c in range(factor)]
-    return sink.replace(src=tuple(stores))
+def tile_copies(root: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]) -> list[UOp]:
+    """``root.substitute(m)`` for every ``m`` in ``mappings`` (each maps exactly ``keys``), walking the graph once:
+    only the nodes that depend on a key are rebuilt per copy, the rest are shared by every copy as they are."""
+    dependent: set[UOp] = set(keys)
+    order: list[UOp] = []
+    for node in root.toposort():
+        if node not in dependent and any(s in dependent for s in node.src):
+            dependent.add(node)
+            order.append(node)
+    if root not in dependent:
+        return [root] * len(mappings)
+    out = []
+    for mapping in mappings:
+        done = dict(mapping)
+        for node in order:
+            done[node] = node.replace(src=tuple(done.get(s, s) for s in node.src))
+        out.append(done[root])
+    return out
 
 
 def tile_kernel(sink: UOp, plan: TilePlan) -> UOp:
-    """``sink`` with every upcast of ``plan`` applied (inner axis last, so its copies are adjacent)."""
-    for rng, factor in reversed(plan.upcasts):
-        sink = _upcast(sink, rng, factor)
-    return graph_rewrite(sink, pm_symbolic, name="symbolic after tiling")
+    """``sink`` with every upcast of ``plan`` applied, in one substitution per tile element; the copies are ordered
+    with the inner axis fastest (adjacent STOREs are adjacent in memory). The index arithmetic ``r' * u + c`` is
+    left for the symbolic pass that the pipeline runs right after the optimizer (running it here too would walk
+    the 16x-copied bodies twice)."""
+    keys = tuple(rng for rng, _ in plan.upcasts)
+    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(_size(rng) // u),), rng.arg) for rng, u in plan.upcasts]
+    mappings: list[dict[UOp, UOp]] = [{}]
+    for rng, outer, (_, u) in zip(keys, outers, plan.upcasts, strict=True):  # inner axis first: it ends fastest
+        mappings = [{**m, rng: outer * u + c if c else outer * u} for c in range(u) for m in mappings]
+    stores = [copy for s in sink.src for copy in tile_copies(s, keys, mappings)]
+    return sink.replace(src=tuple(stores))

@@ -81,8 +81,9 @@ def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
     sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
     if not NOOPT:
         opts = kernel_options(sink, target)  # a tuning file's or BEAM search's choice; None: the default
-        sink = optimize_kernel(sink, opts)
-        sink = graph_rewrite(sink, pm_symbolic, name="symbolic after optimizing")
+        optimized = optimize_kernel(sink, opts)
+        if optimized is not sink:  # an unchanged kernel is already simplified: the walk would find nothing
+            sink = graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing")
         if opts is not None:
             sink = with_options(sink, opts)  # the target reads launch choices (work-group size) from the SINK
     return RewrittenKernel(sink, policy)
