@@ -1,38 +1,53 @@
-"""Whole-model speed on the CPU target against onnxruntime (2 threads), in one run, plus per-layer GFLOP/s.
+"""Whole-model replay speed: drivepack CPU and OPENCL vs onnxruntime and tinygrad, in one run, plus per-layer GFLOP/s.
 
-    python3 benchmarks/bench_models.py [--repeat N] [--models vision,policy,resnet50] [--layers K]
+    python3 benchmarks/bench_models.py [--quick] [--repeat N] [--models vision,policy,resnet50] [--layers K]
+                                       [--no-tinygrad] [--no-opencl]
 
 Models: the sample openpilot-shaped vision and policy models (packager/samples.py) and the onnx wheel's
-``light_resnet50`` (its stored weights; input arange(n)/n as onnx's backend runner feeds it). For each model it
-prints the median latency of drivepack and of onnxruntime and the ratio drivepack / onnxruntime (lower is
-better). Outputs are checked against onnxruntime before anything is timed.
+``light_resnet50`` (its stored weights; input arange(n)/n as onnx's backend runner feeds it). ``--quick``: vision
+and policy only, 3 timed calls each.
 
-What is timed for drivepack: until capture/replay lands, an *eager* run with warm caches: the model's kernels
-are scheduled and compiled once, and the timed part relaunches that schedule (every kernel launch from
-Python, weight-only kernels included). Compile time is excluded; Python launch overhead is included.
+What is timed (median of ``--repeat`` calls after 3 warm-up calls; numpy inputs in, numpy outputs out):
 
-Per layer: the ``--layers`` slowest kernels of each model with their time, GFLOP/s (FLOPs counted from the
-kernel graph, jit/stats.py) and the share of the machine's FMA peak, which this script measures itself by
-compiling a small C kernel of independent FMAs that runs on every core (OpenMP).
+* drivepack CPU / OPENCL: **replay** of ``jit.capture.capture_onnx`` (captured once, before timing: one FFI call
+  into the generated C driver on the CPU target, one command-buffer enqueue on OPENCL). Outputs are checked
+  against onnxruntime first.
+* onnxruntime CPU with 2 intra-op threads (the issue's peer).
+* tinygrad 0.14 ``OnnxRunner`` captured with ``TinyJit``, each in its own process: CPU (``DEV=CPU``, compiled with
+  clang: ``$CC`` or the first ``clang``/``clang-NN`` on PATH) and CL (``DEV=CL``, the same PoCL drivepack uses).
+  Optional: ``pip install tinygrad==0.14.0`` (or ``pip install /tmp/tg/tinygrad-0.14.0-py3-none-any.whl``); without
+  it, or with ``--no-tinygrad``, those columns print ``-``.
+
+Ratios printed per model (lower is better, < 1 = drivepack faster): drivepack CPU / onnxruntime, drivepack CPU /
+tinygrad CPU, drivepack OPENCL / tinygrad CL.
+
+Per layer (CPU target): the ``--layers`` slowest kernels of each model, each launched alone from its own
+schedule, with time, GFLOP/s (FLOPs counted from the kernel graph, jit/stats.py) and the share of the machine's
+FMA peak, which this script measures itself by compiling a small C kernel of independent FMAs that runs on every
+core (OpenMP).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from jit.capture import capture_onnx
 from jit.device import Device
 from jit.onnx import load_onnx
-from jit.realize import compile_kernels, device_buffer, run_schedule
+from jit.realize import compile_kernels, device_buffer
 from jit.schedule import create_schedule
 from targets.cpu import cpu_threads
 
@@ -89,7 +104,8 @@ def fma_peak_gflops(threads: int) -> float:
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:
-    fn()
+    for _ in range(3):
+        fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
@@ -122,52 +138,154 @@ def load_case(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     return proto, light_inputs(proto)
 
 
-def bench_model(name: str, repeat: int, layers: int, peak: float) -> tuple[float, float]:
+# tinygrad in a fresh process per device: its device is chosen by DEV before import
+_TINYGRAD = """
+import json, statistics, sys, time
+import numpy as np
+from tinygrad import Tensor, TinyJit
+from tinygrad.nn.onnx import OnnxRunner
+run = OnnxRunner(sys.argv[1])
+inputs = {k: np.load(v) for k, v in json.loads(sys.argv[2]).items()}
+jit = TinyJit(lambda **kw: [v.contiguous().realize() for v in run(kw).values()])
+call = lambda: [o.numpy() for o in jit(**{k: Tensor(v) for k, v in inputs.items()})]
+for _ in range(3):
+    call()
+times = []
+for _ in range(int(sys.argv[3])):
+    t = time.perf_counter()
+    call()
+    times.append(time.perf_counter() - t)
+print(json.dumps({"median_s": statistics.median(times)}))
+"""
+
+
+def _clang() -> str | None:
+    if os.environ.get("CC"):
+        return os.environ["CC"]
+    for name in ("clang", *(f"clang-{v}" for v in range(21, 10, -1))):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def tinygrad_median(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray], repeat: int,
+                    work: Path) -> float | None:
+    """tinygrad 0.14 TinyJit replay median on ``dev`` ("CPU" or "CL"), or None (printed why) when unavailable."""
+    env = {**os.environ, "DEV": dev}
+    if dev == "CPU":
+        cc = _clang()
+        if cc is None:
+            print("  tinygrad CPU: no clang on PATH (tinygrad's CPU device compiles with clang); skipped")
+            return None
+        env["CC"] = cc
+    files = {}
+    for name, arr in inputs.items():
+        files[name] = str(work / f"{model_path.stem}-{name.replace('/', '_')}.npy")
+        np.save(files[name], arr)
+    proc = subprocess.run([sys.executable, "-c", _TINYGRAD, str(model_path), json.dumps(files), str(repeat)],
+                          capture_output=True, text=True, timeout=3600, env=env)
+    if proc.returncode != 0:
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"
+        print(f"  tinygrad {dev}: failed ({last})")
+        return None
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["median_s"])
+
+
+def check_outputs(what: str, got: Mapping[str, np.ndarray], names: list[str], want: list[np.ndarray]) -> None:
+    for n, w in zip(names, want, strict=True):
+        np.testing.assert_allclose(np.asarray(got[n], np.float32), w, rtol=2e-3, atol=2e-3, err_msg=f"{what}: {n}")
+
+
+def layer_table(name: str, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], layers: int, peak: float) -> None:
+    """The slowest CPU kernels of the model, each launched alone (best of 3), with GFLOP/s and share of peak."""
+    model = load_onnx(proto, device="CPU")
+    outs = model(feeds)
+    kernels, _ = create_schedule([outs[n].uop for n in model.output_names], "CPU")
+    target = Device["CPU"]
+    compiled = compile_kernels(kernels, target)
+    rows = []
+    for k, ck in zip(kernels, compiled, strict=True):
+        bufs = [device_buffer(b) for b in k.buffers]
+        times = [target.launch(ck.program, bufs, wait=True) or 0.0 for _ in range(3)]
+        rows.append((min(times), ck))
+    rows.sort(key=lambda r: -r[0])
+    total = sum(t for t, _ in rows)
+    print(f"  {name}: {len(rows)} kernels (eager schedule), sum of best kernel times {total * 1e3:.2f} ms")
+    for t, ck in rows[:layers]:
+        gflops = ck.stats.flops / t / 1e9 if t else 0.0
+        print(f"    {ck.name:40s} {t * 1e3:8.3f} ms {ck.stats.flops / 1e9:7.3f} GFLOP {gflops:8.1f} GFLOP/s "
+              f"{100 * gflops / peak:5.1f}% of peak")
+
+
+def bench_model(name: str, args: argparse.Namespace, peak: float, work: Path) -> dict[str, float | None]:
     import onnxruntime as ort
     proto, feeds = load_case(name)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = ORT_THREADS
     sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
     want = sess.run(None, feeds)
-    model = load_onnx(proto)
-    checked = model(feeds)
-    for n, w in zip(model.output_names, want, strict=True):
-        np.testing.assert_allclose(checked[n].numpy(), w, rtol=2e-3, atol=2e-3)
-    outs = model(feeds)  # a fresh graph (the checked one is realized now): its schedule is what gets timed
-    kernels, _ = create_schedule([outs[n].uop for n in model.output_names], Device.DEFAULT)
-    compiled = compile_kernels(kernels, Device[Device.DEFAULT])
-    ours = median_time(lambda: run_schedule(kernels), repeat)
-    peer = median_time(lambda: sess.run(None, feeds), repeat)
-    if layers:
-        target = Device[Device.DEFAULT]
-        rows = []
-        for k, ck in zip(kernels, compiled, strict=True):
-            bufs = [device_buffer(b) for b in k.buffers]
-            times = [target.launch(ck.program, bufs, wait=True) or 0.0 for _ in range(3)]
-            rows.append((min(times), ck))
-        rows.sort(key=lambda r: -r[0])
-        total = sum(t for t, _ in rows)
-        print(f"  {name}: {len(rows)} kernels, sum of best kernel times {total * 1e3:.2f} ms")
-        for t, ck in rows[:layers]:
-            gflops = ck.stats.flops / t / 1e9 if t else 0.0
-            print(f"    {ck.name:36s} {t * 1e3:8.3f} ms {ck.stats.flops / 1e9:7.3f} GFLOP {gflops:8.1f} GFLOP/s "
-                  f"{100 * gflops / peak:5.1f}% of peak")
-    return ours, peer
+    row: dict[str, float | None] = {"ort": median_time(lambda: sess.run(None, feeds), args.repeat)}
+    for target in ("CPU", "OPENCL"):
+        key = "dp_" + target.lower()
+        if target == "OPENCL" and args.no_opencl:
+            row[key] = None
+            continue
+        t0 = time.perf_counter()
+        run = capture_onnx(load_onnx(proto, device=target), feeds, target=target)
+        capture_s = time.perf_counter() - t0
+        check_outputs(f"drivepack {target}", run(feeds), names, want)
+        row[key] = median_time(lambda run=run: run(feeds), args.repeat)
+        print(f"  {name}: drivepack {target} capture {capture_s:.1f} s, {run.n_dispatches} dispatches, "
+              f"replay median {row[key] * 1e3:.2f} ms")
+        del run
+    model_path = work / f"{name}.onnx"
+    onnx.save(proto, str(model_path))
+    for dev in ("CPU", "CL"):
+        row["tg_" + dev.lower()] = None if args.no_tinygrad else tinygrad_median(dev, model_path, feeds,
+                                                                                 args.repeat, work)
+    if args.layers:
+        layer_table(name, proto, feeds, args.layers, peak)
+    return row
+
+
+def _ms(v: float | None) -> str:
+    return f"{v * 1e3:.2f}" if v is not None else "-"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a is not None and b is not None else "-"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--models", default="vision,policy,resnet50")
-    parser.add_argument("--layers", type=int, default=5, help="slowest kernels listed per model (0: none)")
+    parser.add_argument("--quick", action="store_true", help="vision and policy, 3 timed calls, 3 layers")
+    parser.add_argument("--repeat", type=int, default=None, help="timed calls per median (default 20; quick: 3)")
+    parser.add_argument("--models", default=None, help="comma list of vision,policy,resnet50")
+    parser.add_argument("--layers", type=int, default=None, help="slowest kernels listed per model (0: none)")
+    parser.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad peers")
+    parser.add_argument("--no-opencl", action="store_true", help="skip drivepack OPENCL")
     args = parser.parse_args()
+    args.repeat = args.repeat or (3 if args.quick else 20)
+    args.layers = args.layers if args.layers is not None else (3 if args.quick else 5)
+    models = (args.models or ("vision,policy" if args.quick else "vision,policy,resnet50")).split(",")
+    try:
+        import tinygrad  # noqa: F401
+    except ImportError:
+        print("tinygrad: not installed; no tinygrad peers (pip install tinygrad==0.14.0)")
+        args.no_tinygrad = True
     threads = cpu_threads()
     peak = fma_peak_gflops(threads)
     print(f"FMA peak measured on {threads} threads: {peak:.1f} GFLOP/s")
-    results = [(name, *bench_model(name, args.repeat, args.layers, peak)) for name in args.models.split(",")]
-    print(f"{'model':12s} {'drivepack ms':>13s} {'onnxruntime ms':>15s} {'ratio':>8s}")
-    for name, ours, peer in results:
-        print(f"{name:12s} {ours * 1e3:13.2f} {peer * 1e3:15.2f} {ours / peer:8.2f}x")
+    with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
+        results = [(name, bench_model(name, args, peak, Path(tmp))) for name in models]
+    print(f"\nreplay medians (ms), {args.repeat} calls after 3 warm-up; ratios: lower is better")
+    print(f"{'model':10s} {'dp CPU':>8s} {'ORT':>8s} {'tg CPU':>8s} {'dp OCL':>8s} {'tg CL':>8s} "
+          f"{'CPU/ORT':>8s} {'CPU/tgCPU':>10s} {'OCL/tgCL':>9s}")
+    for name, r in results:
+        print(f"{name:10s} {_ms(r['dp_cpu']):>8s} {_ms(r['ort']):>8s} {_ms(r['tg_cpu']):>8s} {_ms(r['dp_opencl']):>8s} "
+              f"{_ms(r['tg_cl']):>8s} {_ratio(r['dp_cpu'], r['ort']):>8s} {_ratio(r['dp_cpu'], r['tg_cpu']):>10s} "
+              f"{_ratio(r['dp_opencl'], r['tg_cl']):>9s}")
 
 
 if __name__ == "__main__":
