@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+from collections.abc import Iterator
 
 from jit.errors import DrivepackError
 from targets.base import Target
@@ -49,6 +51,19 @@ class _Device:
     @DEFAULT.setter
     def DEFAULT(self, name: str) -> None:  # noqa: N802
         self._default = self.canonical(name)
+
+    @contextlib.contextmanager
+    def default_as(self, name: str | None) -> Iterator[None]:
+        """``DEFAULT`` is ``name`` inside the block (unchanged when None): code that creates tensors without
+        naming a device (an ONNX op's constants) puts them where the model runs."""
+        if name is None:
+            yield
+            return
+        saved, self._default = self._default, self.canonical(name)
+        try:
+            yield
+        finally:
+            self._default = saved
 
 
 Device = _Device()

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from jit.device import Device
 from jit.dtype import DType, from_numpy
 from jit.errors import DrivepackError, DTypeError, UnsupportedOp
 from jit.tensor import Tensor
@@ -250,8 +251,9 @@ class OnnxModel:
             env[name] = Value(host=arr, const=True)
         for name, data in given.items():
             env[name] = _input_value(name, data)
-        outputs = self.run_graph(self.proto.graph, env)
-        return {n: v.as_tensor(self.device) for n, v in zip(self.output_names, outputs, strict=True)}
+        with Device.default_as(self.device):  # op handlers create constants without naming a device
+            outputs = self.run_graph(self.proto.graph, env)
+            return {n: v.as_tensor(self.device) for n, v in zip(self.output_names, outputs, strict=True)}
 
     def run_graph(self, graph: onnx.GraphProto, env: dict[str, Value | None]) -> list[Value]:
         """Walk ``graph``'s nodes in order; ``env`` maps value names (outer scopes included) to values."""

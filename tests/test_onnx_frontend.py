@@ -89,3 +89,22 @@ def test_unsupported_attribute_fails_at_load() -> None:
     m = make([node], [("x", TensorProto.FLOAT, [1, 1, 2, 2])], ["y"], {"scales": np.ones(4, np.float32)})
     with pytest.raises(UnsupportedOp, match=r"^Resize\(mode='cubic'\) at node 'Resize_17' \(opset 13\)$"):
         load_onnx(m)
+
+
+def test_constants_an_op_creates_live_on_the_model_device() -> None:
+    """Regression: ConstantOfShape built its tensor on the default device (CPU) for a model loaded on OPENCL,
+    and the next kernel launched a CPU kernel on OpenCL memory."""
+    from jit.device import Device
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["c"],
+                              value=numpy_helper.from_array(np.array([2.5], np.float32))),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              [numpy_helper.from_array(np.array([2, 3], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with Device.default_as("CPU"):
+        y = load_onnx(model, device="OPENCL")({"x": x})["y"]
+        assert y.device == "OPENCL" and Device.DEFAULT == "CPU"
+        np.testing.assert_array_equal(y.numpy(), x + 2.5)
