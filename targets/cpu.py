@@ -6,6 +6,8 @@ compiles nothing. The cache lives in ``$DRIVEPACK_CACHE`` or ``~/.cache/drivepac
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import os
 import shutil
@@ -136,6 +138,17 @@ def cpu_threads() -> int:
     return int(raw)
 
 
+_openmp_runtime: list[ctypes.CDLL] = []
+
+
+def _pin_openmp_runtime() -> None:
+    """Load libgomp once, never to be unloaded: when the last kernel library using it is garbage-collected,
+    dlclose would otherwise unmap libgomp under its idle pool threads and the process crashes."""
+    if not _openmp_runtime:
+        name = ctypes.util.find_library("gomp") or "libgomp.so.1"
+        _openmp_runtime.append(ctypes.CDLL(name, mode=os.RTLD_GLOBAL | os.RTLD_NODELETE))
+
+
 def _call_if_alive(method: weakref.WeakMethod) -> Any:
     """A callable that runs ``method`` if its object still exists (fork hooks cannot be unregistered)."""
     def hook() -> None:
@@ -205,6 +218,8 @@ class CPUTarget(Target):
         ffi.cdef(f"void {name}({', '.join(['void*'] * n_params)});")
         if meta.get("openmp"):
             ffi.cdef(f"extern int {OMP_THREADS_SYMBOL};")
+        if meta.get("openmp"):
+            _pin_openmp_runtime()
         lib = ffi.dlopen(str(path))
         if meta.get("openmp"):
             # a caller that runs the kernel without launch() (a C driver) gets this target's count too

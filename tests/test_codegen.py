@@ -130,3 +130,29 @@ def test_division_by_a_constant_has_no_trap_guard() -> None:
         np.testing.assert_array_equal(t.numpy(), want)
     y = Tensor(np.array([3, 0, -1], dtype=np.int32))
     np.testing.assert_array_equal((Tensor(np.array([7, 7, 7], dtype=np.int32)) % y).numpy(), [1, 0, 0])
+
+
+def test_unloading_the_last_openmp_kernel_library_does_not_crash(tmp_path: Path) -> None:
+    """Regression: when the last loaded kernel library using OpenMP was garbage-collected, dlclose unmapped
+    libgomp under its idle pool threads and the process died with SIGSEGV; the CPU target now pins libgomp."""
+    code = textwrap.dedent("""
+        import gc, time
+        from targets.cpu import CPUTarget
+        src = '''#include <omp.h>
+        int dp_omp_threads = 2;
+        void k(float* restrict a, float* restrict b) {
+          #pragma omp parallel for num_threads(dp_omp_threads) schedule(static)
+          for (int i = 0; i < 65536; i++) a[i] = b[i] * 3.0f;
+        }'''
+        for _ in range(3):
+            t = CPUTarget(threads=2)
+            prog = t.compile("k", src, {"openmp": True})
+            t.launch(prog, [t.allocate(65536 * 4), t.allocate(65536 * 4)])
+            del prog, t
+            gc.collect()
+            time.sleep(0.1)
+        print("ok")
+    """)
+    env = {**os.environ, "DRIVEPACK_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
