@@ -15,7 +15,7 @@ What is timed (median of ``--repeat`` calls after 3 warm-up calls; numpy inputs 
 * onnxruntime CPU with 2 intra-op threads (the issue's peer).
 * tinygrad 0.14 ``OnnxRunner`` captured with ``TinyJit``, each in its own process: CPU (``DEV=CPU``, compiled with
   clang: ``$CC`` or the first ``clang``/``clang-NN`` on PATH) and CL (``DEV=CL``, the same PoCL drivepack uses).
-  Optional: ``pip install tinygrad==0.14.0`` (or ``pip install /tmp/tg/tinygrad-0.14.0-py3-none-any.whl``); without
+  Optional: ``pip install -e '.[bench]'`` (tinygrad 0.14.0); without
   it, or with ``--no-tinygrad``, those columns print ``-``.
 
 Ratios printed per model (lower is better, < 1 = drivepack faster): drivepack CPU / onnxruntime, drivepack CPU /

@@ -10,7 +10,7 @@ calls (numpy inputs in, numpy outputs out), after 3 warm-up calls. Rows, all mea
 * drivepack tuned: the same model captured inside ``use_tuning(table)``; the table is read from ``--tuning`` when
   that file exists, else searched now with ``--beam`` (default 2; search time printed) and written to it;
 * tinygrad 0.14 CL TinyJit on the same OpenCL device (optional peer, in a subprocess:
-  ``pip install /tmp/tg/tinygrad-0.14.0-py3-none-any.whl``; ``--no-peer`` skips it).
+  ``pip install -e '.[bench]'``; ``--no-peer`` skips it).
 
 Ratios printed: tuned / default, and each drivepack row / tinygrad CL (below 1 = drivepack faster). Outputs of
 the tuned replay are checked against the default's (within 1e-3 relative to the output's magnitude) first.
@@ -73,7 +73,7 @@ def tinygrad_cl(model_path: Path, inputs: dict[str, np.ndarray], iters: int, wor
     try:
         import tinygrad  # noqa: F401
     except ImportError:
-        print("tinygrad: not installed; no peer (pip install /tmp/tg/tinygrad-0.14.0-py3-none-any.whl)")
+        print("tinygrad: not installed; no peer (pip install -e '.[bench]')")
         return None
     files = {}
     for name, arr in inputs.items():

@@ -5,7 +5,7 @@ into a .dpk on the CPU target, then, in a fresh process, times ``load_package`` 
 checksum, map the weights) + ``make_replay`` (prepare the replay: the compiled driver comes from the kernel
 cache after the first run) + one replay. Peer, measured in the same run: tinygrad's ``OnnxRunner`` on the same
 ONNX file captured with ``TinyJit``, pickled, and ``pickle.load``-ed in a fresh process (tinygrad is optional:
-``pip install /tmp/tg/tinygrad-0.14.0-py3-none-any.whl``; without it only drivepack's numbers print).
+``pip install -e '.[bench]'``; without it only drivepack's numbers print).
 
     python3 benchmarks/bench_package.py [--workdir DIR] [--repeats N]
 """
@@ -99,7 +99,7 @@ def main() -> None:
     try:
         import tinygrad  # noqa: F401
     except ImportError:
-        print("tinygrad: not installed; no peer measured (pip install /tmp/tg/tinygrad-0.14.0-py3-none-any.whl)")
+        print("tinygrad: not installed; no peer measured (pip install -e '.[bench]')")
         return
     pickled = work / "gemm.pkl"
     try:
