@@ -3,7 +3,9 @@
 Kernel boundaries: every realize target, every CONTIGUOUS, and every reduce whose result is needed at an
 index other than the consuming kernel's own output index (read through a movement op, a gather, another
 reduce) or by more than one consumer. Elementwise chains fuse into one kernel, and a reduce whose only
-consumer is the elementwise epilogue of a kernel fuses into that kernel.
+consumer is the elementwise epilogue of a kernel fuses into that kernel. A reduce's elementwise epilogue that
+reads more than constants (bias, BN, residual add) and that a reduce kernel reads at other indices (the next conv
+or matmul) is a kernel output of its own: it runs once after the producing reduce instead of once per read.
 """
 
 from __future__ import annotations
@@ -93,6 +95,53 @@ def _kernel_region(root: UOp, boundaries: set[UOp]) -> list[tuple[UOp, bool]]:
     return out
 
 
+def _reads_input(u: UOp, boundaries: set[UOp]) -> bool:
+    """Whether ``u`` is more than a constant, possibly viewed through movement ops (a buffer, another kernel's
+    output, or values computed from them)."""
+    while u.op in GroupOp.Movement and u not in boundaries:
+        u = u.src[0]
+    return u.op is not Ops.CONST
+
+
+def _reaches_reduce(node: UOp, boundaries: set[UOp]) -> set[UOp] | None:
+    """The elementwise (and reshape) nodes under ``node`` (itself included) when a REDUCE_AXIS boundary is among
+    their sources and so is another input (a bias, BN parameters, a residual): ``node`` is an epilogue that
+    costs loads to recompute. Else None (a bare activation or a NaN-safe max is cheaper to recompute per read
+    than to store in a kernel of its own)."""
+    seen, stack, found, other = set(), [node], False, False
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for s in n.src:
+            if s.op is Ops.REDUCE_AXIS and s in boundaries:
+                found = True
+            elif (s.op in GroupOp.Elementwise or s.op is Ops.RESHAPE) and s not in boundaries:
+                stack.append(s)  # a reduce's result is reshaped to drop its reduced axes
+            elif _reads_input(s, boundaries):
+                other = True
+    return seen if found and other else None
+
+
+def _recomputed_epilogues(boundaries: set[UOp]) -> set[UOp]:
+    """Elementwise epilogues of reduces (bias, BN, activation, residual add) that a reduce kernel reads at
+    other indices than its own: left fused there, each is recomputed on every read (a 3x3 conv reads each input
+    element 9 x output-channels times). Each becomes a kernel output instead, so it runs once as the epilogue of
+    the producing reduce; only the topmost node of each such chain."""
+    out: set[UOp] = set()
+    for k in boundaries:
+        region = _kernel_region(k, boundaries)
+        if k.op is not Ops.REDUCE_AXIS and not any(n.op is Ops.REDUCE_AXIS and n not in boundaries
+                                                   for n, _ in region):
+            continue
+        chains = {n: c for n, direct in region if not direct and n.op in GroupOp.Elementwise
+                  and n not in boundaries and (c := _reaches_reduce(n, boundaries)) is not None}
+        inner = set().union(*(c - {n} for n, c in chains.items())) if chains else set()
+        out |= set(chains) - inner
+    return out
+
+
 def find_boundaries(targets: list[UOp]) -> list[UOp]:
     """Every node that becomes a kernel output, in execution order."""
     order = toposort(targets)
@@ -100,9 +149,21 @@ def find_boundaries(targets: list[UOp]) -> list[UOp]:
     for node in order:
         for s in node.src:
             users[s] = users.get(s, 0) + 1
-    boundaries = {t for t in targets if not is_view_of_buffer(t)}
-    boundaries |= {n for n in order if n.op is Ops.CONTIGUOUS}
-    boundaries |= {n for n in order if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1}
+    base = {t for t in targets if not is_view_of_buffer(t)}
+    base |= {n for n in order if n.op is Ops.CONTIGUOUS}
+    base |= {n for n in order if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1}
+    forced: set[UOp] = set()
+    while True:  # epilogues made outputs change which reduces are read indirectly: close again until stable
+        boundaries = _close_boundaries(base | forced)
+        extra = _recomputed_epilogues(boundaries) - forced
+        if not extra:
+            return [n for n in order if n in boundaries]
+        forced |= extra
+
+
+def _close_boundaries(start: set[UOp]) -> set[UOp]:
+    """``start`` plus every reduce some kernel reads at another index than its own output's."""
+    boundaries = set(start)
     work = list(boundaries)
     while work:
         k = work.pop()
@@ -110,7 +171,7 @@ def find_boundaries(targets: list[UOp]) -> list[UOp]:
             if node.op is Ops.REDUCE_AXIS and not direct and node not in boundaries:
                 boundaries.add(node)
                 work.append(node)
-    return [n for n in order if n in boundaries]
+    return boundaries
 
 
 def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKernel], dict[UOp, UOp]]:

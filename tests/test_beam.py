@@ -219,7 +219,8 @@ def test_tune_writes_a_file_and_the_same_file_gives_byte_identical_packages(gemm
     tuned = build_package(gemm_onnx, "pc-cpu", tmp_path / "a.dpk", BuildOptions(golden_sets=1, tune=True, beam=2))
     assert tuned.tuning_path == tmp_path / "a.dpk.tuning.json"
     table = load(tuned.tuning_path)
-    assert len(table) >= 2 and all(e.target == "CPU" and e.candidates >= 1 for e in table.entries.values())
+    # >= 1: both layers are the same kernel (Gemm + bias + Relu epilogue, same shapes), so they share one key
+    assert len(table) >= 1 and all(e.target == "CPU" and e.candidates >= 1 for e in table.entries.values())
     assert "searched (beam 2)" in tuned.tuning_summary
     # force options that differ from the defaults, so the test sees tuning change the kernels
     forced = TuningTable({k: dataclasses.replace(e, opts=OptOptions(inner_upcasts=(4,), min_outputs=1))
