@@ -149,12 +149,15 @@ inputs = {k: np.load(v) for k, v in json.loads(sys.argv[2]).items()}
 jit = TinyJit(lambda **kw: [v.contiguous().realize() for v in run(kw).values()])
 call = lambda: [o.numpy() for o in jit(**{k: Tensor(v) for k, v in inputs.items()})]
 for _ in range(3):
-    call()
+    outs = call()
+np.savez(sys.argv[4], *outs)
 times = []
 for _ in range(int(sys.argv[3])):
     t = time.perf_counter()
     call()
     times.append(time.perf_counter() - t)
+other = {k: np.load(v) for k, v in json.loads(sys.argv[5]).items()}
+np.savez(sys.argv[6], *[o.numpy() for o in jit(**{k: Tensor(v) for k, v in other.items()})])
 print(json.dumps({"median_s": statistics.median(times)}))
 """
 
@@ -168,9 +171,28 @@ def _clang() -> str | None:
     return None
 
 
-def tinygrad_median(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray], repeat: int,
-                    work: Path) -> float | None:
-    """tinygrad 0.14 TinyJit replay median on ``dev`` ("CPU" or "CL"), or None (printed why) when unavailable."""
+def _save_inputs(work: Path, tag: str, inputs: Mapping[str, np.ndarray]) -> str:
+    files = {}
+    for name, arr in inputs.items():
+        files[name] = str(work / f"{tag}-{name.replace('/', '_')}.npy")
+        np.save(files[name], arr)
+    return json.dumps(files)
+
+
+def _matches(what: str, got: list[np.ndarray], want: list[np.ndarray]) -> bool:
+    for i, w in enumerate(want):
+        if i >= len(got) or got[i].shape != w.shape or not np.allclose(got[i], w, rtol=2e-3, atol=2e-3):
+            err = float(np.max(np.abs(got[i] - w))) if i < len(got) and got[i].shape == w.shape else float("nan")
+            print(f"  {what}: output {i} differs from onnxruntime (max abs error {err:.3g}); not used")
+            return False
+    return True
+
+
+def tinygrad_median(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray], repeat: int, work: Path,
+                    want: list[np.ndarray], other: tuple[Mapping[str, np.ndarray], list[np.ndarray]]) -> float | None:
+    """tinygrad 0.14 TinyJit replay median on ``dev`` ("CPU" or "CL"), or None (printed why) when unavailable or
+    when its outputs do not match onnxruntime's: ``want`` for the timed inputs, and ``other`` (inputs, outputs)
+    for one call with different inputs after timing (a replay that returned stale outputs is no peer)."""
     env = {**os.environ, "DEV": dev}
     if dev == "CPU":
         cc = _clang()
@@ -178,16 +200,19 @@ def tinygrad_median(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray]
             print("  tinygrad CPU: no clang on PATH (tinygrad's CPU device compiles with clang); skipped")
             return None
         env["CC"] = cc
-    files = {}
-    for name, arr in inputs.items():
-        files[name] = str(work / f"{model_path.stem}-{name.replace('/', '_')}.npy")
-        np.save(files[name], arr)
-    proc = subprocess.run([sys.executable, "-c", _TINYGRAD, str(model_path), json.dumps(files), str(repeat)],
+    got_path, other_path = work / f"{model_path.stem}-{dev}-a.npz", work / f"{model_path.stem}-{dev}-b.npz"
+    proc = subprocess.run([sys.executable, "-c", _TINYGRAD, str(model_path),
+                           _save_inputs(work, model_path.stem + "-a", inputs), str(repeat), str(got_path),
+                           _save_inputs(work, model_path.stem + "-b", other[0]), str(other_path)],
                           capture_output=True, text=True, timeout=3600, env=env)
     if proc.returncode != 0:
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"
         print(f"  tinygrad {dev}: failed ({last})")
         return None
+    for path, expected in ((got_path, want), (other_path, other[1])):
+        with np.load(path) as z:
+            if not _matches(f"tinygrad {dev}", [z[f"arr_{i}"] for i in range(len(z.files))], expected):
+                return None
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["median_s"])
 
 
@@ -225,6 +250,9 @@ def bench_model(name: str, args: argparse.Namespace, peak: float, work: Path) ->
     sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     want = sess.run(None, feeds)
+    # a second input set, run once after timing: a replay must compute, not return what it returned before
+    other_feeds = {k: (v[..., ::-1].copy() if v.ndim else v) for k, v in feeds.items()}
+    other_want = sess.run(None, other_feeds)
     row: dict[str, float | None] = {"ort": median_time(lambda: sess.run(None, feeds), args.repeat)}
     for target in ("CPU", "OPENCL"):
         key = "dp_" + target.lower()
@@ -236,6 +264,7 @@ def bench_model(name: str, args: argparse.Namespace, peak: float, work: Path) ->
         capture_s = time.perf_counter() - t0
         check_outputs(f"drivepack {target}", run(feeds), names, want)
         row[key] = median_time(lambda run=run: run(feeds), args.repeat)
+        check_outputs(f"drivepack {target} (other inputs)", run(other_feeds), names, other_want)
         print(f"  {name}: drivepack {target} capture {capture_s:.1f} s, {run.n_dispatches} dispatches, "
               f"replay median {row[key] * 1e3:.2f} ms")
         del run
@@ -243,7 +272,8 @@ def bench_model(name: str, args: argparse.Namespace, peak: float, work: Path) ->
     onnx.save(proto, str(model_path))
     for dev in ("CPU", "CL"):
         row["tg_" + dev.lower()] = None if args.no_tinygrad else tinygrad_median(dev, model_path, feeds,
-                                                                                 args.repeat, work)
+                                                                                 args.repeat, work, want,
+                                                                                 (other_feeds, other_want))
     if args.layers:
         layer_table(name, proto, feeds, args.layers, peak)
     return row
