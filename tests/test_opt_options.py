@@ -53,3 +53,11 @@ def test_tile_off_leaves_one_store() -> None:
     stores = lambda s: sum(1 for u in toposort([s]) if u.op is Ops.STORE)  # noqa: E731
     assert stores(optimize_kernel(ast, OptOptions(tile=False))) == 1
     assert stores(optimize_kernel(ast)) == 64
+
+
+def test_short_row_no_width_divides_is_tiled_whole() -> None:
+    x = Tensor(np.ones((1, 8, 14, 14), np.float32))
+    w = Tensor(np.ones((8, 8, 3, 3), np.float32))
+    kernels, _ = create_schedule([x.conv2d(w, padding=1).uop], "CPU")
+    plan = plan_tiles(commit_dtypes(kernels[-1].ast))
+    assert plan is not None and [(int(r.src[0].arg), f) for r, f in plan.upcasts] == [(14, 14), (8, 4)]

@@ -57,6 +57,8 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         return None
     inner = outs[-1]
     u_inner = _first_divisor(_size(inner), opts.inner_upcasts)
+    if u_inner is None and 1 < _size(inner) <= max(opts.inner_upcasts):
+        u_inner = _size(inner)  # a short row no width divides (resnet's 14 and 7): the whole row is the tile
     if u_inner is None:
         return None
     deps = range_deps(red.src[0])
