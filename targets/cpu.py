@@ -149,7 +149,7 @@ def _pin_openmp_runtime() -> None:
         _openmp_runtime.append(ctypes.CDLL(name, mode=os.RTLD_GLOBAL | os.RTLD_NODELETE))
 
 
-def _call_if_alive(method: weakref.WeakMethod) -> Any:
+def call_if_alive(method: weakref.WeakMethod) -> Any:
     """A callable that runs ``method`` if its object still exists (fork hooks cannot be unregistered)."""
     def hook() -> None:
         bound = method()
@@ -173,7 +173,7 @@ class CPUTarget(Target):
             raise CompileError(f"CPUTarget.threads: expected a positive integer, got {n}")
         self.threads = n
         self._loaded_parallel = False  # whether this process loaded a kernel using the thread pragma
-        os.register_at_fork(after_in_child=_call_if_alive(weakref.WeakMethod(self._single_threaded_after_fork)))
+        os.register_at_fork(after_in_child=call_if_alive(weakref.WeakMethod(self._single_threaded_after_fork)))
 
     def set_threads(self, n: int) -> None:
         """Threads every parallel kernel uses when this target launches it from now on."""

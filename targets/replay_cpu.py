@@ -71,7 +71,7 @@ class CPUReplay(Replay):
             self._ffi.cdef(f"void {_THREADS_SETTER}(int n);")
             self.set_threads(int(getattr(target, "threads", 1)))
             # a forked child cannot use the parent's OpenMP thread pool: it runs single-threaded
-            os.register_at_fork(after_in_child=_call_if_alive(weakref.WeakMethod(self._single_thread)))
+            os.register_at_fork(after_in_child=cpu.call_if_alive(weakref.WeakMethod(self._single_thread)))
         # memory the table points at; kept referenced for as long as the replay lives
         self._arena = target.allocate(cmdbuf.arena_bytes)
         self._keep: dict[str, np.ndarray] = {"arena:": self._arena.handle}
@@ -172,14 +172,6 @@ def _arg(binding: str, slots: dict[str, int]) -> str:
 def _call(cmdbuf: CommandBuffer, d: Dispatch, slots: dict[str, int]) -> str:
     args = [_arg(b, slots) for b in d.bindings] + [scalar_expr(s) for s in d.scalars]
     return f"{cmdbuf.kernels[d.kernel].entry}({', '.join(args)});"
-
-
-def _call_if_alive(method: weakref.WeakMethod) -> Any:
-    def hook() -> None:
-        bound = method()
-        if bound is not None:
-            bound()
-    return hook
 
 
 def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
