@@ -198,7 +198,8 @@ def test_binding_outside_the_arena_is_refused(built: Path, tmp_path: Path) -> No
     def push_out(doc: dict) -> None:
         arena = doc["arena_bytes"]
         bind = f"arena:{arena}+4"
-        doc["buffers"].append({"binding": bind, "dtype": "uint8", "shape": [4], "nbytes": 4, "init": None})
+        doc["buffers"].append({"binding": bind, "dtype": "uint8", "shape": [4], "nbytes": 4, "init": None,
+                               "image": None})
         doc["dispatches"][0]["bindings"][0] = bind
     bad = _rewrite(built, tmp_path / "b.dpk", section_edit=_cmdbuf_edit(push_out))
     with pytest.raises(PackageError, match=r"end expected <= arena_bytes"):
