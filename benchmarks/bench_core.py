@@ -21,8 +21,9 @@ from jit.schedule import create_schedule
 from jit.tensor import Tensor
 
 
-def median_time(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm-up (compiles, faults pages in)
+def median_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:
+    for _ in range(warmup):  # compiles, faults pages in
+        fn()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()

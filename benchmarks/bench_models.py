@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,9 @@ from jit.onnx import load_onnx
 from jit.realize import compile_kernels, device_buffer
 from jit.schedule import create_schedule
 from targets.cpu import cpu_threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import median_time as core_median_time  # noqa: E402
 
 ORT_THREADS = 2
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -104,14 +106,7 @@ def fma_peak_gflops(threads: int) -> float:
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return core_median_time(fn, repeat, warmup=3)
 
 
 def light_inputs(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
