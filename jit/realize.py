@@ -13,7 +13,7 @@ import numpy as np
 
 from jit.device import Device
 from jit.dtype import DType, to_numpy
-from jit.helpers import DEBUG, EMULATED_DTYPES, NOOPT
+from jit.helpers import DEBUG, EMULATED_DTYPES, NOOPT, WINO
 from jit.opt.search import settings_key as tuning_settings_key
 from jit.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
 from jit.passes.pipeline import RewrittenKernel, rewrite_kernel
@@ -86,8 +86,9 @@ def _deep_recursion(limit: int = _RECURSION_LIMIT) -> Iterator[None]:
 
 
 def _settings_key() -> str:
-    """The run settings a compiled kernel depends on (a kernel compiled under EMULATED_DTYPES=long differs)."""
-    return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value};{tuning_settings_key()}"
+    """The run settings a compiled kernel depends on (a kernel compiled under EMULATED_DTYPES=long differs; WINO
+    changes the graph a conv builds, kept here so a kernel cached under one value is never reused under another)."""
+    return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value};WINO={WINO.value};{tuning_settings_key()}"
 _names: dict[str, dict[object, int]] = {}  # base name -> kernel graph -> suffix number
 
 

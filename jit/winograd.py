@@ -1,0 +1,189 @@
+"""Winograd F(2,3) / F(4,3) convolution for 3x3 stride-1 convs, built from Tensor ops (WINO setting).
+
+A 3x3 stride-1 conv computes each m x m output tile from an (m+2) x (m+2) input tile d with
+``Y = A^T [(G g G^T) * (B^T d B)] A`` (Lavin & Gray 2015): per tile, channel pair and r = m+2, r*r multiplies
+instead of 9*m*m (2.25x fewer for F(2,3), 4x fewer for F(4,3)), paid for by the input and output transforms.
+
+The graph, all lazy Tensor ops, so the normal scheduler and codegen see it (r = m + 2):
+
+1. U = G g G^T per (Cout, Cin), laid out (r*r, Cout, Cin). It reads only the weight. It is r*r/9 times larger
+   than the filters, so capture's frontier folding (which keeps values no larger than the weights they read)
+   leaves it alone, but its kernels read no input: capture (jit/capture.py) runs them once and binds U as a
+   weight; a replay never sees the 3x3 filters;
+2. V = B^T d B per input tile: the padded input is materialized (no bounds checks in the transform), then
+   transformed one axis at a time (6 + 6 multiply-adds per value for F(4,3), not 36), each step a reduce of
+   its own that reads and writes the tile column index innermost (contiguous loads);
+3. M = sum over Cin of U * V: r*r batched GEMMs (Cout x Cin) @ (Cin x tiles) in one reduce kernel, with V laid
+   out in blocks of _BLOCK tiles so the reduce over Cin reads _BLOCK contiguous floats per step;
+4. Y = A^T M A, again one axis at a time; the last step writes (N, Cout, H, W) in place, so the bias and the
+   elementwise ops that follow (BN, activation, residual add) are that reduce's epilogue, fused by the
+   scheduler as for a direct conv. Tiles that overhang the output are computed from zero padding and shrunk off,
+   so any H, W and padding work.
+
+Each transform step is a reduce against a small constant table (``_contract``): where its result is read at other
+indices the scheduler makes it a kernel of its own, computed once (fused into the GEMM, a transform would be
+recomputed once per output channel).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from jit.dtype import dtypes, least_upper_dtype
+from jit.errors import DrivepackError, ShapeError
+from jit.helpers import WINO
+from jit.nn_ops import _pads, _tuple, _window
+from jit.tensor import Tensor
+
+TILES = (2, 4)
+_BLOCK = 16  # tiles per GEMM block: two 8-float vectors
+
+# F(m, 3) matrices: B^T (r x r), G (r x 3), A^T (m x r), r = m + 2, with interpolation points 0, +-1 (, +-2), inf
+_MATRICES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+        np.array([[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                  [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                  [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
+}
+
+
+class WinogradSettingError(DrivepackError, ValueError):
+    """A WINO value that is none of 0, 2, 4, auto."""
+
+
+def matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B^T, G, A^T) of F(tile, 3) in float64."""
+    if tile not in _MATRICES:
+        raise ShapeError(f"winograd tile: expected one of {TILES}, got {tile}")
+    return _MATRICES[tile]
+
+
+def _contract(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
+    """``sum_k mat[p, k] * t[..., k]`` over the trailing axis of ``t``, the new axis p at ``out_axis`` of the
+    result. A reduce over k against a small constant table: where the result is read at other indices (the next
+    transform step, the GEMM) the scheduler makes it a kernel of its own, computed once."""
+    p, k = mat.shape
+    lead = t.shape[:-1]
+    x = t.reshape(*lead[:out_axis], 1, *lead[out_axis:], k)
+    shape = [1] * (len(lead) + 2)
+    shape[out_axis], shape[-1] = p, k
+    table = Tensor(np.ascontiguousarray(mat, np.float32), device=t.device).reshape(shape)
+    return (x * table).sum(-1)
+
+
+def winograd_weight(weight: Tensor, tile: int) -> Tensor:
+    """U = G g G^T for every (Cout, Cin) filter, laid out (r*r, Cout, Cin), contiguous (weight-only work)."""
+    cout, cin = weight.shape[:2]
+    _, g, _ = matrices(tile)
+    r = tile + 2
+    u = _contract(weight.reshape(cout, cin, 3, 3), g, 0)  # (q, Cout, Cin, kh): G along each filter row
+    u = _contract(u, g, 0)  # (p, q, Cout, Cin): G along each filter column
+    return u.reshape(r * r, cout, cin).contiguous()
+
+
+def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, padding: Any = 0,
+                    tile: int = 4) -> Tensor:
+    """3x3 stride-1 conv (groups 1, dilation 1) of x (N, Cin, H, W) with weight (Cout, Cin, 3, 3) by F(tile, 3).
+
+    ``padding`` as conv2d takes it (an int, two values, two pairs or flat ONNX pads). Computes in float32;
+    the result has conv2d's dtype.
+    """
+    if x.ndim != 4 or weight.ndim != 4 or tuple(weight.shape[2:]) != (3, 3):
+        raise ShapeError(f"winograd conv: input (N, Cin, H, W) and weight (Cout, Cin, 3, 3) expected, got input "
+                         f"{x.shape}, weight {weight.shape}")
+    bs, cin, h, w = x.shape
+    cout = weight.shape[0]
+    if weight.shape[1] != cin:
+        raise ShapeError(f"winograd conv: weight.shape[1] expected {cin} (groups 1), got {weight.shape[1]}")
+    if bias is not None and bias.shape != (cout,):
+        raise ShapeError(f"winograd conv: bias expected shape ({cout},), got {bias.shape}")
+    bt, _, at = matrices(tile)
+    r = tile + 2
+    (pt, pb), (pl, pr) = _pads(padding, 2, "winograd conv padding")
+    oh, ow = h + pt + pb - 2, w + pl + pr - 2
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"winograd conv: padded input {(h + pt + pb, w + pl + pr)} expected at least 3x3")
+    th, tw = math.ceil(oh / tile), math.ceil(ow / tile)
+    # the GEMM reads tiles in blocks of _BLOCK: extra tile rows (zero input, outputs dropped) make them whole
+    th_pad = th
+    while th_pad * tw % _BLOCK:
+        th_pad += 1
+    nb = th_pad * tw // _BLOCK
+    out_dtype = least_upper_dtype(x.dtype, weight.dtype)
+    xf = x.cast(dtypes.float32) if x.dtype != dtypes.float32 else x
+    wf = weight.cast(dtypes.float32) if weight.dtype != dtypes.float32 else weight
+    # padded at the end up to whole tiles (their extra outputs are dropped); materialized, so the transform's
+    # loads need no bounds checks
+    xp = xf.pad(((0, 0), (0, 0), (pt, th_pad * tile + 2 - h - pt), (pl, tw * tile + 2 - w - pl))).contiguous()
+    # input transform B^T d B, one axis at a time (6 + 6 multiply-adds per value instead of 36), each step
+    # reading and writing the tile column index innermost so its loads are contiguous
+    rows = _window(xp, (r,), (tile,), (1,))  # (N, Cin, Hp, TW, r): each row's overlapping column tiles
+    t1 = _contract(rows, bt, 3)  # (N, Cin, Hp, j, TW)
+    cols = _window(t1.permute(0, 1, 3, 4, 2), (r,), (tile,), (1,))  # (N, Cin, j, TW, TH, k)
+    cols = cols.permute(2, 0, 4, 3, 1, 5).reshape(r, bs, nb, _BLOCK, cin, r).permute(0, 1, 2, 4, 3, 5)
+    # V laid out (i, j, N, tile block, Cin, tile in block): the GEMM's reduce over Cin reads _BLOCK contiguous
+    # floats per step (a power-of-two stride between Cin rows would make those reads fight over cache sets)
+    v = _contract(cols, bt, 0).reshape(r * r, bs, 1, nb, cin, _BLOCK)
+    u = winograd_weight(wf, tile).reshape(r * r, 1, cout, 1, cin, 1)
+    m = (u * v).sum(4)  # (r*r, N, Cout, blocks, _BLOCK): r*r GEMMs (Cout x Cin) @ (Cin x tiles)
+    # output transform A^T M A, again one axis at a time; the last step writes (N, Cout, TH, tile, TW, tile),
+    # a reduce whose only movement op up to the bias is a reshape (and the shrink when tiles overhang), so the
+    # scheduler treats bias/BN/activation as its epilogue exactly as for a direct conv
+    m = m.reshape(r, r, bs, cout, th_pad, tw)[:, :, :, :, :th]
+    m = m.permute(2, 3, 4, 1, 5, 0)  # (N, Cout, TH, b, TW, a)
+    o1 = _contract(m, at, 3)  # (N, Cout, TH, p, b, TW)
+    y = _contract(o1.permute(0, 1, 2, 3, 5, 4), at, 5)  # (N, Cout, TH, p, TW, q)
+    y = y.reshape(bs, cout, th * tile, tw * tile)
+    if th * tile != oh or tw * tile != ow:
+        y = y.shrink(((0, bs), (0, cout), (0, oh), (0, ow)))
+    y = y.cast(out_dtype) if out_dtype != dtypes.float32 else y
+    return y + bias.reshape(1, cout, 1, 1) if bias is not None else y
+
+
+def setting_tile(value: Any | None = None) -> int | str:
+    """The WINO setting as 0 (off), 2, 4 or "auto"; a typed error for anything else."""
+    raw = WINO.value if value is None else value
+    text = str(raw).strip().lower()
+    if text in ("", "0"):
+        return 0
+    if text == "auto":
+        return "auto"
+    if text in ("2", "4"):
+        return int(text)
+    raise WinogradSettingError(f"WINO: expected one of 0, 2, 4, auto, got {raw!r}")
+
+
+def auto_tile(cin: int, cout: int, oh: int, ow: int) -> int:
+    """The "auto" heuristic: which F(m, 3) to use for a conv of this size, 0 for the direct conv.
+
+    Winograd saves multiplies in the GEMM only; the transforms cost per tile and channel regardless of the other
+    channel count, so small channel counts do not pay for them (cin, cout >= 32), and F(4,3) needs enough
+    tiles (an output of at least 8x8) for its 6x6 tiles not to be mostly padding. Thresholds from
+    benchmarks/bench_winograd.py on a shared, noisy 2-core machine: re-measure before making "auto" the default
+    (WINO defaults to 0).
+    """
+    if min(cin, cout) < 32 or min(oh, ow) < 4:
+        return 0
+    return 4 if min(oh, ow) >= 8 else 2
+
+
+def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any, padding: Any) -> int:
+    """The Winograd tile conv2d should use for this call under the WINO setting, 0 for the direct conv."""
+    setting = setting_tile()
+    if not setting or weight.ndim != 4 or x.ndim != 4 or tuple(weight.shape[2:]) != (3, 3) or groups != 1:
+        return 0
+    if _tuple(stride, 2, "conv stride") != (1, 1) or _tuple(dilation, 2, "conv dilation") != (1, 1):
+        return 0
+    if not (x.dtype.is_float and weight.dtype.is_float):
+        return 0
+    if setting != "auto":
+        return int(setting)
+    (pt, pb), (pl, pr) = _pads(padding, 2, "conv padding")
+    return auto_tile(x.shape[1], weight.shape[0], x.shape[2] + pt + pb - 2, x.shape[3] + pl + pr - 2)

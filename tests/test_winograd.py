@@ -1,0 +1,149 @@
+"""Winograd F(2,3) / F(4,3) convs (jit/winograd.py): numerics against a float64 numpy conv, capture-time folding of
+the weight transform, the WINO setting (dispatch from conv2d, parsing, the kernel cache key)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit.capture import capture
+from jit.helpers import Context
+from jit.realize import _settings_key
+from jit.schedule import create_schedule
+from jit.tensor import Tensor
+from jit.winograd import WinogradSettingError, auto_tile, matrices, pick_tile, setting_tile, winograd_conv2d
+
+# Tolerance, relative to the largest output magnitude. A float32 direct 3x3 conv over C channels is off from the
+# exact result by a few eps * sqrt(9 C) of the output scale (~1e-6 here). Winograd adds the rounding of its
+# transforms, whose coefficients reach 5 (B), 8 (A) and 1/24 (G) for F(4,3): products of up to ~25 x 64 partial
+# terms of both signs that cancel, so its error is known to be 10-100x the direct conv's (Lavin & Gray; Barabasz
+# et al., "Error analysis and improving the accuracy of Winograd convolution", 2020). Measured on these shapes:
+# <= 1.6e-7 for F(2,3) (the direct conv: <= 2.1e-7) and <= 2.3e-6 for F(4,3); the bounds leave ~10x margin and
+# still catch any wrong coefficient or index (those give errors of order 1).
+TOL = {2: 2e-6, 4: 3e-5}
+
+
+def rand(*shape: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pads: tuple[int, int, int, int]) -> np.ndarray:
+    """float64 cross-correlation, stride 1, pads (top, left, bottom, right) as ONNX orders them."""
+    pt, pl, pb, pr = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    oh, ow = xp.shape[2] - 2, xp.shape[3] - 2
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, :oh, :ow]
+    out = np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
+    return out + b.astype(np.float64)[None, :, None, None] if b is not None else out
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, tile: int) -> None:
+    assert got.shape == want.shape
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err <= TOL[tile], f"F({tile},3): max error {err:.2e} of the output range, expected <= {TOL[tile]:.0e}"
+
+
+# (batch, Cin, Cout, H, W, padding as conv2d takes it, the same as ONNX pads)
+SHAPES = [
+    (1, 3, 5, 7, 9, 1, (1, 1, 1, 1)),  # odd sizes, channels not multiples of 4
+    (2, 5, 6, 11, 8, 0, (0, 0, 0, 0)),  # batch 2, no padding
+    (1, 4, 7, 6, 6, 2, (2, 2, 2, 2)),  # padding 2: output larger than the input
+    (2, 6, 3, 10, 13, (1, 0, 2, 1), (1, 0, 2, 1)),  # asymmetric ONNX pads (top, left, bottom, right)
+    (1, 9, 17, 5, 3, 1, (1, 1, 1, 1)),  # fewer columns than one F(4,3) tile
+]
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{s[0]}x{s[1]}x{s[3]}x{s[4]}-{s[2]}-p{s[5]}" for s in SHAPES])
+def test_matches_numpy(shape: tuple, tile: int) -> None:
+    n, cin, cout, h, w, padding, pads = shape
+    x, wt, b = rand(n, cin, h, w, seed=1), rand(cout, cin, 3, 3, seed=2), rand(cout, seed=3)
+    got = winograd_conv2d(Tensor(x), Tensor(wt), Tensor(b), padding=padding, tile=tile).numpy()
+    assert_close(got, conv_ref(x, wt, b, pads), tile)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_without_bias_and_agrees_with_direct_conv(tile: int) -> None:
+    x, wt = rand(1, 8, 12, 12, seed=4), rand(8, 8, 3, 3, seed=5)
+    direct = Tensor(x).conv2d(Tensor(wt), padding=1).numpy()
+    got = winograd_conv2d(Tensor(x), Tensor(wt), padding=1, tile=tile).numpy()
+    assert_close(got, direct.astype(np.float64), tile)
+
+
+def test_matrices_compute_the_conv_of_one_tile() -> None:
+    rng = np.random.default_rng(0)
+    for tile in (2, 4):
+        bt, g, at = matrices(tile)
+        d, k = rng.standard_normal((tile + 2, tile + 2)), rng.standard_normal((3, 3))
+        want = np.array([[(d[i:i + 3, j:j + 3] * k).sum() for j in range(tile)] for i in range(tile)])
+        np.testing.assert_allclose(at @ ((g @ k @ g.T) * (bt @ d @ bt.T)) @ at.T, want, atol=1e-12)
+
+
+# --- dispatch from conv2d ----------------------------------------------------------------------------------
+def kernel_names(t: Tensor) -> list[str]:
+    return [k.name for k in create_schedule([t.uop], t.device)[0]]
+
+
+def test_conv2d_dispatches_only_when_enabled() -> None:
+    x, wt, b = rand(1, 4, 8, 8, seed=6), rand(4, 4, 3, 3, seed=7), rand(4, seed=8)
+    with Context(WINO="0"):
+        direct = Tensor(x).conv2d(Tensor(wt), Tensor(b), padding=1)
+    with Context(WINO="4"):
+        wino = Tensor(x).conv2d(Tensor(wt), Tensor(b), padding=1)
+    assert len(kernel_names(direct)) < len(kernel_names(wino))  # the transforms are kernels of their own
+    assert_close(wino.numpy(), conv_ref(x, wt, b, (1, 1, 1, 1)), 4)
+
+
+@pytest.mark.parametrize("kw", [{"stride": 2}, {"dilation": 2}, {"groups": 2}])
+def test_conv2d_keeps_direct_conv_where_winograd_does_not_apply(kw: dict) -> None:
+    x, wt = rand(1, 4, 9, 9, seed=9), rand(4, 4 // kw.get("groups", 1), 3, 3, seed=10)
+    with Context(WINO="0"):
+        direct = kernel_names(Tensor(x).conv2d(Tensor(wt), padding=1, **kw))
+    with Context(WINO="4"):
+        assert kernel_names(Tensor(x).conv2d(Tensor(wt), padding=1, **kw)) == direct
+
+
+def test_setting_values() -> None:
+    assert [setting_tile(v) for v in ("0", 0, "", "2", 4, "auto", " AUTO ")] == [0, 0, 0, 2, 4, "auto", "auto"]
+    with pytest.raises(WinogradSettingError, match="WINO: expected one of 0, 2, 4, auto, got '3'"):
+        setting_tile("3")
+
+
+def test_auto_heuristic() -> None:
+    assert auto_tile(48, 48, 32, 64) == 4  # the vision model's residual convs
+    assert auto_tile(96, 96, 16, 32) == 4
+    assert auto_tile(64, 64, 6, 6) == 2  # too few F(4,3) tiles
+    assert auto_tile(12, 24, 64, 128) == 0  # too few channels to pay for the transforms
+    x, wt = Tensor(rand(1, 48, 32, 64, seed=0)), Tensor(rand(48, 48, 3, 3, seed=0))
+    with Context(WINO="auto"):
+        assert pick_tile(x, wt, 1, 1, 1, 1) == 4
+        assert pick_tile(x, wt, 1, 2, 1, 1) == 0  # stride 2
+
+
+def test_setting_changes_the_kernel_cache_key() -> None:
+    keys = set()
+    for value in ("0", "2", "4", "auto"):
+        with Context(WINO=value):
+            keys.add(_settings_key())
+    assert len(keys) == 4
+
+
+# --- capture: the weight transform is weight-only work --------------------------------------------------------
+@pytest.mark.parametrize("tile", [2, 4])
+def test_capture_folds_the_weight_transform(tile: int) -> None:
+    x, wt, b = rand(1, 5, 9, 11, seed=11), rand(6, 5, 3, 3, seed=12), rand(6, seed=13)
+    weight, bias = Tensor(wt), Tensor(b)
+    with Context(WINO=str(tile)):
+        cap = capture(lambda x: {"y": x.conv2d(weight, bias, padding=1)}, {"x": x})
+    assert_close(cap({"x": x})["y"], conv_ref(x, wt, b, (1, 1, 1, 1)), tile)
+    # the replay binds U = G g G^T (r*r, Cout, Cin) as a weight and never the raw 3x3 filters
+    _, g, _ = matrices(tile)
+    r = tile + 2
+    want_u = np.einsum("pk,ockl,ql->pqoc", g, wt.astype(np.float64), g).reshape(r * r, 6, 5)
+    stored = [w.view(np.float32) for w in cap.weights.values()]
+    assert not any(s.size == wt.size and np.array_equal(s, wt.reshape(-1)) for s in stored)
+    transformed = [s for s in stored if s.size == want_u.size]
+    assert len(transformed) == 1
+    np.testing.assert_allclose(transformed[0].reshape(want_u.shape), want_u, rtol=1e-5, atol=1e-6)
+    # its kernels (one per axis) ran at capture; no replay kernel could compute it without the raw filters
+    assert cap.report is not None and cap.report.kernels_pruned >= 2
