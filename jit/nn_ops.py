@@ -116,6 +116,34 @@ def gemm(self: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, b
 
 
 # --- convolution -------------------------------------------------------------------------------------
+# A conv whose multiply-adds (output elements x Cin/groups x kernel elements) reach this reads its padded input
+# from a buffer of its own. 2**20 is far below the sample vision model's smallest padded conv (1.4e7) and far
+# above every conv of the ONNX node conformance tests (the largest, test_convtranspose_3d, does 22,680), so those
+# keep their single kernel.
+PAD_MATERIALIZE_MIN_MACS = 1 << 20
+
+
+def _materialize_pad(pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...], out_elements: int,
+                     cin_per_group: int) -> bool:
+    """Whether a conv's zero-padded input is worth its own copy kernel (Tensor.contiguous on the PAD).
+
+    Read lazily, a PAD lowers to a select and clamped indices on every input load of the conv's reduce
+    (``valid ? in[clamp(i)] : 0``); the C compiler then cannot vectorize the reduce's inner loops. Realized, the
+    padded input is a plain buffer (a cheap elementwise kernel writes the zero border once, after whatever
+    elementwise work precedes the pad, so the padded zeros are exactly the PAD's) and the conv's loads are plain
+    contiguous ones. Worth it when there is padding, the window has more than one element (a 1x1 window reads
+    each input element once: the mask costs no more than the copy would) and the conv is large enough that the
+    extra kernel's launch and pass over memory are small against its work (``PAD_MATERIALIZE_MIN_MACS``).
+
+    Decided here rather than by a scheduler rule on any PAD read through a WINDOW: the conv knows its work and
+    pooling reads a window once per output anyway. Capture treats the copy like any kernel: an activation in
+    the arena when it reads an input, folded into a weight when the conv input is weight-only.
+    """
+    if not any(b or e for b, e in pads) or math.prod(kernel) <= 1:
+        return False
+    return out_elements * cin_per_group * math.prod(kernel) >= PAD_MATERIALIZE_MIN_MACS
+
+
 def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: IntOrTuple = 1,
            dilation: IntOrTuple = 1, padding: Any = 0) -> Tensor:
     """N-d convolution (cross-correlation): input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel).
@@ -142,6 +170,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     x = self.pad(((0, 0), (0, 0), *pads))
     win = _window(x, tuple(kernel), st, dl)  # (N, Cin, *out, *k)
     out_sp = win.shape[2:2 + nd]
+    if _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):
+        win = _window(x.contiguous(), tuple(kernel), st, dl)
     g, cout_g = groups, cout // groups
     ones = (1,) * nd
     xw = win.reshape(bs, g, 1, cin_g, *out_sp, *kernel)

@@ -68,8 +68,10 @@ def _substitute_stopping(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
 
 
 # ops under which each source element is read at most once per output element: a reduce below them can be
-# computed inside the consuming kernel without recomputation (EXPAND and WINDOW re-read, so they break)
-_KEEPS_DIRECT = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.PAD,
+# computed inside the consuming kernel without recomputation (EXPAND and WINDOW re-read, so they break). PAD
+# breaks too: a reduce under it would run at clamped indices for every border element and be thrown away, and a
+# realized pad (conv2d's padded input, jit/nn_ops.py) must stay a cheap copy of the reduce's buffer
+_KEEPS_DIRECT = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP,
                                        Ops.STRIDE}
 
 
