@@ -28,9 +28,22 @@ from jit.uop import UOp
 from targets.base import Buffer, Program, Target, TargetLimits
 from targets.cstyle import CStyleLanguage, render_kernel_info
 
+
+def _host_vector_width() -> int:
+    """Float32 lanes of the host's widest vector registers (kernels are compiled with -march=native)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return 4
+    return 16 if " avx512f" in flags else 8 if " avx" in flags else 4
+
+
+CPU_VECTOR_WIDTH = _host_vector_width()
+
 OMP_THREADS_SYMBOL = "dp_omp_threads"
 # OpenMP: the outermost output loops are split over a team of threads (static schedule: equal chunks, no
 # work-stealing bookkeeping); kernels with the pragma are built with OPENMP_FLAGS, the rest without
+
 CPU_LANGUAGE = CStyleLanguage(
     headers=("#include <math.h>", "#include <stdint.h>"),
     type_names={dtypes.bool: "_Bool", dtypes.float16: "_Float16"},
@@ -38,6 +51,13 @@ CPU_LANGUAGE = CStyleLanguage(
     # the team size is a variable the target writes after loading (a forked child must drop to 1: libgomp's
     # thread pool does not survive fork, and a team of more than 1 thread in the child hangs)
     parallel_setup=f"#ifndef DP_OMP_THREADS\n#define DP_OMP_THREADS\nint {OMP_THREADS_SYMBOL} = 1;\n#endif",
+    # GCC vector extensions; loads and stores go through memcpy, which compiles to one unaligned vector move
+    vector_width=CPU_VECTOR_WIDTH,
+    vector_type="dp_{name}x{n}",
+    vector_typedef="typedef {t} {vt} __attribute__((vector_size({nbytes})));",
+    vector_load="({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})",
+    vector_store="{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}",
+    vector_shuffle="__builtin_shuffle({a}, {b}, ({it}){{{mask}}})",
 )
 OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
 THREADS_ENV = "DRIVEPACK_CPU_THREADS"
@@ -46,7 +66,7 @@ CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
     dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64})
 
-CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
+CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
                            "-fno-strict-aliasing")
 
 

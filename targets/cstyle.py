@@ -19,6 +19,13 @@ from jit.uop import GroupOp, Ops, UOp, toposort
 _INFIX: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPEQ: "==",
                           Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 _INLINE = frozenset({Ops.CONST, Ops.RANGE, Ops.INDEX, Ops.DEFINE_GLOBAL})
+# ops a language's vector types compute directly on 32-bit lanes (vector op vector, or vector op scalar); every
+# other op on a vector is computed lane by lane with its scalar spelling (comparisons among them: C vectors
+# compare to -1/0 lanes, the scalar expressions to 0/1; bool lanes are all computed lane by lane)
+_VECTOR_NATIVE_FLOAT = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG})
+_VECTOR_NATIVE_INT = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
+# signed integer ops that can overflow (C leaves that undefined; numpy wraps)
+_WRAPPING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL, Ops.NEG})
 _FLOAT_FN: dict[Ops, str] = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SQRT: "sqrt", Ops.SIN: "sin", Ops.COS: "cos",
                              Ops.TAN: "tan", Ops.TANH: "tanh", Ops.ERF: "erf", Ops.TRUNC: "trunc",
                              Ops.FLOOR: "floor", Ops.CEIL: "ceil", Ops.RINT: "rint", Ops.ABS: "fabs"}
@@ -57,6 +64,20 @@ class CStyleLanguage:
     image_param: str = ""
     image_helper: str = ""
     image_read: str = ""
+    # vector types (jit/opt/vectorize.py): float32 lanes of the widest vector the optimizer may ask for (0 = none);
+    # the name of ``n`` lanes of scalar type ``t`` (``name``: the dtype's name), the definition that name needs
+    # (emitted once per file; "" = built in), a load/store of ``n`` contiguous elements at ``ptr`` (any
+    # alignment), lane ``i`` of vector ``x`` (``hexi``: i in hex), and a vector built from its ``lanes``
+    vector_width: int = 0
+    vector_type: str = ""
+    vector_typedef: str = ""
+    vector_load: str = ""
+    vector_store: str = ""
+    vector_lane: str = "{x}[{i}]"
+    # lanes of two vectors a, b picked by ``mask`` (indices into a's lanes then b's); ``it``/``ut``: the signed /
+    # unsigned int vector types of as many lanes; "" = no shuffles (strided loads are gathered lane by lane)
+    vector_shuffle: str = ""
+    vector_ctor: str = "(({vt}){{{lanes}}})"
 
     def type_name(self, d: DType) -> str:
         return self.type_names.get(d, d.cname)
@@ -110,10 +131,27 @@ class KernelRenderer:
         for node in toposort([sink]):
             if node.op is Ops.REDUCE:
                 self.reduces.setdefault(node.src[1:], []).append(node)
+        users: dict[UOp, list[UOp]] = {}
         for node in toposort([sink]):
             for src in node.src:
                 self.uses[src] = self.uses.get(src, 0) + 1
+                users.setdefault(src, []).append(node)
+        # integer values that only ever address memory (loop indices and their arithmetic): C may assume they do
+        # not overflow, which lets the compiler strength-reduce them into pointer increments; every other signed
+        # +, -, *, << is rendered through the unsigned type, so values wrap as numpy's do (no -fwrapv needed)
+        self.index_only: set[UOp] = set()
+        for node in reversed(toposort([sink])):
+            if isinstance(node.dtype, DType) and node.dtype.is_int and users.get(node) and all(
+                    (usr.op is Ops.INDEX and usr.src[1] is node) or usr in self.index_only for usr in users[node]):
+                self.index_only.add(node)
         self.deps(sink)  # one walk fills the dependency table for every node
+        # the tile row computed as vectors (jit/opt/vectorize.py): never a loop, always "open"
+        lanes = [u for u in self._deps if u.op is Ops.RANGE and u.arg[1] == "vector"]
+        if len(lanes) > 1 or (lanes and not lang.vector_type):
+            raise CompileError(f"{name}: {len(lanes)} vector ranges, this language renders "
+                               f"{'one' if lang.vector_type else 'none'}")
+        self.lane: UOp | None = lanes[0] if lanes else None
+        self.lanes = int(self.lane.src[0].arg) if self.lane is not None else 0
 
     # --- dependency analysis ------------------------------------------------------------------------
     def deps(self, u: UOp) -> frozenset[UOp]:
@@ -157,6 +195,8 @@ class KernelRenderer:
             return render_const(self.lang, u.arg, u.dtype)  # type: ignore[arg-type]
         if op is Ops.REDUCE:
             return self.emit_reduce(u)
+        if self.lane is not None and self.lane in self.deps(u):
+            return self.vector_expr(u, force_var)
         if op is Ops.STORE:
             idx, val = u.src
             self.line(f"*({self.expr(idx)}) = {self.expr(val)};")
@@ -184,6 +224,127 @@ class KernelRenderer:
         self.name_here(u, var)
         return var
 
+    # --- vectors: values that depend on the tile row's lane range ----------------------------------------
+    def vtname(self, d: DType) -> str:
+        """The vector type of ``self.lanes`` lanes of ``d`` (bool lanes are int32: 0 or 1), defined on first use."""
+        lane_d = dtypes.int32 if d.is_bool else d
+        vt = self.lang.vector_type.format(t=self.lang.type_name(lane_d), name=lane_d.name, n=self.lanes)
+        if self.lang.vector_typedef and vt not in self.helpers:
+            typedef = self.lang.vector_typedef.format(t=self.lang.type_name(lane_d), vt=vt,
+                                                      nbytes=lane_d.itemsize * self.lanes)
+            self.helpers[vt] = f"#ifndef {vt.upper()}_T\n#define {vt.upper()}_T\n{typedef}\n#endif"
+        return vt
+
+    def lane_of(self, src: UOp, text: str, i: int) -> str:
+        """Lane ``i`` of operand ``src`` spelled ``text`` (a scalar operand is the same in every lane)."""
+        return self.lane_text(text, i) if self.lane is not None and self.lane in self.deps(src) else text
+
+    def lane_text(self, vector: str, i: int) -> str:
+        return self.lang.vector_lane.format(x=vector, i=i, hexi=f"{i:x}")
+
+    def ctor(self, d: DType, lanes: list[str]) -> str:
+        return self.lang.vector_ctor.format(vt=self.vtname(d), lanes=", ".join(lanes))
+
+    def lane_offset(self, idx: UOp) -> tuple[int, UOp | None]:
+        """``(stride, base)`` when ``idx`` is ``base + lane * stride`` for a constant stride >= 1 (``base`` None: no
+        base), else ``(0, None)``."""
+        if idx is self.lane:
+            return 1, None
+        if idx.op is Ops.MUL and self.lane in idx.src:
+            step = idx.src[1] if idx.src[0] is self.lane else idx.src[0]
+            return (int(step.arg), None) if step.op is Ops.CONST and int(step.arg) >= 1 else (0, None)
+        if idx.op is not Ops.ADD:
+            return 0, None
+        a, b = idx.src
+        if self.lane in self.deps(b):
+            a, b = b, a
+        if self.lane in self.deps(b):
+            return 0, None
+        stride, base = self.lane_offset(a)
+        if base is None:
+            return stride, b
+        self.index_only.add(base := base + b)  # a new node, only ever an address
+        return stride, base
+
+    def strided_ptr(self, index: UOp, d: DType) -> tuple[int, str] | None:
+        """``(stride, "buf+base")`` when ``index`` (an INDEX) addresses elements ``base + lane * stride`` stored as
+        ``d`` and lanes of ``d`` are stored as ``d`` (not bool, not an image); None otherwise."""
+        buf, idx = index.src
+        stride, base = self.lane_offset(idx)
+        if not stride or d.is_bool or isinstance(buf.dtype, ImageDType):
+            return None
+        return stride, self.expr(buf) if base is None else f"{self.expr(buf)}+{self.expr(base)}"
+
+    def strided_load(self, stride: int, ptr: str, d: DType) -> str | None:
+        """Lanes ``ptr[0], ptr[stride], ...`` from contiguous vector loads: one load (stride 1), or two overlapping
+        loads and a shuffle of their even elements (stride 2; the loads stay within the elements the lanes span).
+        None for other strides (the caller gathers lane by lane)."""
+        n, vt = self.lanes, self.vtname(d)
+        if stride == 1:
+            return self.lang.vector_load.format(ptr=ptr, n=n, vt=vt)
+        if stride != 2 or not self.lang.vector_shuffle:
+            return None
+        lo, hi = self.new_var("lo"), self.new_var("hi")
+        self.line(f"{vt} {lo} = {self.lang.vector_load.format(ptr=ptr, n=n, vt=vt)};")
+        self.line(f"{vt} {hi} = {self.lang.vector_load.format(ptr=f'{ptr}+{n - 1}', n=n, vt=vt)};")
+        # lanes 0..n/2-1 are the even elements of lo; the rest are elements n, n+2, .. = hi's odd ones
+        mask = [2 * i for i in range(n // 2)] + [n + 2 * i + 1 for i in range(n // 2)]
+        return self.lang.vector_shuffle.format(a=lo, b=hi, mask=", ".join(map(str, mask)), n=n,
+                                               it=self.vtname(dtypes.int32), ut=self.vtname(dtypes.uint32))
+
+    def vector_native(self, u: UOp) -> bool:
+        d = u.dtype
+        assert isinstance(d, DType)
+        if d.is_float:
+            return d is dtypes.float32 and u.op in _VECTOR_NATIVE_FLOAT
+        if d.is_bool:
+            return False  # a scalar _Bool operand does not mix with int lanes
+        return d.itemsize == 4 and u.op in _VECTOR_NATIVE_INT and (d.is_unsigned or u in self.index_only)
+
+    def vector_expr(self, u: UOp, force_var: bool) -> str:
+        """``u`` as a vector of ``self.lanes`` lanes (``u`` depends on the lane range)."""
+        op = u.op
+        if op is Ops.STORE:
+            index, val = u.src
+            at = self.strided_ptr(index, val.dtype) if self.lane in self.deps(val) else None
+            if at is not None and at[0] == 1:
+                self.line(self.lang.vector_store.format(ptr=at[1], val=self.expr(val), n=self.lanes,
+                                                        vt=self.vtname(val.dtype)))
+                return ""
+            idx, v = self.expr(index.src[1], force_var=True), self.expr(val, force_var=True)
+            buf = self.expr(index.src[0])
+            for i in range(self.lanes):
+                self.line(f"*({buf}+{self.lane_of(index.src[1], idx, i)}) = {self.lane_of(val, v, i)};")
+            return ""
+        d = u.dtype
+        assert isinstance(d, DType)
+        if op is Ops.LOAD:
+            at = self.strided_ptr(u.src[0], d)
+            if (text := self.strided_load(*at, d) if at is not None else None) is None:
+                buf, idx = u.src[0].src
+                idx_text, buf_text = self.expr(idx, force_var=True), self.expr(buf)
+                if isinstance(image := buf.dtype, ImageDType):
+                    self.helpers["image"] = self.lang.image_helper
+                    lanes = [self.lang.image_read.format(buf=buf_text, idx=self.lane_of(idx, idx_text, i),
+                                                         width=image.width) for i in range(self.lanes)]
+                else:
+                    lanes = [f"*({buf_text}+{self.lane_of(idx, idx_text, i)})" for i in range(self.lanes)]
+                text = self.ctor(d, lanes)
+            var = self.new_var("val")
+        elif self.vector_native(u):
+            text = self.alu_text(u, [self.expr(s) for s in u.src])
+            if self.uses.get(u, 0) <= 1 and not force_var:
+                return text
+            var = self.new_var("alu")
+        else:
+            srcs = [self.expr(s, force_var=True) for s in u.src]
+            text = self.ctor(d, [self.alu_text(u, [self.lane_of(s, t, i) for s, t in zip(u.src, srcs, strict=True)])
+                                 for i in range(self.lanes)])
+            var = self.new_var("alu")
+        self.line(f"{self.vtname(d)} {var} = {text};")
+        self.name_here(u, var)
+        return var
+
     def name_here(self, u: UOp, var: str) -> None:
         """Bind ``u`` to ``var`` for the rest of the current loop body."""
         self.names[u] = var
@@ -202,6 +363,11 @@ class KernelRenderer:
             return f"({self.tname(d)})({s[0]})"
         if op is Ops.BITCAST:
             return self.lang.bitcast_fmt.format(src_t=self.tname(src_d), dst_t=self.tname(d), x=s[0])
+        if op in _WRAPPING and d.is_int and not d.is_unsigned and d.itemsize >= 4 and u not in self.index_only:
+            ut = self.lang.type_name(dtypes.uint64 if d.itemsize == 8 else dtypes.uint32)
+            s = [f"({ut})({x})" for x in s]
+            return f"(({self.tname(d)})({s[0]}{_INFIX[op]}{s[1]}))" if op in _INFIX else \
+                f"(({self.tname(d)})(({ut})0-{s[0]}))"
         if op in _INFIX:
             return f"({s[0]}{_INFIX[op]}{s[1]})"
         if op is Ops.WHERE:
@@ -239,7 +405,8 @@ class KernelRenderer:
                 return self.int_pow_call(d, s)
             return f"({self.tname(d)})pow((double)({s[0]}),(double)({s[1]}))"
         if op is Ops.ABS and not d.is_float:
-            return f"(({s[0]})<0?-({s[0]}):({s[0]}))"
+            neg = self.alu_text(UOp(Ops.NEG, d, u.src[:1]), s)  # INT_MIN wraps to itself, as numpy's abs
+            return f"(({s[0]})<0?{neg}:({s[0]}))"
         if op in _FLOAT_FN:
             if not d.is_float:
                 raise CompileError(f"{self.name}: {op.name} expects a float operand, got {d.name}")
@@ -302,14 +469,25 @@ class KernelRenderer:
                     continue
                 self.expr(node, force_var=True)
         accs = []
-        for red in group:
+        combines = [UOp(red.arg, red.dtype, (red.src[0], red.src[0])) for red in group]
+        vector = [self.lane is not None and self.lane in self.deps(red) for red in group]
+        for red, vec in zip(group, vector, strict=True):
             accs.append(self.new_var("acc"))
-            self.line(f"{self.tname(red.dtype)} {accs[-1]} = {self.identity(red)};")
+            assert isinstance(red.dtype, DType)
+            init = self.ctor(red.dtype, [self.identity(red)] * self.lanes) if vec else self.identity(red)
+            self.line(f"{self.vtname(red.dtype) if vec else self.tname(red.dtype)} {accs[-1]} = {init};")
         for rng in ranges:
             self.open_loop(rng)
-        values = [self.expr(red.src[0]) for red in group]
-        for red, acc, v in zip(group, accs, values, strict=True):
-            combine = self.alu_text(UOp(red.arg, red.dtype, (red.src[0], red.src[0])), [acc, v])
+        # a combine computed lane by lane reads its value once per lane: it needs a variable
+        values = [self.expr(red.src[0], force_var=vec and not self.vector_native(c))
+                  for red, vec, c in zip(group, vector, combines, strict=True)]
+        for red, acc, v, vec, c in zip(group, accs, values, vector, combines, strict=True):
+            if vec and not self.vector_native(c):
+                assert isinstance(red.dtype, DType)
+                combine = self.ctor(red.dtype, [self.alu_text(c, [self.lane_text(acc, i), self.lane_text(v, i)])
+                                                for i in range(self.lanes)])
+            else:
+                combine = self.alu_text(c, [acc, v])
             self.line(f"{acc} = {combine};")
         for _ in ranges:
             self.close_loop()
@@ -372,6 +550,11 @@ class KernelRenderer:
             self.names[rng] = var
             self.open_ranges |= {rng}
             self.line(f"int {var} = {self.lang.global_index_fn}({n_hw - 1 - i});")
+        if self.lane is not None:
+            self.names[self.lane] = "lane"
+            self.open_ranges |= {self.lane}
+            lane_ids = self.ctor(dtypes.int32, [str(i) for i in range(self.lanes)])
+            self.line(f"{self.vtname(dtypes.int32)} lane = {lane_ids};")
         loops = out_ranges[n_hw:]
         self.parallel_loops = self.parallel_depth(loops)
         if self.parallel_loops:

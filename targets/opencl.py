@@ -58,6 +58,14 @@ OPENCL_LANGUAGE = CStyleLanguage(
                  "  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;\n"
                  "}\n#endif",
     image_read="dp_read_image({buf}, {idx}, {width})",
+    # float4 is the native vector of the embedded GPUs this targets (Adreno, Mali); vload/vstore take any alignment
+    vector_width=4,
+    vector_type="{t}{n}",
+    vector_load="vload{n}(0, {ptr})",
+    vector_store="vstore{n}({val}, 0, {ptr});",
+    vector_lane="{x}.s{hexi}",
+    vector_ctor="(({vt})({lanes}))",
+    vector_shuffle="shuffle2({a}, {b}, ({ut})({mask}))",
 )
 
 # dtypes every full-profile OpenCL device computes in; half and double depend on extensions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -54,3 +55,10 @@ def single_op_model(op: str, inputs: dict[str, np.ndarray], n_out: int = 1, opse
                                                 for o in outs],
                               [numpy_helper.from_array(v, k) for k, v in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def float_accumulators(source: str) -> int:
+    """Float accumulators a C kernel declares, a vector of n lanes counting n (register-tile size)."""
+    scalars = sum(1 for ln in source.splitlines() if ln.strip().startswith("float acc"))
+    vectors = re.findall(r"^\s*dp_float32x(\d+) acc", source, re.MULTILINE)
+    return scalars + sum(int(n) for n in vectors)

@@ -37,6 +37,7 @@ from jit.tensor import Tensor
 from packager.build import BuildOptions, build_package
 from packager.cli import main
 from packager.synthetic import gemm_model
+from tests.helpers import float_accumulators
 
 ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(0)
@@ -53,10 +54,6 @@ def _pre_opt_sink(out: Tensor, device: str = "CPU"):
     kernels, _ = create_schedule([out.uop], device)
     sink = commit_dtypes(kernels[-1].ast)
     return graph_rewrite(graph_rewrite(sink, pm_cast_const), pm_symbolic)
-
-
-def _accumulators(source: str) -> int:
-    return sum(1 for ln in source.splitlines() if ln.strip().startswith("float acc"))
 
 
 # --- kernel keys ---------------------------------------------------------------------------------------------
@@ -176,9 +173,9 @@ def test_a_tuned_kernel_uses_the_tables_options_and_keeps_the_results() -> None:
         tuned = compile_uops([_matmul().uop])[-1]
         got = _matmul().numpy()
     assert session.hits >= 1 and session.searched == 0
-    assert _accumulators(tuned.program.source) == 8  # the 2 x 4 tile the entry asked for
+    assert float_accumulators(tuned.program.source) == 8  # the 2 x 4 tile the entry asked for
     assert applied_options(tuned.lowered) == table.entries[next(iter(table.entries))].opts
-    assert _accumulators(compile_uops([_matmul().uop])[-1].program.source) != 8  # outside: the defaults again
+    assert float_accumulators(compile_uops([_matmul().uop])[-1].program.source) != 8  # outside: the defaults again
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got, A @ B, rtol=1e-4, atol=1e-4)
 

@@ -23,6 +23,17 @@ def run_py(code: str, **env: str) -> subprocess.CompletedProcess[str]:
                           cwd=ROOT, env=full_env, check=True)
 
 
+def test_signed_overflow_wraps_even_where_c_may_assume_it_cannot() -> None:
+    """Regression (-fwrapv was dropped so index arithmetic strength-reduces): ``x + 1 > x`` is what a C compiler
+    folds to true for signed ints; the kernels must compute it as numpy does, where INT_MAX + 1 wraps."""
+    big = np.array([2**31 - 1, 5, -2**31], np.int32)
+    t = Tensor(big)
+    assert ((t + 1) > t).tolist() == [False, True, True]
+    assert (t * 2).tolist() == (big * 2).tolist()
+    assert (-t).tolist() == (-big).tolist()
+    assert t.abs().tolist() == np.abs(big).tolist()
+
+
 def test_constant_folding_is_visible_in_the_source() -> None:
     t = Tensor([1, 2, 3, 4])
     out = t + 3 + 4
@@ -30,7 +41,8 @@ def test_constant_folding_is_visible_in_the_source() -> None:
     assert len(kernels) == 1
     src = kernels[0].program.source
     stores = [ln for ln in src.splitlines() if ln.strip().startswith("*(data0")]
-    assert len(stores) == 4 and all(ln.rstrip().endswith("+7);") for ln in stores)
+    # one add of the folded 7 per element (signed adds wrap through the unsigned type)
+    assert len(stores) == 4 and all(ln.rstrip().endswith("+(unsigned int)(7)));") for ln in stores)
     assert kernels[0].name.startswith("E_4")
     assert out.tolist() == [8, 9, 10, 11]
 

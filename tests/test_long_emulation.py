@@ -50,7 +50,7 @@ def _trunc_div(a: int, b: int) -> int:
 
 
 def _py(fn: Callable[[int, int], int]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """A numpy oracle from an exact Python-int function, wrapped to int64 like C with -fwrapv."""
+    """A numpy oracle from an exact Python-int function, wrapped to int64 as the kernels wrap."""
     def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.array([_wrap(fn(x, y)) for x, y in zip(a.tolist(), b.tolist(), strict=True)], np.int64)
     return run

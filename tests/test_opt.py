@@ -20,6 +20,7 @@ from jit.realize import compile_uops, device_buffer
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
 from targets.cpu import CPUTarget
+from tests.helpers import float_accumulators
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,10 +40,6 @@ def _conv_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int) -> np
         for dx in range(kw):
             out += np.einsum("nchw,oc->nohw", xp[:, :, dy:dy + oh, dx:dx + ow], w[:, :, dy, dx])
     return (out + b[None, :, None, None]).astype(np.float32)
-
-
-def _accumulators(source: str) -> int:
-    return sum(1 for ln in source.splitlines() if ln.strip().startswith("float acc"))
 
 
 def test_matmul_plan_tiles_the_contiguous_axis_and_the_row_axis() -> None:
@@ -65,7 +62,7 @@ def test_tiled_matmul_shares_one_reduce_loop_and_matches_numpy() -> None:
     a, b = rng.standard_normal((64, 48), dtype=np.float32), rng.standard_normal((48, 80), dtype=np.float32)
     out = Tensor(a).matmul(Tensor(b)).relu()
     src = compile_uops([out.uop])[-1].program.source
-    assert _accumulators(src) == 64  # a 4 x 16 tile
+    assert float_accumulators(src) == 64  # a 4 x 16 tile
     assert src.count("for (int ridx2") == 1  # all 64 accumulators in one pass over k
     np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
 
@@ -74,7 +71,7 @@ def test_noopt_turns_tiling_off() -> None:
     a = Tensor(np.ones((64, 64), np.float32))
     with Context(NOOPT=1):
         src = compile_uops([a.matmul(a + 1).uop])[-1].program.source
-    assert _accumulators(src) == 1
+    assert float_accumulators(src) == 1
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 16, 32), (1, 5, 9, 12), (2, 3, 7, 7)])

@@ -4,7 +4,8 @@ Entry point: ``optimize_kernel(sink, opts=None)`` (called by jit/passes/pipeline
 is an ``OptOptions``, None = the heuristic default). What it does:
 
 * reduce kernels (matmul, conv): register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
-  and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators);
+  and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
+  as vectors where the target's language has vector types (``jit.opt.vectorize``);
 * every other kernel: the small-loop unroll of ``jit.passes.unroll`` (as before the optimizer existed).
 
 Compile time is part of the design (packaging and CI run it for every kernel): small kernels are not tiled
@@ -20,22 +21,30 @@ from __future__ import annotations
 
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.opt.tiling import TilePlan, plan_tiles, tile_copies, tile_kernel
+from jit.opt.vectorize import choose_lanes
 from jit.passes.unroll import UPCAST_MAX, pm_unroll_reduce
 from jit.rewrite import graph_rewrite
 from jit.uop import Ops, UOp, toposort
 
 __all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_kernel", "plan_tiles",
-           "tile_kernel", "unroll_small_loops"]
+           "target_vector_width", "tile_kernel", "unroll_small_loops"]
 
 
-def optimize_kernel(sink: UOp, opts: OptOptions | None = None) -> UOp:
+def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int = 0) -> UOp:
     """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results.
-    ``opts`` None means the heuristic default ``OptOptions()``."""
+    ``opts`` None means the heuristic default ``OptOptions()``; ``vector_width`` is the float32 lane count of the
+    target language's widest vector type (0: it has none), for tile rows rendered as vectors."""
     opts = DEFAULT_OPTS if opts is None else opts
     plan = plan_tiles(sink, opts) if opts.tile else None
     if plan is not None:
-        return tile_kernel(sink, plan)
+        return tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
     return unroll_small_loops(sink) if opts.unroll else sink
+
+
+def target_vector_width(target: object) -> int:
+    """Float32 lanes of the widest vector type ``target``'s C-style language declares (0: none or no language)."""
+    language = getattr(target, "language", None)
+    return int(getattr(language, "vector_width", 0))
 
 
 def unroll_small_loops(sink: UOp) -> UOp:

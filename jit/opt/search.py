@@ -32,7 +32,7 @@ from jit.dtype import DType, PtrDType, dtypes, to_numpy
 from jit.errors import DrivepackError
 from jit.helpers import BEAM
 from jit.lower import KernelInfo
-from jit.opt import optimize_kernel
+from jit.opt import optimize_kernel, target_vector_width
 from jit.opt.options import DEFAULT_OPTS, OptOptions
 from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
 from jit.passes.symbolic import pm_symbolic
@@ -203,10 +203,10 @@ def random_arrays(sink: UOp, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def _optimized(sink: UOp, opts: OptOptions) -> UOp:
+def _optimized(sink: UOp, opts: OptOptions, target: Target) -> UOp:
     # the same steps as the pipeline's optimizer stage (jit/passes/pipeline.py)
-    return with_options(graph_rewrite(optimize_kernel(sink, opts), pm_symbolic, name="symbolic after optimizing"),
-                        opts)
+    optimized = optimize_kernel(sink, opts, target_vector_width(target))
+    return with_options(graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing"), opts)
 
 
 def _neighbours(opts: OptOptions, target: Target, global_size: tuple[int, ...]) -> list[OptOptions]:
@@ -266,7 +266,7 @@ class _Bench:
         for opts in cands:
             self.counter += 1
             name = f"beam{self.counter}"
-            source, meta = self.target.render(name, _optimized(self.sink, opts))
+            source, meta = self.target.render(name, _optimized(self.sink, opts, self.target))
             launch = (source.replace(name, "K"), tuple(meta.get("global_size", ())), meta.get("local_size"))
             if launch in self.seen:
                 continue

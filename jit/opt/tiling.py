@@ -93,15 +93,31 @@ def tile_copies(root: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]
     return out
 
 
-def tile_kernel(sink: UOp, plan: TilePlan) -> UOp:
+def lane_range(sink: UOp, lanes: int) -> UOp:
+    """A fresh RANGE of kind "vector" over ``lanes`` (an id no range of ``sink`` has): the renderer computes every
+    value depending on it as one value of a vector type instead of running a loop."""
+    ids = [u.arg[0] for u in toposort([sink]) if u.op is Ops.RANGE]
+    size = next(u for u in toposort([sink]) if u.op is Ops.RANGE).src[0].const_like(lanes)
+    return UOp(Ops.RANGE, size.dtype, (size,), (max(ids) + 1, "vector"))
+
+
+def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
     """``sink`` with every upcast of ``plan`` applied, in one substitution per tile element; the copies are ordered
     with the inner axis fastest (adjacent STOREs are adjacent in memory). The index arithmetic ``r' * u + c`` is
     left for the symbolic pass that the pipeline runs right after the optimizer (running it here too would walk
-    the 16x-copied bodies twice)."""
+    the 16x-copied bodies twice).
+
+    ``lanes`` > 1 (a divisor of the inner upcast): the inner axis becomes ``r' * u + c * lanes + v`` with ``v`` a
+    vector range (``lane_range``) and ``u // lanes`` copies ``c``, so each copy is one vector of ``lanes`` outputs;
+    the values of every output are the same expressions as with plain copies."""
     keys = tuple(rng for rng, _ in plan.upcasts)
     outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(_size(rng) // u),), rng.arg) for rng, u in plan.upcasts]
     mappings: list[dict[UOp, UOp]] = [{}]
-    for rng, outer, (_, u) in zip(keys, outers, plan.upcasts, strict=True):  # inner axis first: it ends fastest
+    for i, (rng, outer, (_, u)) in enumerate(zip(keys, outers, plan.upcasts, strict=True)):  # inner axis first
+        if i == 0 and lanes > 1:
+            lane = lane_range(sink, lanes)
+            mappings = [{rng: outer * u + lane + c * lanes if c else outer * u + lane} for c in range(u // lanes)]
+            continue
         mappings = [{**m, rng: outer * u + c if c else outer * u} for c in range(u) for m in mappings]
     stores = [copy for s in sink.src for copy in tile_copies(s, keys, mappings)]
     return sink.replace(src=tuple(stores))

@@ -1,0 +1,115 @@
+"""Tile rows as vector types (jit/opt/vectorize.py, the renderer's vector spelling): which kernels get vectors, that
+contiguous and stride-2 loads become vector loads, and that every vectorized kernel computes what the scalar
+copies compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit.device import Device
+from jit.dtype import dtypes
+from jit.opt import OptOptions, plan_tiles
+from jit.opt.search import use_tuning
+from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
+from jit.opt.vectorize import choose_lanes
+from jit.passes.pipeline import commit_dtypes
+from jit.realize import compile_uops
+from jit.schedule import create_schedule
+from jit.tensor import Tensor
+from jit.uop import Ops, UOp
+from tests.test_beam import _pre_opt_sink
+from tests.test_opt import _conv_reference
+
+pytestmark = pytest.mark.cpu_only  # the CPU target's C vector spelling; OpenCL's is tested in test_opencl_opt.py
+
+
+def _ast(t: Tensor) -> UOp:
+    kernels, _ = create_schedule([t.uop], "CPU")
+    return commit_dtypes(kernels[-1].ast)
+
+
+def _source(t: Tensor) -> str:
+    return compile_uops([t.uop])[-1].program.source
+
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def test_lanes_are_the_widest_power_of_two_dividing_the_tile_row() -> None:
+    ast = _ast(Tensor(_rand(64, 48)).matmul(Tensor(_rand(48, 80))))
+    plan = plan_tiles(ast)
+    assert plan is not None and plan.upcasts[0][1] == 16
+    assert choose_lanes(ast, plan, OptOptions(), 8) == 8
+    assert choose_lanes(ast, plan, OptOptions(), 16) == 16
+    assert choose_lanes(ast, plan, OptOptions(), 0) == 0  # the language has no vectors
+    assert choose_lanes(ast, plan, OptOptions(vectorize=False), 8) == 0
+    row14 = _ast(Tensor(_rand(64, 48)).matmul(Tensor(_rand(48, 14))))
+    plan14 = plan_tiles(row14)
+    assert plan14 is not None and plan14.upcasts[0][1] == 14  # a whole short row: no lane count divides it
+    assert choose_lanes(row14, plan14, OptOptions(), 8) == 0
+
+
+def test_a_value_of_a_type_without_vectors_keeps_scalar_copies() -> None:
+    a = Tensor(np.arange(64 * 48).reshape(64, 48) % 7).cast(dtypes.int64)
+    ast = _ast(a.matmul(Tensor(np.ones((48, 32), np.int64))))
+    plan = plan_tiles(ast)
+    assert plan is not None and choose_lanes(ast, plan, OptOptions(), 8) == 0
+
+
+def test_matmul_rows_are_vector_loads_and_stores() -> None:
+    a, b = _rand(64, 48), _rand(48, 80, seed=1)
+    out = Tensor(a).matmul(Tensor(b)).relu()
+    src = _source(out)
+    assert "dp_float32x8 acc" in src and src.count("__builtin_memcpy(&_v, data2") == 2  # one row of B: 2 vectors
+    np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_vectors_compute_exactly_what_scalar_copies_compute() -> None:
+    x, w, b = _rand(1, 8, 16, 32), _rand(16, 8, 3, 3, seed=1), _rand(16, seed=2)
+
+    def conv() -> Tensor:
+        return Tensor(x).conv2d(Tensor(w), Tensor(b), padding=1).relu() * 0.5 - 1
+
+    vector = conv().numpy()
+    table = TuningTable()
+    table.put(TuningEntry(kernel_key(_pre_opt_sink(conv())), "CPU", device_fingerprint(Device["CPU"]),
+                          OptOptions(vectorize=False)))
+    with use_tuning(table) as session:
+        scalar = conv().numpy()
+        assert "dp_float32x" not in _source(conv())
+    assert session.hits >= 1
+    np.testing.assert_array_equal(vector, scalar)
+
+
+def test_stride_two_loads_are_two_vector_loads_and_a_shuffle() -> None:
+    x, w = _rand(1, 12, 64, 128), _rand(24, 12, 3, 3, seed=1)
+    out = Tensor(x).conv2d(Tensor(w), stride=2, padding=1)
+    assert "__builtin_shuffle" in _source(out)
+    want = _conv_reference(x, w, np.zeros(24, np.float32), 1)[:, :, ::2, ::2]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_masked_loads_are_gathered_lane_by_lane() -> None:
+    """A small conv reads its padding through masks (no copy kernel): the masks are bool lanes."""
+    x, w, b = _rand(1, 3, 9, 16), _rand(8, 3, 3, 3, seed=1), _rand(8, seed=2)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), padding=1)
+    kernels = compile_uops([out.uop])
+    assert any(u.op is Ops.RANGE and u.arg[1] == "vector" for k in kernels for u in k.lowered.toposort())
+    np.testing.assert_allclose(out.numpy(), _conv_reference(x, w, b, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_integer_tiles_wrap_like_numpy() -> None:
+    a = (np.arange(32 * 24, dtype=np.int32).reshape(32, 24) * 40_000_003) % 1_000_003
+    b = np.full((24, 32), 70_001, np.int32)
+    got = Tensor(a).matmul(Tensor(b)).numpy()
+    np.testing.assert_array_equal(got, a @ b)  # int32 products overflow and wrap
+
+
+def test_uint8_frames_cast_in_vector_lanes() -> None:
+    frames = np.random.default_rng(4).integers(0, 256, (1, 6, 32, 64), dtype=np.uint8)
+    w = _rand(8, 6, 3, 3, seed=1)
+    out = (Tensor(frames).cast(dtypes.float32) / 128 - 1).conv2d(Tensor(w), padding=1)
+    want = _conv_reference(frames.astype(np.float32) / 128 - 1, w, np.zeros(8, np.float32), 1)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
