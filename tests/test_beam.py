@@ -220,7 +220,7 @@ def test_tune_writes_a_file_and_the_same_file_gives_byte_identical_packages(gemm
     assert len(table) >= 1 and all(e.target == "CPU" and e.candidates >= 1 for e in table.entries.values())
     assert "searched (beam 2)" in tuned.tuning_summary
     # force options that differ from the defaults, so the test sees tuning change the kernels
-    forced = TuningTable({k: dataclasses.replace(e, opts=OptOptions(inner_upcasts=(4,), min_outputs=1))
+    forced = TuningTable({k: dataclasses.replace(e, opts=OptOptions(inner_upcasts=(4,), wide_upcasts=(), min_outputs=1))
                           for k, e in table.entries.items()})
     forced.save(tmp_path / "forced.json")
     digests, packages = [], []

@@ -3,7 +3,8 @@
 Entry point: ``optimize_kernel(sink, opts=None)`` (called by jit/passes/pipeline.py unless ``NOOPT=1``; ``opts``
 is an ``OptOptions``, None = the heuristic default). What it does:
 
-* reduce kernels (matmul, conv): register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
+* reduce kernels (matmul, conv): short output rows merged with the axis outside them where the layout allows
+  (``jit.opt.merge``), then register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
   as vectors where the target's language has vector types (``jit.opt.vectorize``);
 * every other kernel: the small-loop unroll of ``jit.passes.unroll`` (as before the optimizer existed).
@@ -19,6 +20,7 @@ target's language declares a parallel pragma (targets/cstyle.py).
 
 from __future__ import annotations
 
+from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.opt.tiling import TilePlan, plan_tiles, tile_copies, tile_kernel
 from jit.opt.vectorize import choose_lanes
@@ -36,6 +38,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     target language's widest vector type (0: it has none), for tile rows rendered as vectors."""
     opts = DEFAULT_OPTS if opts is None else opts
     plan = plan_tiles(sink, opts) if opts.tile else None
+    if plan is not None and (merged := merge_output_dims(sink)) is not sink:
+        sink, plan = merged, plan_tiles(merged, opts)
     if plan is not None:
         return tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
     return unroll_small_loops(sink) if opts.unroll else sink

@@ -38,6 +38,8 @@ class OptOptions:
     * ``tile``: register-tile reduce kernels (matmul, conv) at all.
     * ``inner_upcasts``: widths tried, widest first, for the contiguous output axis (a tile row).
     * ``reuse_upcasts``: heights tried, tallest first, for the reuse axis (conv output channel, matmul row).
+    * ``wide_upcasts``: wider tile rows tried first when the kernel has no reuse axis (a matrix-vector product):
+      more accumulators in flight hide the add latency that one short row cannot.
     * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
     * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it).
@@ -52,6 +54,7 @@ class OptOptions:
     tile: bool = True
     inner_upcasts: tuple[int, ...] = (16, 8, 4)
     reuse_upcasts: tuple[int, ...] = (4, 2)
+    wide_upcasts: tuple[int, ...] = (64, 32)
     max_upcast: int = 64
     min_reduce_trips: int = 8
     min_outputs: int = 256
@@ -66,6 +69,7 @@ class OptOptions:
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)
         _check_factors("reuse_upcasts", self.reuse_upcasts)
+        _check_factors("wide_upcasts", self.wide_upcasts)
         _check_factors("local_size", self.local_size)
         _check_positive("max_upcast", self.max_upcast)
         _check_positive("min_reduce_trips", self.min_reduce_trips)

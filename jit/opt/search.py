@@ -42,7 +42,7 @@ from targets.base import Buffer, Program, Target
 
 MAX_ROUNDS = 3  # rounds of one-knob moves; more rarely pays for the compile time at package time
 TIMED_RUNS = 5  # runs per candidate after one warm-up; the median is kept
-INNER_CHOICES = (16, 8, 4, 2, 1)  # contiguous-axis tile widths a move may pick (1: no upcast on that axis)
+INNER_CHOICES = (64, 32, 16, 8, 4, 2, 1)  # contiguous-axis tile widths a move may pick (1: no upcast on that axis)
 REUSE_CHOICES = (8, 4, 2, 1)
 LOCAL_TOTALS = (1, 8, 32, 64, 128, 256)  # work-group sizes (in items) tried on targets with local sizes
 FLOAT_TOLERANCE = (1e-3, 1e-4)  # (rtol, atol scaled by the output's magnitude): contraction to FMA may differ

@@ -1,6 +1,6 @@
 """Register tiling of reduce kernels: upcast output axes so each reduce-loop pass updates a tile of outputs.
 
-Before: a kernel graph (SINK of STOREs) with one REDUCE over its reduce RANGEs and one RANGE per output axis
+Before: a kernel graph (SINK of STOREs) with REDUCEs over their reduce RANGEs and one RANGE per output axis
 (kind "global"), the last of which is the contiguous output axis. After: each upcast axis ``r`` of size ``n``
 is a RANGE of size ``n // u`` (same id), and every STORE is copied ``u`` times with ``r`` replaced by
 ``r' * u + c`` for ``c`` in ``0..u-1``; the copies' REDUCEs share the same reduce RANGEs, so the renderer runs
@@ -41,28 +41,26 @@ def _first_divisor(n: int, options: tuple[int, ...]) -> int | None:
 
 
 def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
-    """The tile plan for ``sink``, or None when it is not a single-reduce kernel worth tiling."""
+    """The tile plan for ``sink``, or None when it is not a reduce kernel worth tiling (one STORE; every reduce
+    long enough: a conv's epilogue may add a second reduce, resnet's projection shortcut, which is tiled alike)."""
     nodes = toposort([sink])
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
-    if len(reduces) != 1 or len(sink.src) != 1:
+    if not reduces or len(sink.src) != 1:
         return None
-    red = reduces[0]
-    reduce_trips = 1
-    for r in red.src[1:]:
-        reduce_trips *= _size(r)
-    if reduce_trips < opts.min_reduce_trips:
+    if min(math.prod(_size(r) for r in red.src[1:]) for red in reduces) < opts.min_reduce_trips:
         return None
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
     if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs:
         return None
     inner = outs[-1]
     u_inner = _first_divisor(_size(inner), opts.inner_upcasts)
-    if u_inner is None and 1 < _size(inner) <= max(opts.inner_upcasts):
-        u_inner = _size(inner)  # a short row no width divides (resnet's 14 and 7): the whole row is the tile
     if u_inner is None:
+        # a row no width divides (resnet's 14, 7 and 7x7 = 49): its widest divisor up to the widest width
+        u_inner = max(d for d in range(1, min(_size(inner), max(opts.inner_upcasts)) + 1) if _size(inner) % d == 0)
+    if u_inner == 1:
         return None
-    deps = range_deps(red.src[0])
-    loads = [u for u in toposort([red.src[0]]) if u.op is Ops.LOAD]
+    deps = range_deps(sink)
+    loads = [u for u in toposort([red.src[0] for red in reduces]) if u.op is Ops.LOAD]
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
@@ -70,6 +68,9 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         if shared and u_reuse is not None:
             upcasts.append((cand, u_reuse))
             break
+    if len(upcasts) == 1:  # nothing to share across rows (a matrix-vector product): more independent accumulators
+        wide = _first_divisor(_size(inner), tuple(u for u in opts.wide_upcasts if u_inner < u <= opts.max_upcast))
+        upcasts[0] = (inner, wide or u_inner)
     return TilePlan(tuple(upcasts))
 
 
