@@ -24,6 +24,8 @@ _INLINE = frozenset({Ops.CONST, Ops.RANGE, Ops.INDEX, Ops.DEFINE_GLOBAL})
 # compare to -1/0 lanes, the scalar expressions to 0/1; bool lanes are all computed lane by lane)
 _VECTOR_NATIVE_FLOAT = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG})
 _VECTOR_NATIVE_INT = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
+_SAME_WIDTH_INTS = {1: (dtypes.int8, dtypes.uint8), 2: (dtypes.int16, dtypes.uint16), 4: (dtypes.int32, dtypes.uint32),
+                    8: (dtypes.int64, dtypes.uint64)}
 # signed integer ops that can overflow (C leaves that undefined; numpy wraps)
 _WRAPPING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL, Ops.NEG})
 _FLOAT_FN: dict[Ops, str] = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SQRT: "sqrt", Ops.SIN: "sin", Ops.COS: "cos",
@@ -75,7 +77,7 @@ class CStyleLanguage:
     vector_store: str = ""
     vector_lane: str = "{x}[{i}]"
     # lanes of two vectors a, b picked by ``mask`` (indices into a's lanes then b's); ``it``/``ut``: the signed /
-    # unsigned int vector types of as many lanes; "" = no shuffles (strided loads are gathered lane by lane)
+    # unsigned int vector types of as many lanes as wide as a's; "" = no shuffles (strided loads are gathered)
     vector_shuffle: str = ""
     vector_ctor: str = "(({vt}){{{lanes}}})"
 
@@ -289,8 +291,9 @@ class KernelRenderer:
         self.line(f"{vt} {hi} = {self.lang.vector_load.format(ptr=f'{ptr}+{n - 1}', n=n, vt=vt)};")
         # lanes 0..n/2-1 are the even elements of lo; the rest are elements n, n+2, .. = hi's odd ones
         mask = [2 * i for i in range(n // 2)] + [n + 2 * i + 1 for i in range(n // 2)]
+        signed, unsigned = _SAME_WIDTH_INTS[d.itemsize]  # a mask's lanes are as wide as the data's
         return self.lang.vector_shuffle.format(a=lo, b=hi, mask=", ".join(map(str, mask)), n=n,
-                                               it=self.vtname(dtypes.int32), ut=self.vtname(dtypes.uint32))
+                                               it=self.vtname(signed), ut=self.vtname(unsigned))
 
     def vector_native(self, u: UOp) -> bool:
         d = u.dtype

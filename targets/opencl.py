@@ -68,6 +68,14 @@ OPENCL_LANGUAGE = CStyleLanguage(
     vector_shuffle="shuffle2({a}, {b}, ({ut})({mask}))",
 )
 
+
+def opencl_vector_width(info: CLDeviceInfo) -> int:
+    """Float lanes of a tile row's vectors on this device: its preferred float vector width (PoCL on AVX2: 8) as
+    a power of two in 4..16; float4 where it prefers less (GPUs report 1: their vectors are float4 loads)."""
+    preferred = info.preferred_vector_width_float
+    return 1 << (min(max(preferred, 4), 16).bit_length() - 1)
+
+
 # dtypes every full-profile OpenCL device computes in; half and double depend on extensions
 _BASE_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.float32})
@@ -126,6 +134,7 @@ CL_TRUE = 1
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME = 0x0901, 0x0902
 CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1004, 0x1005
+CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT = 0x100A
 CL_DEVICE_IMAGE2D_MAX_WIDTH, CL_DEVICE_IMAGE2D_MAX_HEIGHT = 0x1011, 0x1012
 CL_DEVICE_IMAGE_SUPPORT, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_DEVICE_GLOBAL_MEM_SIZE = 0x1016, 0x1019, 0x101F
 CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_PROFILE, CL_DEVICE_VERSION = 0x102B, 0x102D, 0x102E, 0x102F
@@ -260,6 +269,7 @@ class CLDeviceInfo:
     global_mem_size: int
     image_support: bool
     image2d_max: tuple[int, int]  # (height, width) in pixels
+    preferred_vector_width_float: int = 4
 
 
 def _platforms() -> list[tuple[Any, str]]:
@@ -288,7 +298,8 @@ def _device_info(index: int, platform: Any, platform_name: str, dev: Any) -> CLD
         base_addr_align_bytes=_info_uint(q, dev, CL_DEVICE_MEM_BASE_ADDR_ALIGN) // 8,
         global_mem_size=_info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_SIZE),
         image_support=bool(_info_uint(q, dev, CL_DEVICE_IMAGE_SUPPORT)),
-        image2d_max=(_info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_HEIGHT), _info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_WIDTH)))
+        image2d_max=(_info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_HEIGHT), _info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_WIDTH)),
+        preferred_vector_width_float=_info_uint(q, dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT))
 
 
 def list_devices() -> list[tuple[Any, Any, CLDeviceInfo]]:
@@ -409,7 +420,7 @@ class OpenCLTarget(Target):
         # renderer itself stays device-independent
         pragmas = tuple(f"#pragma OPENCL EXTENSION {ext} : enable" for ext in ("cl_khr_fp64", "cl_khr_fp16")
                         if ext in info.extensions)
-        self.language = replace(OPENCL_LANGUAGE, headers=pragmas)
+        self.language = replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=opencl_vector_width(info))
         self.build_options = ""
         # what local-size selection respects (a profile such as targets/qcom.py narrows these)
         self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from jit.realize import compile_uops
 from jit.rewrite import graph_rewrite
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
-from targets.opencl import valid_local_size
+from targets.opencl import opencl_vector_width, valid_local_size
 
 RNG = np.random.default_rng(3)
 X = RNG.standard_normal((1, 4, 12, 16), dtype=np.float32)
@@ -82,3 +84,20 @@ def test_a_tuned_work_group_size_is_recorded_in_the_capture_and_replays_the_same
     assert session.hits == 1
     assert tuned.cmdbuf.dispatches[-1].local_size == ones
     np.testing.assert_array_equal(tuned(x)["y"], plain(x)["y"])  # a work-group size changes no arithmetic
+
+
+@pytest.mark.parametrize(("preferred", "lanes"), [(1, 4), (4, 4), (8, 8), (16, 16), (32, 16), (6, 4)])
+def test_vector_width_follows_the_devices_preferred_float_width(preferred: int, lanes: int) -> None:
+    info = dataclasses.replace(Device["OPENCL"].info, preferred_vector_width_float=preferred)
+    assert opencl_vector_width(info) == lanes
+
+
+def test_opencl_tile_rows_are_vector_loads_and_match_numpy() -> None:
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((1, 12, 32, 64), dtype=np.float32), rng.standard_normal((16, 12, 3, 3), np.float32)
+    out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), stride=2, padding=1)
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    n = Device["OPENCL"].language.vector_width
+    assert f"vload{n}(" in src and "shuffle2(" in src and f"vstore{n}(" in src  # stride-2 rows: loads + shuffle
+    want = Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)

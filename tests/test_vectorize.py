@@ -113,3 +113,13 @@ def test_uint8_frames_cast_in_vector_lanes() -> None:
     out = (Tensor(frames).cast(dtypes.float32) / 128 - 1).conv2d(Tensor(w), padding=1)
     want = _conv_reference(frames.astype(np.float32) / 128 - 1, w, np.zeros(8, np.float32), 1)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_stride_two_loads_of_narrow_types_shuffle_with_masks_as_wide_as_their_lanes() -> None:
+    """Regression: a shuffle's mask lanes must be as wide as the data's (uint8 frames read at stride 2)."""
+    frames = np.random.default_rng(5).integers(0, 256, (1, 6, 34, 130), dtype=np.uint8)
+    w = _rand(8, 6, 3, 3, seed=1)
+    out = (Tensor(frames).cast(dtypes.float32) / 128 - 1).conv2d(Tensor(w), stride=2)
+    assert "__builtin_shuffle" in _source(out)
+    want = _conv_reference(frames.astype(np.float32) / 128 - 1, w, np.zeros(8, np.float32), 0)[:, :, ::2, ::2]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
