@@ -26,7 +26,8 @@ def test_dict_round_trip_keeps_every_field() -> None:
 
 
 @pytest.mark.parametrize("field,value", [("inner_upcasts", (0,)), ("inner_upcasts", [4]), ("max_upcast", 0),
-                                         ("tile", 1), ("min_reduce_trips", -1), ("min_outputs", True)])
+                                         ("tile", 1), ("min_reduce_trips", -1), ("min_outputs", True),
+                                         ("strided_tile", (8,)), ("wide_upcasts", (0,))])
 def test_bad_field_is_a_typed_error_naming_it(field: str, value: object) -> None:
     with pytest.raises(OptOptionsError, match=f"OptOptions.{field}: expected") as e:
         OptOptions(**{field: value})
@@ -61,3 +62,28 @@ def test_short_row_no_width_divides_is_tiled_whole() -> None:
     kernels, _ = create_schedule([x.conv2d(w, padding=1).uop], "CPU")
     plan = plan_tiles(commit_dtypes(kernels[-1].ast))
     assert plan is not None and [(int(r.src[0].arg), f) for r, f in plan.upcasts] == [(14, 14), (8, 4)]
+
+
+def _conv_ast(stride: int):
+    x = Tensor(np.ones((1, 16, 32, 64), np.float32))
+    kernels, _ = create_schedule([x.conv2d(Tensor(np.ones((32, 16, 3, 3), np.float32)), stride=stride,
+                                           padding=1).uop], "CPU")
+    return commit_dtypes(kernels[-1].ast)
+
+
+def _tile_sizes(plan) -> list[int]:
+    return [u for _, u in plan.upcasts]
+
+
+def test_a_row_read_at_stride_two_gets_the_strided_tile() -> None:
+    assert _tile_sizes(plan_tiles(_conv_ast(2))) == [8, 8]  # 8 output channels share each shuffled row
+    assert _tile_sizes(plan_tiles(_conv_ast(2), OptOptions(strided_tile=()))) == [16, 4]
+    assert _tile_sizes(plan_tiles(_conv_ast(1))) == [16, 4]  # contiguous rows: the usual tile
+
+
+def test_a_matrix_vector_product_gets_a_wide_row() -> None:
+    mv = Tensor(np.ones((1, 96), np.float32)).matmul(Tensor(np.ones((96, 256), np.float32)))
+    kernels, _ = create_schedule([mv.uop], "CPU")
+    ast = commit_dtypes(kernels[-1].ast)
+    assert _tile_sizes(plan_tiles(ast)) == [64]  # no reuse axis: 8 vectors of accumulators in flight
+    assert _tile_sizes(plan_tiles(ast, OptOptions(wide_upcasts=()))) == [16]

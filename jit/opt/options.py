@@ -38,6 +38,9 @@ class OptOptions:
     * ``tile``: register-tile reduce kernels (matmul, conv) at all.
     * ``inner_upcasts``: widths tried, widest first, for the contiguous output axis (a tile row).
     * ``reuse_upcasts``: heights tried, tallest first, for the reuse axis (conv output channel, matmul row).
+    * ``strided_tile``: (row width, reuse height) tried first when the reduce reads the tile row at a stride > 1
+      (a stride-2 conv: each row of inputs is two vector loads and a shuffle, so more output channels share it);
+      ``()``: no special case.
     * ``wide_upcasts``: wider tile rows tried first when the kernel has no reuse axis (a matrix-vector product):
       more accumulators in flight hide the add latency that one short row cannot.
     * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
@@ -55,6 +58,7 @@ class OptOptions:
     inner_upcasts: tuple[int, ...] = (16, 8, 4)
     reuse_upcasts: tuple[int, ...] = (4, 2)
     wide_upcasts: tuple[int, ...] = (64, 32)
+    strided_tile: tuple[int, ...] = (8, 8)
     max_upcast: int = 64
     min_reduce_trips: int = 8
     min_outputs: int = 256
@@ -70,6 +74,9 @@ class OptOptions:
         _check_factors("inner_upcasts", self.inner_upcasts)
         _check_factors("reuse_upcasts", self.reuse_upcasts)
         _check_factors("wide_upcasts", self.wide_upcasts)
+        _check_factors("strided_tile", self.strided_tile)
+        if len(self.strided_tile) not in (0, 2):
+            raise OptOptionsError(f"OptOptions.strided_tile: expected () or (width, height), got {self.strided_tile!r}")
         _check_factors("local_size", self.local_size)
         _check_positive("max_upcast", self.max_upcast)
         _check_positive("min_reduce_trips", self.min_reduce_trips)

@@ -40,6 +40,22 @@ def _first_divisor(n: int, options: tuple[int, ...]) -> int | None:
     return next((u for u in options if n % u == 0 and n // u >= 1 and n >= u), None)
 
 
+def _row_stride(idx: UOp, row: UOp, deps: dict[UOp, frozenset[UOp]]) -> int | None:
+    """How far apart in memory ``idx`` reads for consecutive ``row`` values (0: independent of it), or None when
+    ``idx`` is not affine in ``row``."""
+    if row not in deps[idx]:
+        return 0
+    if idx is row:
+        return 1
+    if idx.op is Ops.ADD:
+        parts = [_row_stride(s, row, deps) for s in idx.src]
+        return None if None in parts else sum(p for p in parts if p is not None)
+    if idx.op is Ops.MUL and (const := next((s for s in idx.src if s.op is Ops.CONST), None)) is not None:
+        inner = _row_stride(idx.src[1] if idx.src[0] is const else idx.src[0], row, deps)
+        return None if inner is None else inner * int(const.arg)
+    return None
+
+
 def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     """The tile plan for ``sink``, or None when it is not a reduce kernel worth tiling (one STORE; every reduce
     long enough: a conv's epilogue may add a second reduce, resnet's projection shortcut, which is tiled alike)."""
@@ -53,18 +69,21 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs:
         return None
     inner = outs[-1]
-    u_inner = _first_divisor(_size(inner), opts.inner_upcasts)
-    if u_inner is None:
-        # a row no width divides (resnet's 14, 7 and 7x7 = 49): its widest divisor up to the widest width
-        u_inner = max(d for d in range(1, min(_size(inner), max(opts.inner_upcasts)) + 1) if _size(inner) % d == 0)
-    if u_inner == 1:
-        return None
     deps = range_deps(sink)
     loads = [u for u in toposort([red.src[0] for red in reduces]) if u.op is Ops.LOAD]
+    inner_upcasts, reuse_upcasts = opts.inner_upcasts, opts.reuse_upcasts
+    if opts.strided_tile and any((_row_stride(ld.src[0].src[1], inner, deps) or 0) > 1 for ld in loads):
+        inner_upcasts, reuse_upcasts = (opts.strided_tile[0], *inner_upcasts), (opts.strided_tile[1], *reuse_upcasts)
+    u_inner = _first_divisor(_size(inner), inner_upcasts)
+    if u_inner is None:
+        # a row no width divides (resnet's 14, 7 and 7x7 = 49): its widest divisor up to the widest width
+        u_inner = max(d for d in range(1, min(_size(inner), max(inner_upcasts)) + 1) if _size(inner) % d == 0)
+    if u_inner == 1:
+        return None
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
-        u_reuse = _first_divisor(_size(cand), tuple(u for u in opts.reuse_upcasts if u * u_inner <= opts.max_upcast))
+        u_reuse = _first_divisor(_size(cand), tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast))
         if shared and u_reuse is not None:
             upcasts.append((cand, u_reuse))
             break
