@@ -144,6 +144,37 @@ def _materialize_pad(pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...],
     return out_elements * cin_per_group * math.prod(kernel) >= PAD_MATERIALIZE_MIN_MACS
 
 
+def _phase_split_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, st: tuple[int, ...],
+                      dl: tuple[int, ...], out_sp: tuple[int, ...]) -> Tensor:
+    """A conv whose last dim has stride s > 1, over its already padded input ``x``, as the sum of s stride-1 convs
+    in that dim, one per phase: ``x[..., p::s]`` convolved with the taps ``weight[..., p::s]``.
+
+    Why: read directly, consecutive outputs of a row read inputs s apart, which a vector load cannot do (the
+    renderer's two loads and a shuffle per row, or a gather). Here one copy kernel writes the padded input
+    with each row's phases side by side (``(..., W) -> (..., s, W / s)``: the copy the padding needed anyway),
+    and every phase's conv reads its rows contiguously. The phase convs' reduces fuse into one kernel (each
+    with its own tile of accumulators); the weight slices are weight-only work, folded at capture.
+    """
+    s, kw = st[-1], weight.shape[-1]
+    width = x.shape[-1]
+    per_phase = -(-width // s)
+    padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, per_phase * s - width),))  # zeros no valid output reads
+    phases = padded.reshape(*padded.shape[:-1], per_phase, s)
+    phases = phases.permute(*range(phases.ndim - 2), phases.ndim - 1, phases.ndim - 2).contiguous()
+    out: Tensor | None = None
+    for p in range(min(s, kw)):
+        taps = -(-(kw - p) // s)
+        w_p = weight.shrink([None] * (weight.ndim - 1) + [(p, p + (taps - 1) * s + 1)])
+        w_p = w_p.stride([1] * (weight.ndim - 1) + [s]) if taps > 1 else w_p
+        # only the inputs valid outputs read: each phase's conv is exactly out_sp[-1] wide (a shrink of a reduce's
+        # output would make it a kernel of its own instead of fusing with the other phases)
+        x_p = phases.shrink([None] * (phases.ndim - 2) + [(p, p + 1), (0, out_sp[-1] + taps - 1)])
+        conv_p = conv2d(x_p.reshape(*x_p.shape[:-2], x_p.shape[-1]), w_p, None, groups, (*st[:-1], 1), dl, 0)
+        out = conv_p if out is None else out + conv_p
+    assert out is not None
+    return out + bias.reshape(1, -1, *(1,) * (x.ndim - 2)) if bias is not None else out
+
+
 def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: IntOrTuple = 1,
            dilation: IntOrTuple = 1, padding: Any = 0) -> Tensor:
     """N-d convolution (cross-correlation): input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel).
@@ -171,6 +202,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     win = _window(x, tuple(kernel), st, dl)  # (N, Cin, *out, *k)
     out_sp = win.shape[2:2 + nd]
     if _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):
+        if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1:
+            return _phase_split_conv(x, weight, bias, groups, st, dl, out_sp)
         win = _window(x.contiguous(), tuple(kernel), st, dl)
     g, cout_g = groups, cout // groups
     ones = (1,) * nd

@@ -163,13 +163,39 @@ def find_boundaries(targets: list[UOp]) -> list[UOp]:
         forced |= extra
 
 
+def _epilogue_of_reduce(node: UOp, boundaries: set[UOp]) -> bool:
+    """Whether elementwise ``node`` computes from a reduce not yet a kernel of its own, through elementwise (and
+    reshape) nodes only: the epilogue of that reduce (and of any other reduce it adds in)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for s in n.src:
+            if s in boundaries:
+                continue
+            if s.op is Ops.REDUCE_AXIS:
+                return True
+            if s.op in GroupOp.Elementwise or s.op is Ops.RESHAPE:
+                stack.append(s)
+    return False
+
+
 def _close_boundaries(start: set[UOp]) -> set[UOp]:
-    """``start`` plus every reduce some kernel reads at another index than its own output's."""
+    """``start`` plus every reduce some kernel reads at another index than its own output's. A padded reduce
+    epilogue (a conv's bias + activation, padded for the next conv) becomes a kernel as a whole, its reduces
+    fused into it, instead of each reduce alone with the epilogue recomputed by the pad's reader."""
     boundaries = set(start)
     work = list(boundaries)
     while work:
         k = work.pop()
         for node, direct in _kernel_region(k, boundaries):
+            if node.op is Ops.PAD and (epi := node.src[0]) not in boundaries and epi.op in GroupOp.Elementwise \
+                    and _epilogue_of_reduce(epi, boundaries):
+                boundaries.add(epi)
+                work += [epi, k]  # k's region changed: walk it again
+                break
             if node.op is Ops.REDUCE_AXIS and not direct and node not in boundaries:
                 boundaries.add(node)
                 work.append(node)

@@ -65,9 +65,9 @@ def test_short_row_no_width_divides_is_tiled_whole() -> None:
 
 
 def _conv_ast(stride: int):
-    x = Tensor(np.ones((1, 16, 32, 64), np.float32))
-    kernels, _ = create_schedule([x.conv2d(Tensor(np.ones((32, 16, 3, 3), np.float32)), stride=stride,
-                                           padding=1).uop], "CPU")
+    """An unpadded 3x3 conv with a 32-wide output row: read directly, at the given stride."""
+    x = Tensor(np.ones((1, 16, 33 if stride == 2 else 34, 65 if stride == 2 else 66), np.float32))
+    kernels, _ = create_schedule([x.conv2d(Tensor(np.ones((32, 16, 3, 3), np.float32)), stride=stride).uop], "CPU")
     return commit_dtypes(kernels[-1].ast)
 
 

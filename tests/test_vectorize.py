@@ -84,11 +84,28 @@ def test_vectors_compute_exactly_what_scalar_copies_compute() -> None:
 
 
 def test_stride_two_loads_are_two_vector_loads_and_a_shuffle() -> None:
-    x, w = _rand(1, 12, 64, 128), _rand(24, 12, 3, 3, seed=1)
-    out = Tensor(x).conv2d(Tensor(w), stride=2, padding=1)
+    x, w = _rand(1, 12, 65, 129), _rand(24, 12, 3, 3, seed=1)
+    out = Tensor(x).conv2d(Tensor(w), stride=2)  # unpadded: the conv reads its input directly, at stride 2
     assert "__builtin_shuffle" in _source(out)
-    want = _conv_reference(x, w, np.zeros(24, np.float32), 1)[:, :, ::2, ::2]
+    want = _conv_reference(x, w, np.zeros(24, np.float32), 0)[:, :, ::2, ::2]
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", [3, 4, 5])
+def test_a_padded_stride_two_conv_reads_each_phase_contiguously(kernel: int) -> None:
+    """conv2d's phase split: one copy kernel lays the padded input out as (even columns, odd columns) and the
+    phases' convs fuse into one kernel of plain vector loads (no shuffle, no gather), bias and ReLU included."""
+    x, w, b = _rand(1, 12, 64, 128), _rand(24, 12, kernel, kernel, seed=1), _rand(24, seed=2)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), stride=2, padding=kernel // 2).relu()
+    kernels = compile_uops([out.uop])
+    assert len(kernels) == 2 and kernels[0].name.startswith("E_")  # the copy, then the conv
+    src = kernels[1].program.source
+    assert "__builtin_shuffle" not in src
+    if out.shape[3] % 8 == 0:  # a row of whole vectors (kernel 4 makes it 65 wide: scalar copies)
+        assert "*(data1+" not in src.split("for (int ridx3")[1]  # every input load is a vector load
+    pad = kernel // 2
+    want = np.maximum(_conv_reference(x, w, b, pad)[:, :, ::2, ::2], 0)
+    np.testing.assert_allclose(out.numpy(), want[:, :, :out.shape[2], :out.shape[3]], rtol=1e-4, atol=1e-4)
 
 
 def test_masked_loads_are_gathered_lane_by_lane() -> None:
