@@ -35,6 +35,7 @@ PLATFORM_ENV = "DRIVEPACK_CL_PLATFORM"
 # work-group size aimed for when the device allows more: large enough to fill a GPU wave, small enough that
 # register pressure does not bite; the device and kernel limits still cap it
 PREFERRED_LOCAL_SIZE = 256
+GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
 
 OPENCL_LANGUAGE = CStyleLanguage(
     kernel_prefix="__kernel void",
@@ -134,7 +135,7 @@ CL_TRUE = 1
 CL_DEVICE_TYPE_ALL = 0xFFFFFFFF
 CL_PLATFORM_VERSION, CL_PLATFORM_NAME = 0x0901, 0x0902
 CL_DEVICE_MAX_WORK_GROUP_SIZE, CL_DEVICE_MAX_WORK_ITEM_SIZES = 0x1004, 0x1005
-CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT = 0x100A
+CL_DEVICE_MAX_COMPUTE_UNITS, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT = 0x1002, 0x100A
 CL_DEVICE_IMAGE2D_MAX_WIDTH, CL_DEVICE_IMAGE2D_MAX_HEIGHT = 0x1011, 0x1012
 CL_DEVICE_IMAGE_SUPPORT, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_DEVICE_GLOBAL_MEM_SIZE = 0x1016, 0x1019, 0x101F
 CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_PROFILE, CL_DEVICE_VERSION = 0x102B, 0x102D, 0x102E, 0x102F
@@ -270,6 +271,7 @@ class CLDeviceInfo:
     image_support: bool
     image2d_max: tuple[int, int]  # (height, width) in pixels
     preferred_vector_width_float: int = 4
+    max_compute_units: int = 1
 
 
 def _platforms() -> list[tuple[Any, str]]:
@@ -299,7 +301,8 @@ def _device_info(index: int, platform: Any, platform_name: str, dev: Any) -> CLD
         global_mem_size=_info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_SIZE),
         image_support=bool(_info_uint(q, dev, CL_DEVICE_IMAGE_SUPPORT)),
         image2d_max=(_info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_HEIGHT), _info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_WIDTH)),
-        preferred_vector_width_float=_info_uint(q, dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT))
+        preferred_vector_width_float=_info_uint(q, dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT),
+        max_compute_units=_info_uint(q, dev, CL_DEVICE_MAX_COMPUTE_UNITS))
 
 
 def list_devices() -> list[tuple[Any, Any, CLDeviceInfo]]:
@@ -321,18 +324,23 @@ def list_devices() -> list[tuple[Any, Any, CLDeviceInfo]]:
 
 
 def choose_local_size(global_size: tuple[int, ...], max_group: int, max_items: tuple[int, ...],
-                      preferred: int = PREFERRED_LOCAL_SIZE) -> tuple[int, ...]:
+                      preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
     """A local size that divides ``global_size`` (OpenCL 1.2 needs uniform work-groups), stays within the
     per-dimension limits ``max_items`` and, in product, within ``min(max_group, preferred)``; dimension 0 (the
-    innermost, contiguous in memory) is filled first."""
+    innermost, contiguous in memory) is filled first. The budget halves while that leaves fewer than
+    ``min_groups`` work-groups (a register-tiled kernel launches few items: 3 groups on 2 compute units leave
+    one idle for a third of the time)."""
     budget = max(1, min(max_group, preferred))
-    local = []
-    for dim, g in enumerate(global_size):
-        cap = min(budget, max_items[dim] if dim < len(max_items) else 1, g)
-        size = next(d for d in range(max(cap, 1), 0, -1) if g % d == 0)
-        local.append(size)
-        budget //= size
-    return tuple(local)
+    while True:
+        local, left = [], budget
+        for dim, g in enumerate(global_size):
+            cap = min(left, max_items[dim] if dim < len(max_items) else 1, g)
+            size = next(d for d in range(max(cap, 1), 0, -1) if g % d == 0)
+            local.append(size)
+            left //= size
+        if budget == 1 or prod(global_size) // prod(local) >= min_groups:
+            return tuple(local)
+        budget //= 2
 
 
 def valid_local_size(local: tuple[int, ...], global_size: tuple[int, ...], max_group: int,
@@ -425,6 +433,7 @@ class OpenCLTarget(Target):
         # what local-size selection respects (a profile such as targets/qcom.py narrows these)
         self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes
         self.preferred_local = PREFERRED_LOCAL_SIZE
+        self.min_groups = GROUPS_PER_COMPUTE_UNIT * max(info.max_compute_units, 1)
 
     def __repr__(self) -> str:
         return f"<OpenCLTarget {self.name}: {self.info.name} on {self.info.platform} {self.info.driver_version}>"
@@ -446,7 +455,8 @@ class OpenCLTarget(Target):
     def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
         self.check_dtypes(name, sink)
         global_size = global_launch_size(self.language, sink)
-        local_size = choose_local_size(global_size, self.max_group, self.max_items, self.preferred_local)
+        local_size = choose_local_size(global_size, self.max_group, self.max_items, self.preferred_local,
+                                       self.min_groups)
         meta: dict[str, Any] = {"global_size": global_size, "local_size": local_size}
         if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/opt/search.py)
             meta["local_request"] = tuple(requested)
@@ -569,7 +579,7 @@ class OpenCLTarget(Target):
                                       min(max_group, self.max_group), self.max_items)
         if local_size is None:
             local_size = choose_local_size(global_size, min(max_group, self.max_group), self.max_items,
-                                           self.preferred_local)
+                                           self.preferred_local, self.min_groups)
         return Program(name, source, handle, global_size=global_size, local_size=local_size, meta=meta)
 
     # --- memory --------------------------------------------------------------------------------------------

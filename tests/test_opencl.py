@@ -163,6 +163,15 @@ def test_choose_local_size_respects_limits() -> None:
     assert cl.choose_local_size((12, 12), 8, (8, 8)) == (6, 1)
 
 
+def test_choose_local_size_leaves_enough_work_groups_for_the_compute_units() -> None:
+    """Regression: a register-tiled conv launched (2, 16, 24) items as 3 groups of 256 on 2 compute units."""
+    assert cl.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024)) == (2, 16, 8)
+    local = cl.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024), min_groups=8)
+    assert local == (2, 16, 2) and 2 * 16 * 24 // np.prod(local) >= 8
+    assert cl.choose_local_size((4,), 1024, (1024,), min_groups=8) == (1,)  # fewer items than groups asked for
+    assert Device["OPENCL"].min_groups == cl.GROUPS_PER_COMPUTE_UNIT * Device["OPENCL"].info.max_compute_units
+
+
 def test_nolocals_and_timing(target: cl.OpenCLTarget) -> None:
     a = RNG.standard_normal((64, 48)).astype(np.float32)
     with Context(NOLOCALS=1):
