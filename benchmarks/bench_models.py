@@ -4,7 +4,8 @@
                                        [--no-tinygrad] [--no-opencl]
 
 Models: the sample openpilot-shaped vision and policy models (packager/samples.py) and the onnx wheel's
-``light_resnet50`` (its stored weights; input arange(n)/n as onnx's backend runner feeds it). ``--quick``: vision
+``light_resnet50`` with seeded random weights (``random_weights``: the wheel stores each weight as one repeated
+value; input arange(n)/n as onnx's backend runner feeds it). ``--quick``: vision
 and policy only, 3 timed calls each.
 
 What is timed (median of ``--repeat`` calls after 3 warm-up calls; numpy inputs in, numpy outputs out):
@@ -129,8 +130,36 @@ def load_case(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     if name == "policy":
         proto = policy_model()
         return proto, sample_inputs(proto, seed=3)
-    proto = onnx.load(str(LIGHT_DIR / f"light_{name}.onnx"))
+    proto = random_weights(onnx.load(str(LIGHT_DIR / f"light_{name}.onnx")))
     return proto, light_inputs(proto)
+
+
+def random_weights(proto: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """The light model with every ``ConstantOfShape`` weight replaced by a seeded random initializer (as the
+    issue's peers were measured): the wheel's light models store each weight as one repeated value, which lets a
+    compiler that folds constants skip the convolutions. Conv/Gemm weights are He-scaled, BatchNorm variances
+    and scales positive around 1, means and biases small, so activations keep their scale through the net."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(seed)
+    shapes = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    kept, inits = [], []
+    for node in proto.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in shapes:
+            kept.append(node)
+            continue
+        shape, out = tuple(int(v) for v in shapes[node.input[0]]), node.output[0]
+        if out.endswith("_w_0"):
+            arr = rng.standard_normal(shape) * np.sqrt((2.0 if len(shape) == 4 else 1.0) / np.prod(shape[1:]))
+        elif out.endswith(("_riv_0", "_s_0")):
+            arr = rng.uniform(0.5, 1.5, shape)
+        else:
+            arr = rng.standard_normal(shape) * 0.1
+        inits.append(numpy_helper.from_array(arr.astype(np.float32), out))
+    out_proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    del out_proto.graph.node[:]
+    out_proto.graph.node.extend(kept)
+    out_proto.graph.initializer.extend(inits)
+    return out_proto
 
 
 # tinygrad in a fresh process per device: its device is chosen by DEV before import
