@@ -65,3 +65,22 @@ def test_two_reduces_in_one_kernel_are_tiled_together() -> None:
     zero = np.zeros(48, np.float32)
     want = np.maximum(_conv_reference(x, w1, zero, 0) + _conv_reference(y, w2, zero, 0), 0)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_short_rows_vectorize_across_output_channels_over_channels_last_weights() -> None:
+    """resnet's 14- and 7-wide rows: conv2d stores the weights (Cin, kh, kw, Cout) (a weight-only copy) and the
+    tile's vectors run across 8 output channels, loading each tap's 8 weights at once."""
+    for shape, cout, k, pad in (((1, 32, 14, 14), 32, 3, 1), ((1, 512, 7, 7), 64, 1, 0)):
+        x, w = _rand(*shape), _rand(cout, shape[1], k, k, seed=1)
+        out = Tensor(x).conv2d(Tensor(w), padding=pad).relu()
+        kernels = compile_uops([out.uop])
+        conv = kernels[-1]
+        assert kernels[0].name.startswith("E_") and "__builtin_memcpy(&_v, data2" in conv.program.source
+        assert float_accumulators(conv.program.source) == 56  # 7 vectors of 8 channels
+        want = np.maximum(_conv_reference(x, w, np.zeros(cout, np.float32), pad), 0)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_that_merge_into_whole_vectors_keep_their_weights() -> None:
+    out = Tensor(_rand(1, 32, 28, 28)).conv2d(Tensor(_rand(32, 32, 1, 1, seed=1)))  # 28 x 28 = 98 vectors
+    assert len(compile_uops([out.uop])) == 1

@@ -41,6 +41,9 @@ class OptOptions:
     * ``strided_tile``: (row width, reuse height) tried first when the reduce reads the tile row at a stride > 1
       (a stride-2 conv: each row of inputs is two vector loads and a shuffle, so more output channels share it);
       ``()``: no special case.
+    * ``channel_vector``: when the output row is too short for vectors (not a multiple of this), the tile row
+      (and its vectors) runs across the innermost output axis that the reduce's loads read contiguously (conv
+      output channels over channels-last weights), this many wide; 0: never.
     * ``wide_upcasts``: wider tile rows tried first when the kernel has no reuse axis (a matrix-vector product):
       more accumulators in flight hide the add latency that one short row cannot.
     * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
@@ -59,6 +62,7 @@ class OptOptions:
     reuse_upcasts: tuple[int, ...] = (4, 2)
     wide_upcasts: tuple[int, ...] = (64, 32)
     strided_tile: tuple[int, ...] = (8, 8)
+    channel_vector: int = 8
     max_upcast: int = 64
     min_reduce_trips: int = 8
     min_outputs: int = 256
@@ -79,6 +83,7 @@ class OptOptions:
             raise OptOptionsError(f"OptOptions.strided_tile: expected () or (width, height), got {self.strided_tile!r}")
         _check_factors("local_size", self.local_size)
         _check_positive("max_upcast", self.max_upcast)
+        _check_positive("channel_vector", self.channel_vector, minimum=0)
         _check_positive("min_reduce_trips", self.min_reduce_trips)
         _check_positive("min_outputs", self.min_outputs)
 

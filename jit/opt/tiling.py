@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 
 from jit.opt.options import DEFAULT_OPTS, OptOptions
+from jit.passes.symbolic import pm_symbolic
+from jit.rewrite import graph_rewrite
 from jit.stats import range_deps
 from jit.uop import Ops, UOp, toposort
 
@@ -56,6 +58,28 @@ def _row_stride(idx: UOp, row: UOp, deps: dict[UOp, frozenset[UOp]]) -> int | No
     return None
 
 
+def _reads_lanes_contiguously(idx: UOp, axis: UOp, lanes: int) -> bool:
+    """Whether address ``idx`` is ``base + lane`` once ``axis`` is split into blocks of ``lanes``: ``axis =
+    block * lanes + lane`` substituted and simplified (a channel-blocked weight's ``(c // 8) * K + c % 8`` folds)."""
+    ids = [u.arg[0] for u in toposort([idx]) if u.op is Ops.RANGE]
+    block = UOp(Ops.RANGE, axis.dtype, (axis.src[0].const_like(_size(axis) // lanes),), (max(ids) + 1, "global"))
+    lane = UOp(Ops.RANGE, axis.dtype, (axis.src[0].const_like(lanes),), (max(ids) + 2, "vector"))
+    split = graph_rewrite(idx.substitute({axis: block * lanes + lane}), pm_symbolic, name="lane split")
+    return _row_stride(split, lane, range_deps(split)) == 1
+
+
+def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, frozenset[UOp]],
+                         opts: OptOptions) -> UOp | None:
+    """The innermost output axis (not the row) that ``opts.channel_vector`` divides and that every load depending
+    on it reads in contiguous runs of that many (a conv's output channels over channel-blocked weights), or None."""
+    for cand in reversed(outer):
+        reads = [ld for ld in loads if cand in deps[ld]]
+        if reads and _size(cand) % opts.channel_vector == 0 and \
+                all(_reads_lanes_contiguously(ld.src[0].src[1], cand, opts.channel_vector) for ld in reads):
+            return cand
+    return None
+
+
 def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     """The tile plan for ``sink``, or None when it is not a reduce kernel worth tiling (one STORE; every reduce
     long enough: a conv's epilogue may add a second reduce, resnet's projection shortcut, which is tiled alike)."""
@@ -80,6 +104,12 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         u_inner = max(d for d in range(1, min(_size(inner), max(inner_upcasts)) + 1) if _size(inner) % d == 0)
     if u_inner == 1:
         return None
+    if opts.channel_vector and u_inner % opts.channel_vector and \
+            (across := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
+        # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
+        # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
+        u_row = max(d for d in range(1, opts.max_upcast // opts.channel_vector + 1) if _size(inner) % d == 0)
+        return TilePlan(((across, opts.channel_vector), (inner, u_row)))
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
