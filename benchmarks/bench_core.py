@@ -9,6 +9,7 @@ Kernels are compiled before timing; the timed part relaunches the already schedu
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -19,6 +20,15 @@ from jit.device import Device
 from jit.realize import run_schedule
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
+
+# settings both drivepack and tinygrad read from the environment (tinygrad parses WINO as an int and would turn
+# on its own Winograd or BEAM search): a peer runs with its defaults whatever drivepack was asked for
+SHARED_FLAGS = ("WINO", "BEAM", "NOOPT", "DEBUG")
+
+
+def peer_env(**extra: str) -> dict[str, str]:
+    """The environment for a peer's (tinygrad's) process: this one's without ``SHARED_FLAGS``, plus ``extra``."""
+    return {**{k: v for k, v in os.environ.items() if k not in SHARED_FLAGS}, **extra}
 
 
 def median_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float:

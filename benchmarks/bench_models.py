@@ -31,6 +31,7 @@ core (OpenMP).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -53,6 +54,7 @@ from targets.cpu import cpu_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import median_time as core_median_time  # noqa: E402
+from bench_core import peer_env  # noqa: E402
 
 ORT_THREADS = 2
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -217,7 +219,7 @@ def tinygrad_median(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray]
     """tinygrad 0.14 TinyJit replay median on ``dev`` ("CPU" or "CL"), or None (printed why) when unavailable or
     when its outputs do not match onnxruntime's: ``want`` for the timed inputs, and ``other`` (inputs, outputs)
     for one call with different inputs after timing (a replay that returned stale outputs is no peer)."""
-    env = {**os.environ, "DEV": dev}
+    env = peer_env(DEV=dev)
     if dev == "CPU":
         cc = _clang()
         if cc is None:
@@ -323,9 +325,7 @@ def main() -> None:
     args.repeat = args.repeat or (3 if args.quick else 20)
     args.layers = args.layers if args.layers is not None else (3 if args.quick else 5)
     models = (args.models or ("vision,policy" if args.quick else "vision,policy,resnet50")).split(",")
-    try:
-        import tinygrad  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("tinygrad") is None:  # not imported here: it reads this process's WINO, BEAM
         print("tinygrad: not installed; no tinygrad peers (pip install tinygrad==0.14.0)")
         args.no_tinygrad = True
     threads = cpu_threads()

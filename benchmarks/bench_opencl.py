@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,9 @@ from jit.onnx import load_onnx
 from jit.opt import tuning
 from jit.opt.search import use_tuning
 from packager.samples import policy_model, sample_inputs, vision_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import peer_env  # noqa: E402
 
 _TINYGRAD = """
 import json, statistics, sys, time
@@ -80,7 +82,7 @@ def tinygrad_cl(model_path: Path, inputs: dict[str, np.ndarray], iters: int, wor
         files[name] = str(work / f"{name}.npy")
         np.save(files[name], arr)
     proc = subprocess.run([sys.executable, "-c", _TINYGRAD, str(model_path), json.dumps(files), str(iters)],
-                          capture_output=True, text=True, timeout=1800, env={**os.environ, "DEV": "CL"})
+                          capture_output=True, text=True, timeout=1800, env=peer_env(DEV="CL"))
     if proc.returncode != 0:
         print(f"tinygrad CL: failed ({proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '?'})")
         return None

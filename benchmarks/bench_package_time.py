@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import peer_env  # noqa: E402
 from bench_models import ORT_THREADS, _clang, _matches, _save_inputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +154,7 @@ def tinygrad_flow(model: Path, inputs_json: str, work: Path) -> Flow | None:
         return None
     return Flow("tinygrad", [sys.executable, "-c", _TG_COMPILE, str(model), inputs_json, str(work / "vision.pkl"),
                              str(work / "tg-outs.npz")],
-                {**os.environ, "DEV": "CPU", "CC": cc}, "CACHEDB", "cache.db", _tg_flow_seconds)
+                peer_env(DEV="CPU", CC=cc), "CACHEDB", "cache.db", _tg_flow_seconds)
 
 
 def _med(rows: list[tuple[float, float | None]] | None, col: int) -> float | None:

@@ -3,11 +3,13 @@ the weight transform, the WINO setting (dispatch from conv2d, parsing, the kerne
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from jit.capture import capture
-from jit.helpers import Context
+from jit.helpers import WINO, Context
 from jit.realize import _settings_key
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
@@ -103,6 +105,10 @@ def test_conv2d_keeps_direct_conv_where_winograd_does_not_apply(kw: dict) -> Non
         assert kernel_names(Tensor(x).conv2d(Tensor(wt), padding=1, **kw)) == direct
 
 
+def test_auto_is_the_default() -> None:
+    assert WINO.value == "auto" or os.environ.get("WINO") is not None
+
+
 def test_setting_values() -> None:
     assert [setting_tile(v) for v in ("0", 0, "", "2", 4, "auto", " AUTO ")] == [0, 0, 0, 2, 4, "auto", "auto"]
     with pytest.raises(WinogradSettingError, match="WINO: expected one of 0, 2, 4, auto, got '3'"):
@@ -112,8 +118,9 @@ def test_setting_values() -> None:
 def test_auto_heuristic() -> None:
     assert auto_tile(48, 48, 32, 64) == 4  # the vision model's residual convs
     assert auto_tile(96, 96, 16, 32) == 4
-    assert auto_tile(64, 64, 6, 6) == 2  # too few F(4,3) tiles
+    assert auto_tile(64, 64, 6, 6) == 0  # too few F(4,3) tiles
     assert auto_tile(12, 24, 64, 128) == 0  # too few channels to pay for the transforms
+    assert auto_tile(64, 64, 56, 56) == auto_tile(256, 256, 14, 14) == 0  # resnet50's: the direct conv wins
     x, wt = Tensor(rand(1, 48, 32, 64, seed=0)), Tensor(rand(48, 48, 3, 3, seed=0))
     with Context(WINO="auto"):
         assert pick_tile(x, wt, 1, 1, 1, 1) == 4
