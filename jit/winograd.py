@@ -169,7 +169,8 @@ def auto_tile(cin: int, cout: int, oh: int, ow: int) -> int:
     wins on the vision model's 48- and 96-channel convs with 64- and 32-wide rows (replay 17.2 vs 18.6 ms,
     medians of 4 interleaved runs) and loses on resnet50's (64 to 512 channels, rows of 56, 28, 14, 7: 191 vs
     177 ms), where the direct conv's short rows run across channel blocks instead. So: F(4,3) for at most 128
-    channels, at least 8 rows and rows of whole 16-wide tiles; the direct conv elsewhere.
+    channels, at least 8 rows and rows of whole 16-wide tiles; the direct conv elsewhere, and on targets other
+    than the CPU (``pick_tile``).
     """
     if min(cin, cout) < 32 or max(cin, cout) > 128 or oh < 8 or ow % 16:
         return 0
@@ -187,5 +188,7 @@ def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any
         return 0
     if setting != "auto":
         return int(setting)
+    if not str(x.device).upper().startswith("CPU"):
+        return 0  # auto: on PoCL the vision model measured slower with F(4,3) (26-28 vs 21-22 ms replay)
     (pt, pb), (pl, pr) = _pads(padding, 2, "conv padding")
     return auto_tile(x.shape[1], weight.shape[0], x.shape[2] + pt + pb - 2, x.shape[3] + pl + pr - 2)

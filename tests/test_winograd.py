@@ -125,6 +125,8 @@ def test_auto_heuristic() -> None:
     with Context(WINO="auto"):
         assert pick_tile(x, wt, 1, 1, 1, 1) == 4
         assert pick_tile(x, wt, 1, 2, 1, 1) == 0  # stride 2
+        on_cl = Tensor(rand(1, 48, 32, 64, seed=0), device="OPENCL")
+        assert pick_tile(on_cl, Tensor(rand(48, 48, 3, 3, seed=0), device="OPENCL"), 1, 1, 1, 1) == 0
 
 
 def test_setting_changes_the_kernel_cache_key() -> None:
