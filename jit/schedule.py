@@ -105,25 +105,32 @@ def _reads_input(u: UOp, boundaries: set[UOp]) -> bool:
     return u.op is not Ops.CONST
 
 
-def _reaches_reduce(node: UOp, boundaries: set[UOp]) -> set[UOp] | None:
-    """The elementwise (and reshape) nodes under ``node`` (itself included) when a REDUCE_AXIS boundary is among
-    their sources and so is another input (a bias, BN parameters, a residual): ``node`` is an epilogue that
-    costs loads to recompute. Else None (a bare activation or a NaN-safe max is cheaper to recompute per read
-    than to store in a kernel of its own)."""
-    seen, stack, found, other = set(), [node], False, False
+def _epilogue_walk(node: UOp, boundaries: set[UOp]) -> tuple[set[UOp], list[UOp]]:
+    """The elementwise (and reshape) nodes under ``node`` that are no kernel outputs (``node`` included), and the
+    sources they read that are not such nodes (reduces, buffers, movement ops, kernel outputs)."""
+    seen, stack, leaves = set(), [node], []
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
         for s in n.src:
-            if s.op is Ops.REDUCE_AXIS and s in boundaries:
-                found = True
-            elif (s.op in GroupOp.Elementwise or s.op is Ops.RESHAPE) and s not in boundaries:
+            if (s.op in GroupOp.Elementwise or s.op is Ops.RESHAPE) and s not in boundaries:
                 stack.append(s)  # a reduce's result is reshaped to drop its reduced axes
-            elif _reads_input(s, boundaries):
-                other = True
-    return seen if found and other else None
+            else:
+                leaves.append(s)
+    return seen, leaves
+
+
+def _reaches_reduce(node: UOp, boundaries: set[UOp]) -> set[UOp] | None:
+    """The elementwise (and reshape) nodes under ``node`` (itself included) when a REDUCE_AXIS boundary is among
+    their sources and so is another input (a bias, BN parameters, a residual): ``node`` is an epilogue that
+    costs loads to recompute. Else None (a bare activation or a NaN-safe max is cheaper to recompute per read
+    than to store in a kernel of its own)."""
+    seen, leaves = _epilogue_walk(node, boundaries)
+    reduced = [s.op is Ops.REDUCE_AXIS and s in boundaries for s in leaves]
+    other = any(not r and _reads_input(s, boundaries) for s, r in zip(leaves, reduced, strict=True))
+    return seen if any(reduced) and other else None
 
 
 def _recomputed_epilogues(boundaries: set[UOp]) -> set[UOp]:
@@ -166,20 +173,7 @@ def find_boundaries(targets: list[UOp]) -> list[UOp]:
 def _epilogue_of_reduce(node: UOp, boundaries: set[UOp]) -> bool:
     """Whether elementwise ``node`` computes from a reduce not yet a kernel of its own, through elementwise (and
     reshape) nodes only: the epilogue of that reduce (and of any other reduce it adds in)."""
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        for s in n.src:
-            if s in boundaries:
-                continue
-            if s.op is Ops.REDUCE_AXIS:
-                return True
-            if s.op in GroupOp.Elementwise or s.op is Ops.RESHAPE:
-                stack.append(s)
-    return False
+    return any(s.op is Ops.REDUCE_AXIS and s not in boundaries for s in _epilogue_walk(node, boundaries)[1])
 
 
 def _close_boundaries(start: set[UOp]) -> set[UOp]:
