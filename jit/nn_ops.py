@@ -13,6 +13,7 @@ from typing import Any
 
 from jit.dtype import DType, dtypes, least_upper_dtype
 from jit.errors import AxisError, ShapeError
+from jit.opt.options import DEFAULT_OPTS
 from jit.tensor import Tensor, broadcast_shape
 from jit.uop import Ops, UOp
 
@@ -145,7 +146,7 @@ def _materialize_pad(pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...],
 
 
 CHANNELS_LAST_MIN_MACS = 1 << 20
-CHANNEL_VECTOR = 8  # jit/opt/options.py OptOptions.channel_vector's default
+CHANNEL_VECTOR = DEFAULT_OPTS.channel_vector  # the block the optimizer vectorizes short rows across
 
 
 def _channels_last_weights(row: int, cout_per_group: int, macs: int) -> bool:

@@ -10,6 +10,7 @@ loop opens, the parts of its body that do not depend on the loop's ranges are em
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from jit.dtype import DType, ImageDType, PtrDType, dtypes
@@ -553,11 +554,10 @@ class KernelRenderer:
             self.names[rng] = var
             self.open_ranges |= {rng}
             self.line(f"int {var} = {self.lang.global_index_fn}({n_hw - 1 - i});")
+        lane_at = len(self.lines)  # where the lane ids go, if a gathered index reads them
         if self.lane is not None:
             self.names[self.lane] = "lane"
             self.open_ranges |= {self.lane}
-            lane_ids = self.ctor(dtypes.int32, [str(i) for i in range(self.lanes)])
-            self.line(f"{self.vtname(dtypes.int32)} lane = {lane_ids};")
         loops = out_ranges[n_hw:]
         self.parallel_loops = self.parallel_depth(loops)
         if self.parallel_loops:
@@ -570,6 +570,9 @@ class KernelRenderer:
             self.expr(store)
         while self.loop_stack:
             self.close_loop()
+        if self.lane is not None and any(re.search(r"\blane\b", ln) for ln in self.lines[lane_at:]):
+            lane_ids = self.ctor(dtypes.int32, [str(i) for i in range(self.lanes)])
+            self.lines.insert(lane_at, f"  {self.vtname(dtypes.int32)} lane = {lane_ids};")
         head = "\n".join((*self.lang.headers, *self.helpers.values()))
         sig = f"{self.lang.kernel_prefix} {self.name}({', '.join(params)}) {{"
         return f"{head}\n{sig}\n" + "\n".join(self.lines) + "\n}\n"
