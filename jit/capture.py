@@ -39,6 +39,7 @@ from jit.device import Device
 from jit.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.errors import DrivepackError, DTypeError
 from jit.memory_plan import Lifetime, plan_alignment, plan_memory
+from jit.nn_ops import MATVEC_MAX_PAD
 from jit.passes.images import weights_to_images
 from jit.realize import compile_kernels, copy_from_device, run_schedule
 from jit.schedule import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
@@ -156,13 +157,14 @@ def _reaches(order: list[UOp], sources: set[UOp]) -> set[UOp]:
 
 def _foldable(core: UOp) -> bool:
     """A weight-only value worth computing once: real work (not a buffer, constant or index), a committed
-    dtype, and no larger than the weights it reads (a broadcast is cheaper recomputed than stored)."""
+    dtype, and no larger than the weights it reads (a broadcast is cheaper recomputed than stored) but for the zero
+    padding a blocked layout may add (``MATVEC_MAX_PAD``)."""
     if core.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or is_view_of_buffer(core) or core in realized:
         return False
     if not isinstance(core.dtype, DType) or core.dtype.weak or core.shape is None or core.size == 0:
         return False
     weight_elems = sum(n.arg[2] for n in toposort([core]) if n.op is Ops.BUFFER)
-    return 0 < core.size <= weight_elems
+    return 0 < core.size <= weight_elems * (1 + MATVEC_MAX_PAD)
 
 
 def weight_frontier(roots: list[UOp], sources: set[UOp]) -> list[UOp]:

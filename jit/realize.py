@@ -42,6 +42,12 @@ def device_buffer(buf: UOp) -> Buffer:
     return mem
 
 
+def holds_data(buf: UOp) -> bool:
+    """Whether BUFFER ``buf`` has device memory: data copied in or a kernel's result (a capture's input
+    placeholders have none)."""
+    return buf.arg[0] in _memory
+
+
 def live_buffer_count() -> int:
     return len(_memory)
 

@@ -58,6 +58,9 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_load="({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})",
     vector_store="{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}",
     vector_shuffle="__builtin_shuffle({a}, {b}, ({it}){{{mask}}})",
+    # GCC's vector comparisons give -1/0 lanes; a select is a bitwise blend by the 0/1 lanes' all-ones masks
+    vector_compare="(-({a}{op}{b}))",
+    vector_select="(({vt})((({it}){a}&-{c})|(({it}){b}&({c}-1))))",
 )
 OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
 THREADS_ENV = "DRIVEPACK_CPU_THREADS"

@@ -67,6 +67,9 @@ OPENCL_LANGUAGE = CStyleLanguage(
     vector_lane="{x}.s{hexi}",
     vector_ctor="(({vt})({lanes}))",
     vector_shuffle="shuffle2({a}, {b}, ({ut})({mask}))",
+    # vector relational ops give -1/0 lanes; select() takes each lane's mask from its most significant bit
+    vector_compare="(-({a}{op}{b}))",
+    vector_select="select({b}, {a}, -{c})",
 )
 
 

@@ -203,3 +203,15 @@ def test_capture_folds_the_padded_copy_of_a_weight_only_input() -> None:
     assert cap.n_dispatches == 1  # copy and conv read no input: both folded, only the product runs
     want = ref_conv(const_in, W1, None, 1, (1, 1), (1, 1), [(1, 1)] * 2) * inputs["x"]
     np.testing.assert_allclose(cap(inputs)["y"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("padding", [0, 1])
+def test_strided_pointwise_conv_reads_a_subsampled_copy(padding: int) -> None:
+    """A big 1x1 stride-2 conv (resnet's projection shortcut) is a copy of every second row and column, then a
+    stride-1 pointwise conv whose rows merge (the conv reads its input contiguously, no shuffle)."""
+    x, w, b = rand(1, 32, 56, 56, seed=8), rand(64, 32, 1, 1, seed=9), rand(64, seed=10)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), stride=2, padding=padding)
+    kernels = schedule(out)
+    assert [k.name[0] for k in kernels] == ["E", "r"]
+    pads = [(padding, padding)] * 2
+    np.testing.assert_allclose(out.numpy(), ref_conv(x, w, b, 1, (2, 2), (1, 1), pads), rtol=1e-4, atol=1e-4)

@@ -37,7 +37,8 @@ class OptOptions:
 
     * ``tile``: register-tile reduce kernels (matmul, conv) at all.
     * ``inner_upcasts``: widths tried, widest first, for the contiguous output axis (a tile row).
-    * ``reuse_upcasts``: heights tried, tallest first, for the reuse axis (conv output channel, matmul row).
+    * ``reuse_upcasts``: heights tried in order for the reuse axis (conv output channel, matmul row); 3 and 5
+      serve row counts no power of two divides (the policy's 25).
     * ``strided_tile``: (row width, reuse height) tried first when the reduce reads the tile row at a stride > 1
       (a stride-2 conv: each row of inputs is two vector loads and a shuffle, so more output channels share it);
       ``()``: no special case.
@@ -59,12 +60,12 @@ class OptOptions:
 
     tile: bool = True
     inner_upcasts: tuple[int, ...] = (16, 8, 4)
-    reuse_upcasts: tuple[int, ...] = (4, 2)
+    reuse_upcasts: tuple[int, ...] = (4, 3, 5, 2)
     wide_upcasts: tuple[int, ...] = (64, 32)
     strided_tile: tuple[int, ...] = (8, 8)
     channel_vector: int = 8
-    max_upcast: int = 64
-    min_reduce_trips: int = 8
+    max_upcast: int = 80
+    min_reduce_trips: int = 2
     min_outputs: int = 256
     unroll: bool = True
     threads: bool = True
