@@ -42,6 +42,26 @@ def median_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
+                        block: int = 5, settle: float = 0.05) -> dict[str, float]:
+    """Median seconds per call of each of ``fns``, timed in alternating blocks of ``block`` calls (``repeat`` per
+    function in all): on a noisy machine a slow spell then falls on every peer alike, not on whichever ran in it.
+    Each block starts ``settle`` seconds after the last: thread pools (onnxruntime's, OpenMP's) spin a while after
+    a call, and a peer timed in that while shares the cores with them."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    while any(len(t) < repeat for t in times.values()):
+        for name, fn in fns.items():
+            time.sleep(settle)
+            for _ in range(min(block, repeat - len(times[name]))):
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def drivepack_runner(out: Tensor) -> Callable[[], None]:
     kernels, _ = create_schedule([out.uop], Device.DEFAULT)
     return lambda: run_schedule(kernels)

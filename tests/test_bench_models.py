@@ -1,4 +1,4 @@
-"""benchmarks/bench_models.py's model preparation: the light resnet50 peers are measured with random weights."""
+"""benchmarks/bench_models.py: its model preparation (the light resnet50 peers get random weights) and timing."""
 
 from __future__ import annotations
 
@@ -27,3 +27,14 @@ def test_light_resnet50_weights_are_random_not_one_repeated_value() -> None:
     assert probs.shape == (1, 1000) and np.isfinite(probs).all() and abs(float(probs.sum()) - 1) < 1e-3
     again, _ = bench_models.load_case("resnet50")
     assert again.SerializeToString() == proto.SerializeToString()  # seeded: every run measures the same model
+
+
+def test_interleaved_medians_alternate_blocks_and_time_each_call() -> None:
+    from benchmarks.bench_core import interleaved_medians
+    calls: list[str] = []
+    medians = interleaved_medians({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeat=7,
+                                  warmup=2, block=3)
+    assert set(medians) == {"a", "b"} and all(m >= 0 for m in medians.values())
+    timed = calls[4:]  # after two warm-up calls of each
+    assert calls[:4] == ["a", "a", "b", "b"] and timed.count("a") == timed.count("b") == 7
+    assert "".join(timed) == "aaabbbaaabbbab"
