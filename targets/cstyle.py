@@ -55,6 +55,12 @@ class CStyleLanguage:
     # how many outer global ranges become hardware indices (0 on a CPU: all become loops)
     global_dims: int = 0
     global_index_fn: str = "get_global_id"
+    # work-group local memory (jit/opt/group.py): the local id function (its dimension 0 is a group reduce's),
+    # a local array declaration of ``n`` elements of type ``t``, and the barrier that makes its writes visible to
+    # the group; "" = none (a kernel with a "group" range is refused)
+    local_index_fn: str = ""
+    local_array: str = ""
+    local_barrier: str = ""
     bitcast_fmt: str = "({{ {src_t} _s = ({x}); {dst_t} _d; __builtin_memcpy(&_d, &_s, sizeof(_d)); _d; }})"
     # integer POW: "double" computes (T)pow((double)a, (double)b) (C with fp64); "loop" calls a helper doing
     # exponentiation by squaring in the unsigned type (exact, wraps; for targets without fp64)
@@ -167,6 +173,11 @@ class KernelRenderer:
                                f"{'one' if lang.vector_type else 'none'}")
         self.lane: UOp | None = lanes[0] if lanes else None
         self.lanes = int(self.lane.src[0].arg) if self.lane is not None else 0
+        self.group: UOp | None = group_range(sink)
+        if self.group is not None and (not lang.local_index_fn or self.lane is not None):
+            raise CompileError(f"{name}: a group reduce needs work-group local memory and no vector range, this "
+                               f"language has {'it' if lang.local_index_fn else 'none'}")
+        self.local_arrays: list[str] = []  # declared at kernel scope, as OpenCL requires of __local arrays
 
     # --- dependency analysis ------------------------------------------------------------------------
     def deps(self, u: UOp) -> frozenset[UOp]:
@@ -214,7 +225,9 @@ class KernelRenderer:
             return self.vector_expr(u, force_var)
         if op is Ops.STORE:
             idx, val = u.src
-            self.line(f"*({self.expr(idx)}) = {self.expr(val)};")
+            store = f"*({self.expr(idx)}) = {self.expr(val)};"
+            # after a group reduce every work-item of the group holds the same values: one of them stores
+            self.line(store if self.group is None else f"if ({self.names[self.group]} == 0) {store}")
             return ""
         if op is Ops.INDEX:
             return f"{self.expr(u.src[0])}+{self.expr(u.src[1])}"
@@ -490,7 +503,27 @@ class KernelRenderer:
             self._reduce_inputs[r] = set(toposort([r.src[0]]))
         return self._reduce_inputs[r]
 
+    def emit_group_combine(self, r: UOp) -> str:
+        """The reduce over the work-group's range: each item's partial into a local array, a barrier, every item
+        combining the array in order, and a second barrier before the array can be written again (the next
+        iteration of an output loop)."""
+        assert self.group is not None and isinstance(r.dtype, DType)
+        size, lid = int(self.group.src[0].arg), self.names[self.group]
+        partial = self.expr(r.src[0])
+        arr, acc, i = self.new_var("part"), self.new_var("acc"), self.new_var("i")
+        self.local_arrays.append(self.lang.local_array.format(t=self.tname(r.dtype), name=arr, n=size))
+        self.line(f"{arr}[{lid}] = {partial};")
+        self.line(self.lang.local_barrier)
+        self.line(f"{self.tname(r.dtype)} {acc} = {self.identity(r)};")
+        combine = self.alu_text(UOp(r.arg, r.dtype, (r.src[0], r.src[0])), [acc, f"{arr}[{i}]"])
+        self.line(f"for (int {i} = 0; {i} < {size}; {i}++) {acc} = {combine};")
+        self.line(self.lang.local_barrier)
+        self.name_here(r, acc)
+        return acc
+
     def emit_reduce(self, r: UOp) -> str:
+        if r.src[1:] == (self.group,):
+            return self.emit_group_combine(r)
         group = self.reduce_group(r)
         ranges = r.src[1:]
         # hoist what the loop body does not need the loop for
@@ -575,12 +608,17 @@ class KernelRenderer:
                 self.names[g] = f"data{g.arg}"
         params = [self.param(i, d) for i, d in enumerate(self.sink.arg.params)]
         out_ranges = global_ranges(self.sink)
-        n_hw = min(self.lang.global_dims, len(out_ranges))  # global_launch_size() mirrors this mapping
+        first = 0 if self.group is None else 1  # a group reduce's range is launch dimension 0
+        n_hw = min(self.lang.global_dims - first, len(out_ranges))  # global_launch_size() mirrors this mapping
+        if self.group is not None:
+            self.names[self.group] = "lidx0"
+            self.open_ranges |= {self.group}
+            self.line(f"int lidx0 = {self.lang.local_index_fn}(0);")
         for i, rng in enumerate(out_ranges[:n_hw]):
             var = f"gidx{i}"
             self.names[rng] = var
             self.open_ranges |= {rng}
-            self.line(f"int {var} = {self.lang.global_index_fn}({n_hw - 1 - i});")
+            self.line(f"int {var} = {self.lang.global_index_fn}({first + n_hw - 1 - i});")
         lane_at = len(self.lines)  # where the lane ids go, if a gathered index reads them
         if self.lane is not None:
             self.names[self.lane] = "lane"
@@ -600,6 +638,7 @@ class KernelRenderer:
         if self.lane is not None and any(re.search(r"\blane\b", ln) for ln in self.lines[lane_at:]):
             lane_ids = self.ctor(dtypes.int32, [str(i) for i in range(self.lanes)])
             self.lines.insert(lane_at, f"  {self.vtname(dtypes.int32)} lane = {lane_ids};")
+        self.lines[:0] = [f"  {decl}" for decl in self.local_arrays]
         head = "\n".join((*self.lang.headers, *self.helpers.values()))
         sig = f"{self.lang.kernel_prefix} {self.name}({', '.join(params)}) {{"
         return f"{head}\n{sig}\n" + "\n".join(self.lines) + "\n}\n"
@@ -609,11 +648,19 @@ def global_ranges(sink: UOp) -> list[UOp]:
     return sorted({u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global"}, key=lambda u: u.arg[0])
 
 
+def group_range(sink: UOp) -> UOp | None:
+    """The RANGE of kind "group" of ``sink`` (jit/opt/group.py), if it has one."""
+    return next((u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "group"), None)
+
+
 def global_launch_size(lang: CStyleLanguage, sink: UOp) -> tuple[int, ...]:
     """The global work size of ``sink`` rendered in ``lang``: entry d is the extent of the range read through
-    ``global_index_fn(d)`` (the outermost output range is the highest dimension); (1,) when no range became one."""
-    hw = global_ranges(sink)[:lang.global_dims]
-    return tuple(int(r.src[0].arg) for r in reversed(hw)) or (1,)
+    ``global_index_fn(d)`` (the outermost output range is the highest dimension; a group reduce's range is
+    dimension 0, whose work-group must hold all of it); (1,) when no range became one."""
+    group = group_range(sink)
+    first = () if group is None else (int(group.src[0].arg),)
+    hw = global_ranges(sink)[:lang.global_dims - len(first)]
+    return (*first, *(int(r.src[0].arg) for r in reversed(hw))) or (1,)
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,11 @@ from jit.device import DeviceError
 from jit.dtype import DType, dtypes
 from jit.errors import CompileError, DrivepackError
 from jit.helpers import NOLOCALS, prod
+from jit.opt.options import DEFAULT_OPTS, OptOptions
 from jit.uop import UOp
 from targets.base import Buffer, Program, Target, TargetLimits
 from targets.cpu import cache_dir, cached_artifact, publish
-from targets.cstyle import CStyleLanguage, global_launch_size, render_kernel
+from targets.cstyle import CStyleLanguage, global_launch_size, group_range, render_kernel
 
 # the platform name substring that restricts device discovery (e.g. "Portable" for PoCL)
 PLATFORM_ENV = "DRIVEPACK_CL_PLATFORM"
@@ -47,6 +48,9 @@ OPENCL_LANGUAGE = CStyleLanguage(
     f32_math_suffix="",  # OpenCL C overloads exp/log/... on float; expf does not exist
     global_dims=3,
     global_index_fn="get_global_id",
+    local_index_fn="get_local_id",
+    local_array="__local {t} {name}[{n}];",
+    local_barrier="barrier(CLK_LOCAL_MEM_FENCE);",
     bitcast_fmt="as_{dst_t}(({src_t})({x}))",
     image_param="read_only image2d_t",
     # element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.dtype.ImageDType)
@@ -71,6 +75,12 @@ OPENCL_LANGUAGE = CStyleLanguage(
     vector_compare="(-({a}{op}{b}))",
     vector_select="select({b}, {a}, -{c})",
 )
+
+
+# work-items sharing one output's reduce on a GPU (jit/opt/group.py): half a wave on most GPUs, and within every
+# device's minimum work-group size of 64 the OpenCL specification allows
+GPU_GROUP_REDUCE = 32
+GPU_OPTS = OptOptions(group_reduce=GPU_GROUP_REDUCE)
 
 
 def opencl_vector_width(info: CLDeviceInfo) -> int:
@@ -143,6 +153,7 @@ CL_DEVICE_IMAGE2D_MAX_WIDTH, CL_DEVICE_IMAGE2D_MAX_HEIGHT = 0x1011, 0x1012
 CL_DEVICE_IMAGE_SUPPORT, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_DEVICE_GLOBAL_MEM_SIZE = 0x1016, 0x1019, 0x101F
 CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_PROFILE, CL_DEVICE_VERSION = 0x102B, 0x102D, 0x102E, 0x102F
 CL_DEVICE_EXTENSIONS = 0x1030
+CL_DEVICE_TYPE, CL_DEVICE_TYPE_GPU = 0x1000, 1 << 2
 CL_QUEUE_PROFILING_ENABLE = 1 << 1
 CL_MEM_READ_WRITE, CL_MEM_READ_ONLY, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 2, 1 << 5
 CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
@@ -275,6 +286,7 @@ class CLDeviceInfo:
     image2d_max: tuple[int, int]  # (height, width) in pixels
     preferred_vector_width_float: int = 4
     max_compute_units: int = 1
+    device_type: int = 0  # CL_DEVICE_TYPE bits
 
 
 def _platforms() -> list[tuple[Any, str]]:
@@ -305,7 +317,8 @@ def _device_info(index: int, platform: Any, platform_name: str, dev: Any) -> CLD
         image_support=bool(_info_uint(q, dev, CL_DEVICE_IMAGE_SUPPORT)),
         image2d_max=(_info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_HEIGHT), _info_uint(q, dev, CL_DEVICE_IMAGE2D_MAX_WIDTH)),
         preferred_vector_width_float=_info_uint(q, dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT),
-        max_compute_units=_info_uint(q, dev, CL_DEVICE_MAX_COMPUTE_UNITS))
+        max_compute_units=_info_uint(q, dev, CL_DEVICE_MAX_COMPUTE_UNITS),
+        device_type=_info_uint(q, dev, CL_DEVICE_TYPE))
 
 
 def list_devices() -> list[tuple[Any, Any, CLDeviceInfo]]:
@@ -344,6 +357,19 @@ def choose_local_size(global_size: tuple[int, ...], max_group: int, max_items: t
         if budget == 1 or prod(global_size) // prod(local) >= min_groups:
             return tuple(local)
         budget //= 2
+
+
+def group_local_size(global_size: tuple[int, ...], group: int, max_group: int, max_items: tuple[int, ...],
+                     preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
+    """``choose_local_size``, or for a kernel sharing reduces over dimension 0 (jit/opt/group.py) exactly one
+    output's ``group`` work-items per work-group: the local array holding their partials is indexed by the local
+    id of dimension 0 alone."""
+    if group <= 1:
+        return choose_local_size(global_size, max_group, max_items, preferred, min_groups)
+    if group > min(max_group, max_items[0] if max_items else 1):
+        raise CompileError(f"group reduce: {group} work-items expected within the work-group limits "
+                          f"(max {max_group}, dimension 0 max {max_items[0] if max_items else 1})")
+    return (group, *(1,) * (len(global_size) - 1))
 
 
 def valid_local_size(local: tuple[int, ...], global_size: tuple[int, ...], max_group: int,
@@ -437,6 +463,8 @@ class OpenCLTarget(Target):
         self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes
         self.preferred_local = PREFERRED_LOCAL_SIZE
         self.min_groups = GROUPS_PER_COMPUTE_UNIT * max(info.max_compute_units, 1)
+        # the optimizer's defaults for this device (jit/opt): a GPU shares long reduces across work-groups
+        self.default_opts = GPU_OPTS if info.device_type & CL_DEVICE_TYPE_GPU else DEFAULT_OPTS
 
     def __repr__(self) -> str:
         return f"<OpenCLTarget {self.name}: {self.info.name} on {self.info.platform} {self.info.driver_version}>"
@@ -458,9 +486,10 @@ class OpenCLTarget(Target):
     def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
         self.check_dtypes(name, sink)
         global_size = global_launch_size(self.language, sink)
-        local_size = choose_local_size(global_size, self.max_group, self.max_items, self.preferred_local,
-                                       self.min_groups)
-        meta: dict[str, Any] = {"global_size": global_size, "local_size": local_size}
+        group = int(g.src[0].arg) if (g := group_range(sink)) is not None else 0
+        local_size = group_local_size(global_size, group, self.max_group, self.max_items, self.preferred_local,
+                                      self.min_groups)
+        meta: dict[str, Any] = {"global_size": global_size, "local_size": local_size, "group": group}
         if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/opt/search.py)
             meta["local_request"] = tuple(requested)
         return render_kernel(self.language, name, sink), meta
@@ -578,11 +607,12 @@ class OpenCLTarget(Target):
         max_group = _info_uint(lib.clGetKernelWorkGroupInfo, kernel, CL_KERNEL_WORK_GROUP_SIZE, self.device_id)
         handle = CLKernel(self, program, kernel, max_group)
         global_size = tuple(meta.get("global_size", (1,)))
-        local_size = valid_local_size(tuple(meta.get("local_request", ())), global_size,
-                                      min(max_group, self.max_group), self.max_items)
-        if local_size is None:
-            local_size = choose_local_size(global_size, min(max_group, self.max_group), self.max_items,
-                                           self.preferred_local, self.min_groups)
+        group = int(meta.get("group", 0))
+        local_size = None if group else valid_local_size(tuple(meta.get("local_request", ())), global_size,
+                                                         min(max_group, self.max_group), self.max_items)
+        if local_size is None:  # a group reduce's work-group is fixed: one output's group items
+            local_size = group_local_size(global_size, group, min(max_group, self.max_group), self.max_items,
+                                          self.preferred_local, self.min_groups)
         return Program(name, source, handle, global_size=global_size, local_size=local_size, meta=meta)
 
     # --- memory --------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from jit.dtype import DType, dtypes
 from jit.errors import UnsupportedOp
 from targets.base import TargetLimits
-from targets.opencl import OPENCL_LANGUAGE, OpenCLDeviceError, OpenCLTarget, list_devices
+from targets.opencl import GPU_OPTS, OPENCL_LANGUAGE, OpenCLDeviceError, OpenCLTarget, list_devices
 
 IMAGES_ENV = "DRIVEPACK_QCOM_IMAGES"
 DEFAULT_MODEL = "630"
@@ -133,6 +133,7 @@ class QCOMTarget(OpenCLTarget):
         fp16 = ("#pragma OPENCL EXTENSION cl_khr_fp16 : enable",) if dtypes.float16 in self.supported_dtypes() \
             else ()
         self.language = replace(QCOM_LANGUAGE, headers=fp16)
+        self.default_opts = GPU_OPTS  # an Adreno is a GPU, whichever device stands in for it
 
     def __repr__(self) -> str:
         where = "Adreno" if self.on_adreno else "stand-in"

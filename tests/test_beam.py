@@ -168,7 +168,7 @@ def test_a_tuned_kernel_uses_the_tables_options_and_keeps_the_results() -> None:
     sink = _pre_opt_sink(_matmul())
     table = TuningTable()
     table.put(TuningEntry(kernel_key(sink), "CPU", device_fingerprint(Device["CPU"]),
-                          OptOptions(inner_upcasts=(4,), reuse_upcasts=(2,), min_outputs=1)))
+                          OptOptions(inner_upcasts=(4,), reuse_upcasts=(2,), min_outputs=1, fill_tile=0)))
     with use_tuning(table) as session:
         tuned = compile_uops([_matmul().uop])[-1]
         got = _matmul().numpy()

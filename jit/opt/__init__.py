@@ -7,6 +7,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   (``jit.opt.merge``), then register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
   as vectors where the target's language has vector types (``jit.opt.vectorize``);
+* on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
+  reduce across a work-group instead (``jit.opt.group``);
 * every other kernel: the small-loop unroll of ``jit.passes.unroll`` (as before the optimizer existed).
 
 Compile time is part of the design (packaging and CI run it for every kernel): small kernels are not tiled
@@ -20,6 +22,7 @@ target's language declares a parallel pragma (targets/cstyle.py).
 
 from __future__ import annotations
 
+from jit.opt.group import group_kernel, plan_group
 from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.opt.tiling import TilePlan, plan_tiles, tile_copies, tile_kernel
@@ -29,14 +32,18 @@ from jit.rewrite import graph_rewrite
 from jit.uop import Ops, UOp, toposort
 
 __all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_kernel", "plan_tiles",
-           "target_vector_width", "tile_kernel", "unroll_small_loops"]
+           "target_default_opts", "target_local_memory", "target_vector_width", "tile_kernel", "unroll_small_loops"]
 
 
-def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int = 0) -> UOp:
+def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int = 0,
+                    local_memory: bool = False) -> UOp:
     """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results.
     ``opts`` None means the heuristic default ``OptOptions()``; ``vector_width`` is the float32 lane count of the
-    target language's widest vector type (0: it has none), for tile rows rendered as vectors."""
+    target language's widest vector type (0: it has none), for tile rows rendered as vectors; ``local_memory``:
+    the target's language can share a reduce across a work-group (``jit.opt.group``)."""
     opts = DEFAULT_OPTS if opts is None else opts
+    if local_memory and (rng := plan_group(sink, opts)) is not None:
+        return group_kernel(sink, rng, opts.group_reduce)
     plan = plan_tiles(sink, opts) if opts.tile else None
     if plan is not None and (merged := merge_output_dims(sink)) is not sink:
         sink, plan = merged, plan_tiles(merged, opts)
@@ -49,6 +56,17 @@ def target_vector_width(target: object) -> int:
     """Float32 lanes of the widest vector type ``target``'s C-style language declares (0: none or no language)."""
     language = getattr(target, "language", None)
     return int(getattr(language, "vector_width", 0))
+
+
+def target_default_opts(target: object) -> OptOptions:
+    """The options ``target`` asks for when no tuning file or search chose any (``default_opts``; DEFAULT_OPTS)."""
+    opts = getattr(target, "default_opts", DEFAULT_OPTS)
+    return opts if isinstance(opts, OptOptions) else DEFAULT_OPTS
+
+
+def target_local_memory(target: object) -> bool:
+    """Whether ``target``'s C-style language declares work-group local memory (group reduces)."""
+    return bool(getattr(getattr(target, "language", None), "local_index_fn", ""))
 
 
 def unroll_small_loops(sink: UOp) -> UOp:

@@ -5,7 +5,8 @@ asked for; a search (BEAM) or a tuning file builds other instances. The fields a
 them by name (``to_dict`` / ``from_dict``), so renaming one breaks stored tunings.
 
 What holds: every instance accepted by ``__post_init__`` yields a kernel with the same results as NOOPT (the
-options change loop structure and code size, never arithmetic order within one output's reduction).
+options change loop structure and code size, never arithmetic order within one output's reduction), except
+``group_reduce``: a reduce shared by a work-group adds in a different order, so float sums agree within rounding.
 """
 
 from __future__ import annotations
@@ -48,11 +49,17 @@ class OptOptions:
     * ``wide_upcasts``: wider tile rows tried first when the kernel has no reuse axis (a matrix-vector product):
       more accumulators in flight hide the add latency that one short row cannot.
     * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
+    * ``fill_tile``: a tile of fewer elements than this doubles its reuse height (up to 8 rows) while the height
+      divides the axis and the tile stays under ``max_upcast``: a one-vector row 4 high is 4 accumulators, too few
+      to hide the FMA latency (resnet's 56-wide rows: 8 wide, now 8 high); 0: never.
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
     * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it).
     * ``unroll``: unroll small loops of kernels that are not tiled.
     * ``threads``: let the CPU renderer share the outermost output loops over threads (OpenMP).
     * ``vectorize``: render a tile row as explicit vector types where the language declares them.
+    * ``group_reduce``: on targets with local memory (OpenCL), this many work-items share each output's reduce
+      in kernels with few outputs and a long reduce (jit/opt/group.py), instead of register tiles; 0: never (the
+      default: GPU targets turn it on in their ``default_opts``; on a CPU OpenCL device it only costs).
     * ``local_size``: work-group size on targets that launch work-groups (OpenCL), one entry per launch
       dimension; ``()`` lets the target choose. A size that does not divide the launch or exceeds the kernel's
       limits is replaced by the target's own choice (a tuning file never makes a launch invalid).
@@ -65,11 +72,13 @@ class OptOptions:
     strided_tile: tuple[int, ...] = (8, 8)
     channel_vector: int = 8
     max_upcast: int = 80
+    fill_tile: int = 64
     min_reduce_trips: int = 2
     min_outputs: int = 256
     unroll: bool = True
     threads: bool = True
     vectorize: bool = True
+    group_reduce: int = 0
     local_size: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
@@ -84,6 +93,8 @@ class OptOptions:
             raise OptOptionsError(f"OptOptions.strided_tile: expected () or (width, height), got {self.strided_tile!r}")
         _check_factors("local_size", self.local_size)
         _check_positive("max_upcast", self.max_upcast)
+        _check_positive("fill_tile", self.fill_tile, minimum=0)
+        _check_positive("group_reduce", self.group_reduce, minimum=0)
         _check_positive("channel_vector", self.channel_vector, minimum=0)
         _check_positive("min_reduce_trips", self.min_reduce_trips)
         _check_positive("min_outputs", self.min_outputs)

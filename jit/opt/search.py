@@ -32,7 +32,7 @@ from jit.dtype import DType, PtrDType, dtypes, to_numpy
 from jit.errors import DrivepackError
 from jit.helpers import BEAM
 from jit.lower import KernelInfo
-from jit.opt import optimize_kernel, target_vector_width
+from jit.opt import optimize_kernel, target_default_opts, target_local_memory, target_vector_width
 from jit.opt.options import DEFAULT_OPTS, OptOptions
 from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
 from jit.passes.symbolic import pm_symbolic
@@ -44,6 +44,7 @@ MAX_ROUNDS = 3  # rounds of one-knob moves; more rarely pays for the compile tim
 TIMED_RUNS = 5  # runs per candidate after one warm-up; the median is kept
 INNER_CHOICES = (64, 32, 16, 8, 4, 2, 1)  # contiguous-axis tile widths a move may pick (1: no upcast on that axis)
 REUSE_CHOICES = (8, 4, 2, 1)
+GROUP_CHOICES = (0, 16, 32, 64)  # work-items sharing a reduce (jit/opt/group.py; 0: none), on targets with local memory
 LOCAL_TOTALS = (1, 8, 32, 64, 128, 256)  # work-group sizes (in items) tried on targets with local sizes
 FLOAT_TOLERANCE = (1e-3, 1e-4)  # (rtol, atol scaled by the output's magnitude): contraction to FMA may differ
 
@@ -205,7 +206,7 @@ def random_arrays(sink: UOp, seed: int = 0) -> list[np.ndarray]:
 
 def _optimized(sink: UOp, opts: OptOptions, target: Target) -> UOp:
     # the same steps as the pipeline's optimizer stage (jit/passes/pipeline.py)
-    optimized = optimize_kernel(sink, opts, target_vector_width(target))
+    optimized = optimize_kernel(sink, opts, target_vector_width(target), target_local_memory(target))
     return with_options(graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing"), opts)
 
 
@@ -216,6 +217,8 @@ def _neighbours(opts: OptOptions, target: Target, global_size: tuple[int, ...]) 
     moves += [{"reuse_upcasts": (u,)} for u in REUSE_CHOICES]
     if getattr(getattr(target, "language", None), "parallel_for", ""):
         moves.append({"threads": not opts.threads})
+    if target_local_memory(target):
+        moves += [{"group_reduce": g} for g in GROUP_CHOICES]
     max_group = getattr(target, "max_group", 1)
     if max_group > 1:
         moves += [{"local_size": ls} for ls in local_size_choices(global_size, max_group,
@@ -319,10 +322,11 @@ def beam_search(sink: UOp, target: Target, beam: int, runs: int = TIMED_RUNS,
     if beam < 1:
         raise SearchError(f"beam: expected an int >= 1, got {beam!r}")
     bench = _Bench(sink, target, runs)
-    (_, prog), = bench.compile([DEFAULT_OPTS])
+    start = target_default_opts(target)
+    (_, prog), = bench.compile([start])
     default_s = bench.time(prog)
     assert default_s is not None  # the first output is the reference
-    kept = [_Timed(DEFAULT_OPTS, default_s, tuple(prog.global_size))]
+    kept = [_Timed(start, default_s, tuple(prog.global_size))]
     tried = 1
     for _ in range(max_rounds):
         cands = list(dict.fromkeys(n for t in kept for n in _neighbours(t.opts, target, t.global_size)))

@@ -26,6 +26,9 @@ from jit.rewrite import graph_rewrite
 from jit.stats import range_deps
 from jit.uop import Ops, UOp, toposort
 
+# fill_tile stops doubling a reuse height here: 8 rows of one 4-lane vector are 8 accumulators, 16 would spill
+MAX_FILL_HEIGHT = 8
+
 
 @dataclass(frozen=True)
 class TilePlan:
@@ -115,6 +118,9 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
         u_reuse = _first_divisor(_size(cand), tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast))
         if shared and u_reuse is not None:
+            while u_inner * u_reuse < opts.fill_tile and u_reuse < MAX_FILL_HEIGHT and \
+                    u_inner * u_reuse * 2 <= opts.max_upcast and _size(cand) % (u_reuse * 2) == 0:
+                u_reuse *= 2
             upcasts.append((cand, u_reuse))
             break
     if len(upcasts) == 1:  # nothing to share across rows (a matrix-vector product): more independent accumulators
