@@ -61,6 +61,8 @@ CPU_LANGUAGE = CStyleLanguage(
     # GCC's vector comparisons give -1/0 lanes; a select is a bitwise blend by the 0/1 lanes' all-ones masks
     vector_compare="(-({a}{op}{b}))",
     vector_select="(({vt})((({it}){a}&-{c})|(({it}){b}&({c}-1))))",
+    vector_reinterpret="(({vt})({x}))",
+    vector_convert="__builtin_convertvector({x}, {vt})",
 )
 OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
 THREADS_ENV = "DRIVEPACK_CPU_THREADS"

@@ -35,6 +35,11 @@ _FLOAT_FN: dict[Ops, str] = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SQRT: "sqrt", O
                              Ops.FLOOR: "floor", Ops.CEIL: "ceil", Ops.RINT: "rint", Ops.ABS: "fabs"}
 
 
+# lane types whole-vector conversions take (bool lanes are int32 0/1: converting them gives 0/1 too)
+_VECTOR_LANE_TYPES = frozenset({dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.uint8, dtypes.uint16,
+                                dtypes.uint32, dtypes.float32})
+
+
 def _lane32(d: object) -> bool:
     """Whether ``d`` is a 32-bit lane type the vector compare and select take (float32, 32-bit ints; not bool)."""
     return d is dtypes.float32 or (isinstance(d, DType) and d.is_int and not d.is_bool and d.itemsize == 4)
@@ -99,6 +104,10 @@ class CStyleLanguage:
     # accumulators in its reduce loop for a ReLU epilogue (43 vs 66 GFLOP/s)
     vector_compare: str = ""
     vector_select: str = ""
+    # vector ``x`` as vector type ``vt``: its bits (``vector_reinterpret``, same size) or its lanes' values converted
+    # as C casts convert them (``vector_convert``, same lane count); "" = lane by lane
+    vector_reinterpret: str = ""
+    vector_convert: str = ""
 
     def type_name(self, d: DType) -> str:
         return self.type_names.get(d, d.cname)
@@ -330,10 +339,41 @@ class KernelRenderer:
             return False  # a scalar _Bool operand does not mix with int lanes
         return d.itemsize == 4 and u.op in _VECTOR_NATIVE_INT and (d.is_unsigned or u in self.index_only)
 
+    def vector_operand(self, s: UOp, d: DType) -> str:
+        """Operand ``s`` of a whole-vector op on lanes of ``d``: a vector as it is, a scalar cast to ``d``'s C type
+        (a _Bool or narrow scalar would not convert to the lanes' type by itself)."""
+        text = self.expr(s)
+        return text if self.lane in self.deps(s) else f"({self.tname(d)})({text})"
+
     def vector_mask_op(self, u: UOp) -> str | None:
-        """A comparison of 32-bit lanes, or a select by a vector condition between 32-bit lanes, as one vector
-        expression where the language has one; None: computed lane by lane."""
-        lang = self.lang
+        """One vector expression for ``u`` where the language spells it (None: computed lane by lane):
+        comparisons of and selects between 32-bit lanes; signed 32-bit + - * wrapping through the unsigned type
+        (as the scalar spelling does); integer min/max as compare and select; and/or/xor/not of bool lanes (int32
+        0/1); conversions between lane types."""
+        lang, op, d = self.lang, u.op, u.dtype
+        assert isinstance(d, DType)
+        if op is Ops.CAST and lang.vector_convert and not d.is_bool and d in _VECTOR_LANE_TYPES and \
+                u.src[0].dtype in _VECTOR_LANE_TYPES:
+            return lang.vector_convert.format(x=self.expr(u.src[0]), vt=self.vtname(d))
+        if op in (Ops.ADD, Ops.SUB, Ops.MUL) and lang.vector_reinterpret and _lane32(d) and d.is_int and \
+                not d.is_unsigned and u not in self.index_only:
+            ut = dtypes.uint32
+            a, b = (self.vector_operand(s, ut) if self.lane not in self.deps(s) else
+                    lang.vector_reinterpret.format(x=self.expr(s), vt=self.vtname(ut)) for s in u.src)
+            return lang.vector_reinterpret.format(x=f"({a}{_INFIX[op]}{b})", vt=self.vtname(d))
+        if op in (Ops.MAX, Ops.MIN) and lang.vector_select and _lane32(d) and not d.is_float:
+            a, b = (self.vector_operand(s, d) for s in u.src)
+            # b where a is the smaller (MAX) / larger (MIN), else a; the condition as 0/1 int32 lanes
+            first, second = (a, b) if op is Ops.MAX else (b, a)
+            cond = lang.vector_compare.format(a=first, b=second, op="<")
+            a_vec, b_vec = (self.expr(s) if self.lane in self.deps(s) else
+                            self.ctor(d, [self.expr(s, force_var=True)] * self.lanes) for s in u.src)
+            return lang.vector_select.format(c=cond, a=b_vec, b=a_vec, vt=self.vtname(d), it=self.vtname(dtypes.int32))
+        if d.is_bool and op in (Ops.AND, Ops.OR, Ops.XOR) and all(s.dtype == dtypes.bool for s in u.src):
+            a, b = (self.vector_operand(s, dtypes.int32) for s in u.src)
+            return f"({a}{_INFIX[op]}{b})"
+        if d.is_bool and op is Ops.NOT:
+            return f"({self.expr(u.src[0])}^1)"
         if u.op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) and lang.vector_compare and all(_lane32(s.dtype) for s in u.src):
             return lang.vector_compare.format(a=self.expr(u.src[0]), b=self.expr(u.src[1]), op=_INFIX[u.op])
         if u.op is Ops.WHERE and lang.vector_select and _lane32(u.dtype) and self.lane in self.deps(u.src[0]):

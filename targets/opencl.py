@@ -74,6 +74,8 @@ OPENCL_LANGUAGE = CStyleLanguage(
     # vector relational ops give -1/0 lanes; select() takes each lane's mask from its most significant bit
     vector_compare="(-({a}{op}{b}))",
     vector_select="select({b}, {a}, -{c})",
+    vector_reinterpret="as_{vt}({x})",
+    vector_convert="convert_{vt}({x})",
 )
 
 

@@ -101,3 +101,16 @@ def test_opencl_tile_rows_are_vector_loads_and_match_numpy() -> None:
     assert f"vload{n}(" in src and "shuffle2(" in src and f"vstore{n}(" in src  # stride-2 rows: loads + shuffle
     want = Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_opencl_elementwise_rows_convert_and_wrap_as_vectors() -> None:
+    n = Device["OPENCL"].language.vector_width
+    frames = np.random.default_rng(6).integers(0, 256, (1, 6, 32, 64), dtype=np.uint8)
+    out = Tensor(frames, device="OPENCL").cast("float32") / 128 - 1
+    assert f"convert_float{n}(" in compile_uops([out.uop], "OPENCL")[-1].program.source
+    np.testing.assert_array_equal(out.numpy(), frames.astype(np.float32) / 128 - 1)
+    a = np.random.default_rng(7).integers(-2**31, 2**31, (8, 64), dtype=np.int64).astype(np.int32)
+    wrapped = (Tensor(a, device="OPENCL") * 70001 - 3).maximum(-9)
+    assert f"as_uint{n}(" in compile_uops([wrapped.uop], "OPENCL")[-1].program.source
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(wrapped.numpy(), np.maximum(a * np.int32(70001) - 3, -9))

@@ -189,3 +189,32 @@ def test_vector_compares_and_selects_match_numpy(dtype: type) -> None:
         np.testing.assert_allclose(got, want[k], rtol=1e-5, atol=1e-5, err_msg=k)
         if dtype is np.float32:
             np.testing.assert_array_equal(np.signbit(got), np.signbit(want[k].astype(np.float32)), err_msg=k)
+
+
+def test_elementwise_rows_are_vectors() -> None:
+    """A copy whose innermost axis splits into whole vectors (the uint8 frames' normalization) is one vector per
+    step: a vector load, a lane conversion, a vector store."""
+    frames = np.random.default_rng(8).integers(0, 256, (1, 6, 32, 64), dtype=np.uint8)
+    out = Tensor(frames).cast(dtypes.float32) / 128 - 1
+    src = _source(out)
+    assert "__builtin_convertvector(" in src and "[0]" not in src and "memcpy(data0" in src
+    np.testing.assert_array_equal(out.numpy(), frames.astype(np.float32) / 128 - 1)
+
+
+def test_vector_integer_and_bool_ops_match_numpy() -> None:
+    """Signed products and sums that overflow (wrapping through the unsigned type), clamps (min/max as compare
+    and select) and and/or/xor/not of bool lanes, all as whole-vector expressions."""
+    rng = np.random.default_rng(9)
+    a = rng.integers(-2**31, 2**31, (16, 64), dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, (16, 64), dtype=np.int64).astype(np.int32)
+    ta, tb = Tensor(a), Tensor(b)
+    wrapped = (ta * 70001 + tb - 5).maximum(-1000).minimum(tb)
+    src = _source(wrapped)
+    assert "(dp_uint32x8)" in src and "[0]" not in src
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(wrapped.numpy(), np.minimum(np.maximum(a * np.int32(70001) + b - 5, -1000), b))
+    p, q = ta < tb, ta > 0
+    logic = ((p & q) | (p ^ ~q)).where(ta, tb)
+    assert "[0]" not in _source(logic)
+    pa, qa = a < b, a > 0
+    np.testing.assert_array_equal(logic.numpy(), np.where((pa & qa) | (pa ^ ~qa), a, b))

@@ -9,6 +9,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   as vectors where the target's language has vector types (``jit.opt.vectorize``);
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
   reduce across a work-group instead (``jit.opt.group``);
+* elementwise kernels (copies, padding, casts) whose innermost output axis splits into whole vectors: that axis
+  as vectors (``plan_vector_row``);
 * every other kernel: the small-loop unroll of ``jit.passes.unroll`` (as before the optimizer existed).
 
 Compile time is part of the design (packaging and CI run it for every kernel): small kernels are not tiled
@@ -25,7 +27,7 @@ from __future__ import annotations
 from jit.opt.group import group_kernel, plan_group
 from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
-from jit.opt.tiling import TilePlan, plan_tiles, tile_copies, tile_kernel
+from jit.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel
 from jit.opt.vectorize import choose_lanes
 from jit.passes.unroll import UPCAST_MAX, pm_unroll_reduce
 from jit.rewrite import graph_rewrite
@@ -49,6 +51,9 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         sink, plan = merged, plan_tiles(merged, opts)
     if plan is not None:
         return tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
+    if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
+            (lanes := choose_lanes(sink, row, opts, vector_width)):
+        return tile_kernel(sink, row, lanes)
     return unroll_small_loops(sink) if opts.unroll else sink
 
 

@@ -129,6 +129,19 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     return TilePlan(tuple(upcasts))
 
 
+def plan_vector_row(sink: UOp, opts: OptOptions = DEFAULT_OPTS, width: int = 0) -> TilePlan | None:
+    """An elementwise kernel's innermost output axis upcast by ``width`` (the language's vector lanes), so the
+    renderer computes it as one vector per copy; None for reduce kernels (``plan_tiles``' business), small kernels
+    (fewer than ``min_outputs``) and rows ``width`` does not divide."""
+    nodes = toposort([sink])
+    if width < 2 or not opts.vectorize or any(u.op is Ops.REDUCE for u in nodes):
+        return None
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    if not outs or _size(outs[-1]) % width or math.prod(_size(r) for r in outs) < opts.min_outputs:
+        return None
+    return TilePlan(((outs[-1], width),))
+
+
 def tile_copies(root: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]) -> list[UOp]:
     """``root.substitute(m)`` for every ``m`` in ``mappings`` (each maps exactly ``keys``), walking the graph once:
     only the nodes that depend on a key are rebuilt per copy, the rest are shared by every copy as they are."""
