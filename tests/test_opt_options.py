@@ -126,3 +126,14 @@ def test_a_matrix_vector_product_gets_a_wide_row() -> None:
     ast = commit_dtypes(kernels[-1].ast)
     assert _tile_sizes(plan_tiles(ast)) == [64]  # no reuse axis: 8 vectors of accumulators in flight
     assert _tile_sizes(plan_tiles(ast, OptOptions(wide_upcasts=()))) == [16]
+
+
+def test_short_rows_run_across_two_channel_vectors() -> None:
+    """resnet's 14-wide rows: 7 outputs of a row times two vectors of 8 output channels (14 accumulators; one
+    vector of channels would be 7, too few for the FMA latency)."""
+    sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
+    x = Tensor(np.ones((1, 64, 14, 14), np.float32))
+    ast = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 3, 3), np.float32)), padding=1))
+    assert sizes(plan_tiles(ast, OptOptions())) == [(256, 16), (14, 7)]
+    odd = _ast_of(x.conv2d(Tensor(np.ones((72, 64, 3, 3), np.float32)), padding=1))
+    assert sizes(plan_tiles(odd, OptOptions())) == [(72, 8), (14, 7)]  # 72 channels: 9 vectors, no pairs

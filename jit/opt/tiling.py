@@ -28,6 +28,8 @@ from jit.uop import Ops, UOp, toposort
 
 # fill_tile stops doubling a reuse height here: 8 rows of one 4-lane vector are 8 accumulators, 16 would spill
 MAX_FILL_HEIGHT = 8
+# vector accumulators a channel-vector tile may hold (AVX2 has 16 vector registers; a broadcast and a load need 2)
+MAX_VECTOR_ACCUMULATORS = 14
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,10 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
         u_row = max(d for d in range(1, opts.max_upcast // opts.channel_vector + 1) if _size(inner) % d == 0)
-        return TilePlan(((across, opts.channel_vector), (inner, u_row)))
+        # two channel vectors when the row leaves room: 7 accumulators cannot hide the FMA latency, 14 can
+        # (resnet50 146 vs 151-157 ms); more would spill on 16 vector registers
+        pair = 2 * u_row <= MAX_VECTOR_ACCUMULATORS and _size(across) % (2 * opts.channel_vector) == 0
+        return TilePlan(((across, opts.channel_vector * (2 if pair else 1)), (inner, u_row)))
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
