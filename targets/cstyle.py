@@ -345,6 +345,15 @@ class KernelRenderer:
         text = self.expr(s)
         return text if self.lane in self.deps(s) else f"({self.tname(d)})({text})"
 
+    def vector_min_max(self, op: Ops, d: DType, a: str, b: str) -> str:
+        """MAX/MIN of vectors ``a``, ``b`` (variables: each is spelled more than once) as the scalar spelling
+        computes it: ``a`` where it is the larger (smaller) or, for floats, NaN (NaN propagates), else ``b``."""
+        cmp = self.lang.vector_compare
+        cond = cmp.format(a=b, b=a, op="<") if op is Ops.MAX else cmp.format(a=a, b=b, op="<")
+        if d.is_float:
+            cond = f"({cond}|{cmp.format(a=a, b=a, op='!=')})"
+        return self.lang.vector_select.format(c=cond, a=a, b=b, vt=self.vtname(d), it=self.vtname(dtypes.int32))
+
     def vector_mask_op(self, u: UOp) -> str | None:
         """One vector expression for ``u`` where the language spells it (None: computed lane by lane):
         comparisons of and selects between 32-bit lanes; signed 32-bit + - * wrapping through the unsigned type
@@ -361,14 +370,10 @@ class KernelRenderer:
             a, b = (self.vector_operand(s, ut) if self.lane not in self.deps(s) else
                     lang.vector_reinterpret.format(x=self.expr(s), vt=self.vtname(ut)) for s in u.src)
             return lang.vector_reinterpret.format(x=f"({a}{_INFIX[op]}{b})", vt=self.vtname(d))
-        if op in (Ops.MAX, Ops.MIN) and lang.vector_select and _lane32(d) and not d.is_float:
-            a, b = (self.vector_operand(s, d) for s in u.src)
-            # b where a is the smaller (MAX) / larger (MIN), else a; the condition as 0/1 int32 lanes
-            first, second = (a, b) if op is Ops.MAX else (b, a)
-            cond = lang.vector_compare.format(a=first, b=second, op="<")
-            a_vec, b_vec = (self.expr(s) if self.lane in self.deps(s) else
-                            self.ctor(d, [self.expr(s, force_var=True)] * self.lanes) for s in u.src)
-            return lang.vector_select.format(c=cond, a=b_vec, b=a_vec, vt=self.vtname(d), it=self.vtname(dtypes.int32))
+        if op in (Ops.MAX, Ops.MIN) and lang.vector_select and _lane32(d):
+            a, b = (self.expr(s, force_var=True) if self.lane in self.deps(s) else
+                    self.ctor(d, [self.expr(s, force_var=True)] * self.lanes) for s in u.src)
+            return self.vector_min_max(op, d, a, b)
         if d.is_bool and op in (Ops.AND, Ops.OR, Ops.XOR) and all(s.dtype == dtypes.bool for s in u.src):
             a, b = (self.vector_operand(s, dtypes.int32) for s in u.src)
             return f"({a}{_INFIX[op]}{b})"
@@ -586,7 +591,10 @@ class KernelRenderer:
         values = [self.expr(red.src[0], force_var=vec and not self.vector_native(c))
                   for red, vec, c in zip(group, vector, combines, strict=True)]
         for red, acc, v, vec, c in zip(group, accs, values, vector, combines, strict=True):
-            if vec and not self.vector_native(c):
+            if vec and c.op in (Ops.MAX, Ops.MIN) and self.lang.vector_select and _lane32(red.dtype):
+                assert isinstance(red.dtype, DType)
+                combine = self.vector_min_max(c.op, red.dtype, acc, v)
+            elif vec and not self.vector_native(c):
                 assert isinstance(red.dtype, DType)
                 combine = self.ctor(red.dtype, [self.alu_text(c, [self.lane_text(acc, i), self.lane_text(v, i)])
                                                 for i in range(self.lanes)])

@@ -218,3 +218,20 @@ def test_vector_integer_and_bool_ops_match_numpy() -> None:
     assert "[0]" not in _source(logic)
     pa, qa = a < b, a > 0
     np.testing.assert_array_equal(logic.numpy(), np.where((pa & qa) | (pa ^ ~qa), a, b))
+
+
+def test_vector_float_max_min_propagate_nan_like_numpy() -> None:
+    """Float max/min as whole-vector compare and select, NaN propagating as numpy's maximum/minimum (elementwise
+    and as a max-pool's reduce combine)."""
+    rng = np.random.default_rng(10)
+    a, b = rng.standard_normal((16, 64), dtype=np.float32), rng.standard_normal((16, 64), dtype=np.float32)
+    a.flat[::9], b.flat[::7], b.flat[1::13] = np.nan, np.nan, -np.inf
+    for fn, ref in ((Tensor.maximum, np.maximum), (Tensor.minimum, np.minimum)):
+        out = fn(Tensor(a), Tensor(b))
+        assert "[0]" not in _source(out)
+        np.testing.assert_array_equal(out.numpy(), ref(a, b))
+    x = rng.standard_normal((1, 8, 32, 64), dtype=np.float32)
+    x[0, 1, 5, 9] = np.nan
+    pooled = Tensor(x).max_pool2d(2)
+    want = x.reshape(1, 8, 16, 2, 32, 2).max(axis=(3, 5))
+    np.testing.assert_array_equal(pooled.numpy(), want)
