@@ -20,10 +20,10 @@ from jit.uop import GroupOp, Ops, UOp, toposort
 _INFIX: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPEQ: "==",
                           Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 _INLINE = frozenset({Ops.CONST, Ops.RANGE, Ops.INDEX, Ops.DEFINE_GLOBAL})
-# ops a language's vector types compute directly on 32-bit lanes (vector op vector, or vector op scalar); every
-# other op on a vector is computed lane by lane with its scalar spelling, except comparisons of and selects
-# between 32-bit lanes where the language spells them (``vector_compare``, ``vector_select``). Bool lanes are int32
-# lanes holding 0 or 1, as the scalar expressions compute them.
+# ops a language's vector types compute directly on 32-bit lanes (vector op vector, or vector op scalar); more are
+# whole-vector expressions where the language spells them (``KernelRenderer.whole_vector_text``), the rest are
+# computed lane by lane with their scalar spelling. Bool lanes are int32 lanes holding 0 or 1, as the scalar
+# expressions compute them.
 _VECTOR_NATIVE_FLOAT = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG})
 _VECTOR_NATIVE_INT = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR})
 _SAME_WIDTH_INTS = {1: (dtypes.int8, dtypes.uint8), 2: (dtypes.int16, dtypes.uint16), 4: (dtypes.int32, dtypes.uint32),
@@ -345,6 +345,12 @@ class KernelRenderer:
         text = self.expr(s)
         return text if self.lane in self.deps(s) else f"({self.tname(d)})({text})"
 
+    def as_vector(self, s: UOp, d: DType) -> str:
+        """Operand ``s`` as a vector variable of lanes of ``d``: a scalar is broadcast to every lane."""
+        if self.lane in self.deps(s):
+            return self.expr(s, force_var=True)
+        return self.ctor(d, [self.expr(s, force_var=True)] * self.lanes)
+
     def vector_min_max(self, op: Ops, d: DType, a: str, b: str) -> str:
         """MAX/MIN of vectors ``a``, ``b`` (variables: each is spelled more than once) as the scalar spelling
         computes it: ``a`` where it is the larger (smaller) or, for floats, NaN (NaN propagates), else ``b``."""
@@ -354,7 +360,7 @@ class KernelRenderer:
             cond = f"({cond}|{cmp.format(a=a, b=a, op='!=')})"
         return self.lang.vector_select.format(c=cond, a=a, b=b, vt=self.vtname(d), it=self.vtname(dtypes.int32))
 
-    def vector_mask_op(self, u: UOp) -> str | None:
+    def whole_vector_text(self, u: UOp) -> str | None:
         """One vector expression for ``u`` where the language spells it (None: computed lane by lane):
         comparisons of and selects between 32-bit lanes; signed 32-bit + - * wrapping through the unsigned type
         (as the scalar spelling does); integer min/max as compare and select; and/or/xor/not of bool lanes (int32
@@ -371,20 +377,17 @@ class KernelRenderer:
                     lang.vector_reinterpret.format(x=self.expr(s), vt=self.vtname(ut)) for s in u.src)
             return lang.vector_reinterpret.format(x=f"({a}{_INFIX[op]}{b})", vt=self.vtname(d))
         if op in (Ops.MAX, Ops.MIN) and lang.vector_select and _lane32(d):
-            a, b = (self.expr(s, force_var=True) if self.lane in self.deps(s) else
-                    self.ctor(d, [self.expr(s, force_var=True)] * self.lanes) for s in u.src)
-            return self.vector_min_max(op, d, a, b)
+            return self.vector_min_max(op, d, self.as_vector(u.src[0], d), self.as_vector(u.src[1], d))
         if d.is_bool and op in (Ops.AND, Ops.OR, Ops.XOR) and all(s.dtype == dtypes.bool for s in u.src):
             a, b = (self.vector_operand(s, dtypes.int32) for s in u.src)
             return f"({a}{_INFIX[op]}{b})"
         if d.is_bool and op is Ops.NOT:
             return f"({self.expr(u.src[0])}^1)"
-        if u.op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) and lang.vector_compare and all(_lane32(s.dtype) for s in u.src):
-            return lang.vector_compare.format(a=self.expr(u.src[0]), b=self.expr(u.src[1]), op=_INFIX[u.op])
-        if u.op is Ops.WHERE and lang.vector_select and _lane32(u.dtype) and self.lane in self.deps(u.src[0]):
-            a, b = (self.expr(s) if self.lane in self.deps(s) else
-                    self.ctor(u.dtype, [self.expr(s, force_var=True)] * self.lanes) for s in u.src[1:])
-            return lang.vector_select.format(c=self.expr(u.src[0]), a=a, b=b, vt=self.vtname(u.dtype),
+        if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) and lang.vector_compare and all(_lane32(s.dtype) for s in u.src):
+            return lang.vector_compare.format(a=self.expr(u.src[0]), b=self.expr(u.src[1]), op=_INFIX[op])
+        if op is Ops.WHERE and lang.vector_select and _lane32(d) and self.lane in self.deps(u.src[0]):
+            return lang.vector_select.format(c=self.expr(u.src[0]), a=self.as_vector(u.src[1], d),
+                                             b=self.as_vector(u.src[2], d), vt=self.vtname(d),
                                              it=self.vtname(dtypes.int32))
         return None
 
@@ -418,7 +421,7 @@ class KernelRenderer:
                     lanes = [f"*({buf_text}+{self.lane_of(idx, idx_text, i)})" for i in range(self.lanes)]
                 text = self.ctor(d, lanes)
             var = self.new_var("val")
-        elif (text := self.vector_mask_op(u)) is not None:
+        elif (text := self.whole_vector_text(u)) is not None:
             var = self.new_var("alu")
         elif self.vector_native(u):
             text = self.alu_text(u, [self.expr(s) for s in u.src])
