@@ -106,8 +106,9 @@ def _reads_input(u: UOp, boundaries: set[UOp]) -> bool:
 
 
 def _epilogue_walk(node: UOp, boundaries: set[UOp]) -> tuple[set[UOp], list[UOp]]:
-    """The elementwise (and reshape) nodes under ``node`` that are no kernel outputs (``node`` included), and the
-    sources they read that are not such nodes (reduces, buffers, movement ops, kernel outputs)."""
+    """The elementwise (and reshape, shrink) nodes under ``node`` that are no kernel outputs (``node`` included),
+    and the sources they read that are not such nodes (reduces, buffers, other movement ops, kernel outputs). A
+    shrink keeps an epilogue one: a Winograd conv's overhanging tiles are shrunk off before its bias."""
     seen, stack, leaves = set(), [node], []
     while stack:
         n = stack.pop()
@@ -115,8 +116,8 @@ def _epilogue_walk(node: UOp, boundaries: set[UOp]) -> tuple[set[UOp], list[UOp]
             continue
         seen.add(n)
         for s in n.src:
-            if (s.op in GroupOp.Elementwise or s.op is Ops.RESHAPE) and s not in boundaries:
-                stack.append(s)  # a reduce's result is reshaped to drop its reduced axes
+            if (s.op in GroupOp.Elementwise or s.op in (Ops.RESHAPE, Ops.SHRINK)) and s not in boundaries:
+                stack.append(s)
             else:
                 leaves.append(s)
     return seen, leaves

@@ -6,15 +6,18 @@ instead of 9*m*m (2.25x fewer for F(2,3), 4x fewer for F(4,3)), paid for by the 
 
 The graph, all lazy Tensor ops, so the normal scheduler and codegen see it (r = m + 2):
 
-1. U = G g G^T per (Cout, Cin), laid out (r*r, Cout, Cin). It reads only the weight. It is r*r/9 times larger
+1. U = G g G^T per (Cout, Cin), laid out as step 3 reads it. It reads only the weight. It is r*r/9 times larger
    than the filters, so capture's frontier folding (which keeps values no larger than the weights they read)
    leaves it alone, but its kernels read no input: capture (jit/capture.py) runs them once and binds U as a
    weight; a replay never sees the 3x3 filters;
 2. V = B^T d B per input tile: the padded input is materialized (no bounds checks in the transform), then
    transformed one axis at a time (6 + 6 multiply-adds per value for F(4,3), not 36), each step a reduce of
    its own that reads and writes the tile column index innermost (contiguous loads);
-3. M = sum over Cin of U * V: r*r batched GEMMs (Cout x Cin) @ (Cin x tiles) in one reduce kernel, with V laid
-   out in blocks of _BLOCK tiles so the reduce over Cin reads _BLOCK contiguous floats per step;
+3. M = sum over Cin of V * U: r*r batched GEMMs (tiles x Cin) @ (Cin x Cout) in one reduce kernel. V holds each
+   tile's channels contiguously (one broadcast per tile row of the register tile) and U is stored in blocks of
+   16 output channels, each (Cin, 16) contiguous: M is written (r*r, N, Cout blocks, tiles, 16), so the kernel runs
+   every tile against one block of U while it stays in cache (U is r*r/9 times the filters: re-read from memory
+   per tile row, resnet50's 7x7 GEMMs ran at 13 GFLOP/s);
 4. Y = A^T M A, again one axis at a time; the last step writes (N, Cout, H, W) in place, so the bias and the
    elementwise ops that follow (BN, activation, residual add) are that reduce's epilogue, fused by the
    scheduler as for a direct conv. Tiles that overhang the output are computed from zero padding and shrunk off,
@@ -39,7 +42,7 @@ from jit.nn_ops import _pads, _tuple, _window
 from jit.tensor import Tensor
 
 TILES = (2, 4)
-_BLOCK = 16  # tiles per GEMM block: two 8-float vectors
+_TILE_ROWS = 4  # the GEMM's reuse height (jit/opt/tiling.py): tile counts are padded to a multiple of it
 
 # F(m, 3) matrices: B^T (r x r), G (r x 3), A^T (m x r), r = m + 2, with interpolation points 0, +-1 (, +-2), inf
 _MATRICES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
@@ -78,14 +81,21 @@ def _contract(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
     return (x * table).sum(-1)
 
 
+def cout_block(cout: int) -> int:
+    """Output channels per block of U: the GEMM sweeps every tile against one block, which stays in cache."""
+    return next((b for b in (16, 8) if cout % b == 0), cout)
+
+
 def winograd_weight(weight: Tensor, tile: int) -> Tensor:
-    """U = G g G^T for every (Cout, Cin) filter, laid out (r*r, Cout, Cin), contiguous (weight-only work)."""
+    """U = G g G^T for every (Cout, Cin) filter, laid out (r*r, Cout blocks, Cin, block) (``cout_block``),
+    contiguous (weight-only work)."""
     cout, cin = weight.shape[:2]
     _, g, _ = matrices(tile)
     r = tile + 2
     u = _contract(weight.reshape(cout, cin, 3, 3), g, 0)  # (q, Cout, Cin, kh): G along each filter row
     u = _contract(u, g, 0)  # (p, q, Cout, Cin): G along each filter column
-    return u.reshape(r * r, cout, cin).contiguous()
+    cb = cout_block(cout)
+    return u.reshape(r * r, cout // cb, cb, cin).permute(0, 1, 3, 2).contiguous()
 
 
 def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, padding: Any = 0,
@@ -111,33 +121,24 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
     if oh < 1 or ow < 1:
         raise ShapeError(f"winograd conv: padded input {(h + pt + pb, w + pl + pr)} expected at least 3x3")
     th, tw = math.ceil(oh / tile), math.ceil(ow / tile)
-    # the GEMM reads tiles in blocks of _BLOCK: extra tile rows (zero input, outputs dropped) make them whole
+    # extra tile rows (zero input, outputs dropped) make the tile count a multiple of the GEMM's reuse height
     th_pad = th
-    while th_pad * tw % _BLOCK:
+    while th_pad * tw % _TILE_ROWS:
         th_pad += 1
-    nb = th_pad * tw // _BLOCK
     out_dtype = least_upper_dtype(x.dtype, weight.dtype)
     xf = x.cast(dtypes.float32) if x.dtype != dtypes.float32 else x
     wf = weight.cast(dtypes.float32) if weight.dtype != dtypes.float32 else weight
-    # padded at the end up to whole tiles (their extra outputs are dropped); materialized, so the transform's
-    # loads need no bounds checks
     xp = xf.pad(((0, 0), (0, 0), (pt, th_pad * tile + 2 - h - pt), (pl, tw * tile + 2 - w - pl))).contiguous()
-    # input transform B^T d B, one axis at a time (6 + 6 multiply-adds per value instead of 36), each step
-    # reading and writing the tile column index innermost so its loads are contiguous
     rows = _window(xp, (r,), (tile,), (1,))  # (N, Cin, Hp, TW, r): each row's overlapping column tiles
     t1 = _contract(rows, bt, 3)  # (N, Cin, Hp, j, TW)
     cols = _window(t1.permute(0, 1, 3, 4, 2), (r,), (tile,), (1,))  # (N, Cin, j, TW, TH, k)
-    cols = cols.permute(2, 0, 4, 3, 1, 5).reshape(r, bs, nb, _BLOCK, cin, r).permute(0, 1, 2, 4, 3, 5)
-    # V laid out (i, j, N, tile block, Cin, tile in block): the GEMM's reduce over Cin reads _BLOCK contiguous
-    # floats per step (a power-of-two stride between Cin rows would make those reads fight over cache sets)
-    v = _contract(cols, bt, 0).reshape(r * r, bs, 1, nb, cin, _BLOCK)
-    u = winograd_weight(wf, tile).reshape(r * r, 1, cout, 1, cin, 1)
-    m = (u * v).sum(4)  # (r*r, N, Cout, blocks, _BLOCK): r*r GEMMs (Cout x Cin) @ (Cin x tiles)
-    # output transform A^T M A, again one axis at a time; the last step writes (N, Cout, TH, tile, TW, tile),
-    # a reduce whose only movement op up to the bias is a reshape (and the shrink when tiles overhang), so the
-    # scheduler treats bias/BN/activation as its epilogue exactly as for a direct conv
-    m = m.reshape(r, r, bs, cout, th_pad, tw)[:, :, :, :, :th]
-    m = m.permute(2, 3, 4, 1, 5, 0)  # (N, Cout, TH, b, TW, a)
+    # V laid out (i, j, N, tile, Cin): each tile's channels contiguous, broadcast against a vector of U's Cout
+    v = _contract(cols.permute(2, 0, 4, 3, 1, 5), bt, 0)
+    cb = cout_block(cout)
+    u = winograd_weight(wf, tile).reshape(r * r, 1, cout // cb, 1, cin, cb)
+    m = (v.reshape(r * r, bs, 1, th_pad * tw, cin, 1) * u).sum(4)  # (r*r, N, Cout blocks, tiles, block)
+    m = m.permute(0, 1, 3, 2, 4).reshape(r, r, bs, th_pad, tw, cout)[:, :, :, :th]
+    m = m.permute(2, 5, 3, 1, 4, 0)  # (N, Cout, TH, b, TW, a)
     o1 = _contract(m, at, 3)  # (N, Cout, TH, p, b, TW)
     y = _contract(o1.permute(0, 1, 2, 3, 5, 4), at, 5)  # (N, Cout, TH, p, TW, q)
     y = y.reshape(bs, cout, th * tile, tw * tile)
@@ -164,15 +165,14 @@ def auto_tile(cin: int, cout: int, oh: int, ow: int) -> int:
     """The "auto" heuristic (the default): which F(m, 3) to use for a conv of this size, 0 for the direct conv.
 
     Winograd saves multiplies in the GEMM only; the transforms cost per tile and channel regardless of the other
-    channel count, so small channel counts do not pay for them (cin, cout >= 32). Measured with
-    ``benchmarks/bench_models.py`` against the direct conv (vectorized, about 85% of the FMA peak here): F(4,3)
-    wins on the vision model's 48- and 96-channel convs with 64- and 32-wide rows (replay 17.2 vs 18.6 ms,
-    medians of 4 interleaved runs) and loses on resnet50's (64 to 512 channels, rows of 56, 28, 14, 7: 191 vs
-    177 ms), where the direct conv's short rows run across channel blocks instead. So: F(4,3) for at most 128
-    channels, at least 8 rows and rows of whole 16-wide tiles; the direct conv elsewhere, and on targets other
+    channel count, so small channel counts do not pay for them (cin, cout >= 32). Measured per conv with the
+    profile of ``benchmarks/bench_models.py``'s models against the direct conv (about 75% of the FMA peak here),
+    transforms included: F(4,3) takes resnet50's 3x3 convs from 3.9 to 2.6-2.9 ms at 56x56 (64 channels), 3.7-4.3
+    to 2.3-2.6 at 28x28 (128), 4.1-4.5 to 2.9-3.0 at 14x14 (256) and 3.8-4.1 to 2.5 at 7x7 (512); F(2,3) wins
+    less at every size. So F(4,3) from 7x7 outputs up (4 tiles); the direct conv below that, and on targets other
     than the CPU (``pick_tile``).
     """
-    if min(cin, cout) < 32 or max(cin, cout) > 128 or oh < 8 or ow % 16:
+    if min(cin, cout) < 32 or min(oh, ow) < 7:
         return 0
     return 4
 

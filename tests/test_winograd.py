@@ -13,7 +13,7 @@ from jit.helpers import WINO, Context
 from jit.realize import _settings_key
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
-from jit.winograd import WinogradSettingError, auto_tile, matrices, pick_tile, setting_tile, winograd_conv2d
+from jit.winograd import WinogradSettingError, auto_tile, cout_block, matrices, pick_tile, setting_tile, winograd_conv2d
 
 # Tolerance, relative to the largest output magnitude. A float32 direct 3x3 conv over C channels is off from the
 # exact result by a few eps * sqrt(9 C) of the output scale (~1e-6 here). Winograd adds the rounding of its
@@ -119,8 +119,9 @@ def test_auto_heuristic() -> None:
     assert auto_tile(48, 48, 32, 64) == 4  # the vision model's residual convs
     assert auto_tile(96, 96, 16, 32) == 4
     assert auto_tile(64, 64, 6, 6) == 0  # too few F(4,3) tiles
+    assert auto_tile(512, 512, 7, 7) == 4  # resnet50's smallest
     assert auto_tile(12, 24, 64, 128) == 0  # too few channels to pay for the transforms
-    assert auto_tile(64, 64, 56, 56) == auto_tile(256, 256, 14, 14) == 0  # resnet50's: the direct conv wins
+    assert auto_tile(64, 64, 56, 56) == auto_tile(256, 256, 14, 14) == 4  # resnet50's
     x, wt = Tensor(rand(1, 48, 32, 64, seed=0)), Tensor(rand(48, 48, 3, 3, seed=0))
     with Context(WINO="auto"):
         assert pick_tile(x, wt, 1, 1, 1, 1) == 4
@@ -140,15 +141,16 @@ def test_setting_changes_the_kernel_cache_key() -> None:
 # --- capture: the weight transform is weight-only work --------------------------------------------------------
 @pytest.mark.parametrize("tile", [2, 4])
 def test_capture_folds_the_weight_transform(tile: int) -> None:
-    x, wt, b = rand(1, 5, 9, 11, seed=11), rand(6, 5, 3, 3, seed=12), rand(6, seed=13)
+    x, wt, b = rand(1, 5, 9, 11, seed=11), rand(32, 5, 3, 3, seed=12), rand(32, seed=13)
     weight, bias = Tensor(wt), Tensor(b)
     with Context(WINO=str(tile)):
         cap = capture(lambda x: {"y": x.conv2d(weight, bias, padding=1)}, {"x": x})
     assert_close(cap({"x": x})["y"], conv_ref(x, wt, b, (1, 1, 1, 1)), tile)
-    # the replay binds U = G g G^T (r*r, Cout, Cin) as a weight and never the raw 3x3 filters
+    # the replay binds U = G g G^T (r*r, Cout blocks, Cin, block) as a weight and never the raw 3x3 filters
     _, g, _ = matrices(tile)
     r = tile + 2
-    want_u = np.einsum("pk,ockl,ql->pqoc", g, wt.astype(np.float64), g).reshape(r * r, 6, 5)
+    want_u = np.einsum("pk,ockl,ql->pqco", g, wt.astype(np.float64), g).reshape(r * r, 5, 2, 16)
+    want_u = want_u.transpose(0, 2, 1, 3)  # blocks of 16 output channels, each (Cin, 16)
     stored = [w.view(np.float32) for w in cap.weights.values()]
     assert not any(s.size == wt.size and np.array_equal(s, wt.reshape(-1)) for s in stored)
     transformed = [s for s in stored if s.size == want_u.size]
@@ -156,3 +158,7 @@ def test_capture_folds_the_weight_transform(tile: int) -> None:
     np.testing.assert_allclose(transformed[0].reshape(want_u.shape), want_u, rtol=1e-5, atol=1e-6)
     # its kernels (one per axis) ran at capture; no replay kernel could compute it without the raw filters
     assert cap.report is not None and cap.report.kernels_pruned >= 2
+
+
+def test_weight_blocks_of_16_output_channels() -> None:
+    assert [cout_block(c) for c in (512, 48, 24, 6)] == [16, 16, 8, 6]
