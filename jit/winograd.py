@@ -10,18 +10,19 @@ The graph, all lazy Tensor ops, so the normal scheduler and codegen see it (r = 
    than the filters, so capture's frontier folding (which keeps values no larger than the weights they read)
    leaves it alone, but its kernels read no input: capture (jit/capture.py) runs them once and binds U as a
    weight; a replay never sees the 3x3 filters;
-2. V = B^T d B per input tile: the padded input is materialized (no bounds checks in the transform), then
-   transformed one axis at a time (6 + 6 multiply-adds per value for F(4,3), not 36), each step a reduce of
-   its own that reads and writes the tile column index innermost (contiguous loads);
+2. V = B^T d B per input tile: the padded input is materialized channels-last (no bounds checks in the
+   transform), then transformed one axis at a time (6 + 6 multiply-adds per value for F(4,3), not 36), each step
+   a reduce of its own that reads and writes whole vectors of channels;
 3. M = sum over Cin of V * U: r*r batched GEMMs (tiles x Cin) @ (Cin x Cout) in one reduce kernel. V holds each
    tile's channels contiguously (one broadcast per tile row of the register tile) and U is stored in blocks of
    16 output channels, each (Cin, 16) contiguous: M is written (r*r, N, Cout blocks, tiles, 16), so the kernel runs
    every tile against one block of U while it stays in cache (U is r*r/9 times the filters: re-read from memory
    per tile row, resnet50's 7x7 GEMMs ran at 13 GFLOP/s);
-4. Y = A^T M A, again one axis at a time; the last step writes (N, Cout, H, W) in place, so the bias and the
-   elementwise ops that follow (BN, activation, residual add) are that reduce's epilogue, fused by the
-   scheduler as for a direct conv. Tiles that overhang the output are computed from zero padding and shrunk off,
-   so any H, W and padding work.
+4. Y = A^T M A, again one axis at a time: the first step keeps M's blocks of channels (vectors in and out), the
+   last writes (N, Cout, H, W) in place, four outputs of a tile row as one vector (jit/opt/split.py makes the
+   tile's column a loop of its own), so the bias and the elementwise ops that follow (BN, activation, residual
+   add) are that reduce's epilogue, fused by the scheduler as for a direct conv. Tiles that overhang the output
+   are computed from zero padding and shrunk off, so any H, W and padding work.
 
 Each transform step is a reduce against a small constant table (``_contract``): where its result is read at other
 indices the scheduler makes it a kernel of its own, computed once (fused into the GEMM, a transform would be
@@ -76,8 +77,11 @@ def _contract(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
     lead = t.shape[:-1]
     x = t.reshape(*lead[:out_axis], 1, *lead[out_axis:], k)
     shape = [1] * (len(lead) + 2)
-    shape[out_axis], shape[-1] = p, k
-    table = Tensor(np.ascontiguousarray(mat, np.float32), device=t.device).reshape(shape)
+    shape[out_axis], shape[-1] = k, p
+    # stored (k, p): where p is a kernel's contiguous output axis (the last step), its tile loads whole vectors
+    order = list(range(len(shape)))
+    order[out_axis], order[-1] = order[-1], order[out_axis]
+    table = Tensor(np.ascontiguousarray(mat.T, np.float32), device=t.device).reshape(shape).permute(*order)
     return (x * table).sum(-1)
 
 
@@ -128,19 +132,25 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
     out_dtype = least_upper_dtype(x.dtype, weight.dtype)
     xf = x.cast(dtypes.float32) if x.dtype != dtypes.float32 else x
     wf = weight.cast(dtypes.float32) if weight.dtype != dtypes.float32 else weight
-    xp = xf.pad(((0, 0), (0, 0), (pt, th_pad * tile + 2 - h - pt), (pl, tw * tile + 2 - w - pl))).contiguous()
-    rows = _window(xp, (r,), (tile,), (1,))  # (N, Cin, Hp, TW, r): each row's overlapping column tiles
-    t1 = _contract(rows, bt, 3)  # (N, Cin, Hp, j, TW)
-    cols = _window(t1.permute(0, 1, 3, 4, 2), (r,), (tile,), (1,))  # (N, Cin, j, TW, TH, k)
-    # V laid out (i, j, N, tile, Cin): each tile's channels contiguous, broadcast against a vector of U's Cout
-    v = _contract(cols.permute(2, 0, 4, 3, 1, 5), bt, 0)
+    # padded and channels-last (N, Hp, Wp, Cin), materialized: the transform reads whole vectors of channels
+    # with no bounds checks and writes V in the GEMM's layout
+    xp = xf.pad(((0, 0), (0, 0), (pt, th_pad * tile + 2 - h - pt), (pl, tw * tile + 2 - w - pl)))
+    xp = xp.permute(0, 2, 3, 1).contiguous()
+    rows = _window(xp.permute(0, 1, 3, 2), (r,), (tile,), (1,))  # (N, Hp, Cin, TW, r): overlapping column tiles
+    t1 = _contract(rows.permute(0, 1, 3, 2, 4), bt, 2)  # (N, Hp, j, TW, Cin)
+    cols = _window(t1.permute(0, 2, 3, 4, 1), (r,), (tile,), (1,))  # (N, j, TW, Cin, TH, k)
+    # V laid out (i, j, N, TH, TW, Cin): each tile's channels contiguous, broadcast against a vector of U's Cout
+    v = _contract(cols.permute(1, 0, 4, 2, 3, 5), bt, 0)
     cb = cout_block(cout)
     u = winograd_weight(wf, tile).reshape(r * r, 1, cout // cb, 1, cin, cb)
     m = (v.reshape(r * r, bs, 1, th_pad * tw, cin, 1) * u).sum(4)  # (r*r, N, Cout blocks, tiles, block)
-    m = m.permute(0, 1, 3, 2, 4).reshape(r, r, bs, th_pad, tw, cout)[:, :, :, :th]
-    m = m.permute(2, 5, 3, 1, 4, 0)  # (N, Cout, TH, b, TW, a)
-    o1 = _contract(m, at, 3)  # (N, Cout, TH, p, b, TW)
-    y = _contract(o1.permute(0, 1, 2, 3, 5, 4), at, 5)  # (N, Cout, TH, p, TW, q)
+    m = m.reshape(r, r, bs, cout // cb, th_pad, tw, cb)[:, :, :, :, :th]
+    # output transform A^T M A, one axis at a time. The first step reads M's blocks of cb channels and writes them
+    # as blocks again (whole vectors both ways); the last writes (N, Cout, TH, p, TW, q), a reduce whose only
+    # movement ops up to the bias are a reshape and the shrink of overhanging tiles, so the scheduler treats
+    # bias/BN/activation as its epilogue exactly as for a direct conv
+    o1 = _contract(m.permute(2, 3, 4, 1, 5, 6, 0), at, 3)  # (N, COB, TH, p, j, TW, CB)
+    y = _contract(o1.permute(0, 1, 6, 2, 3, 5, 4), at, 6)  # (N, COB, CB, TH, p, TW, q)
     y = y.reshape(bs, cout, th * tile, tw * tile)
     if th * tile != oh or tw * tile != ow:
         y = y.shrink(((0, bs), (0, cout), (0, oh), (0, ow)))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jit.errors import DrivepackError
+from jit.helpers import Context
 from jit.opt import OptOptions, OptOptionsError, optimize_kernel, plan_tiles
 from jit.passes.pipeline import commit_dtypes
 from jit.schedule import create_schedule
@@ -72,7 +73,8 @@ def test_one_vector_rows_fill_eight_high() -> None:
     latency; fill_tile makes them 8 (3.9 vs 4.25 ms on r_64_56_56_64_3_3)."""
     sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
     x = Tensor(np.ones((1, 64, 56, 56), np.float32))
-    ast = _ast_of(x.conv2d(Tensor(np.ones((64, 64, 3, 3), np.float32)), padding=1))
+    with Context(WINO="0"):  # the direct conv (Winograd's by default at this size)
+        ast = _ast_of(x.conv2d(Tensor(np.ones((64, 64, 3, 3), np.float32)), padding=1))
     assert sizes(plan_tiles(ast, OptOptions())) == [(56, 8), (64, 8)]
     assert sizes(plan_tiles(ast, OptOptions(fill_tile=0))) == [(56, 8), (64, 4)]
 
@@ -133,7 +135,8 @@ def test_short_rows_run_across_two_channel_vectors() -> None:
     vector of channels would be 7, too few for the FMA latency)."""
     sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
     x = Tensor(np.ones((1, 64, 14, 14), np.float32))
-    ast = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 3, 3), np.float32)), padding=1))
+    with Context(WINO="0"):  # the direct conv (Winograd's by default at this size)
+        ast = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 3, 3), np.float32)), padding=1))
+        odd = _ast_of(x.conv2d(Tensor(np.ones((72, 64, 3, 3), np.float32)), padding=1))
     assert sizes(plan_tiles(ast, OptOptions())) == [(256, 16), (14, 7)]
-    odd = _ast_of(x.conv2d(Tensor(np.ones((72, 64, 3, 3), np.float32)), padding=1))
     assert sizes(plan_tiles(odd, OptOptions())) == [(72, 8), (14, 7)]  # 72 channels: 9 vectors, no pairs

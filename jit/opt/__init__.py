@@ -3,7 +3,8 @@
 Entry point: ``optimize_kernel(sink, opts=None)`` (called by jit/passes/pipeline.py unless ``NOOPT=1``; ``opts``
 is an ``OptOptions``, None = the heuristic default). What it does:
 
-* reduce kernels (matmul, conv): short output rows merged with the axis outside them where the layout allows
+* reduce kernels (matmul, conv): output rows read only through ``// d`` and ``% d`` split in two
+  (``jit.opt.split``), short output rows merged with the axis outside them where the layout allows
   (``jit.opt.merge``), then register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
   as vectors where the target's language has vector types (``jit.opt.vectorize``);
@@ -27,6 +28,7 @@ from __future__ import annotations
 from jit.opt.group import group_kernel, plan_group
 from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
+from jit.opt.split import split_divmod_ranges
 from jit.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel
 from jit.opt.vectorize import choose_lanes
 from jit.passes.unroll import UPCAST_MAX, pm_unroll_reduce
@@ -44,6 +46,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     target language's widest vector type (0: it has none), for tile rows rendered as vectors; ``local_memory``:
     the target's language can share a reduce across a work-group (``jit.opt.group``)."""
     opts = DEFAULT_OPTS if opts is None else opts
+    if opts.tile:
+        sink = split_divmod_ranges(sink)
     if local_memory and (rng := plan_group(sink, opts)) is not None:
         return group_kernel(sink, rng, opts.group_reduce)
     plan = plan_tiles(sink, opts) if opts.tile else None

@@ -30,6 +30,9 @@ from jit.uop import Ops, UOp, toposort
 MAX_FILL_HEIGHT = 8
 # vector accumulators a channel-vector tile may hold (AVX2 has 16 vector registers; a broadcast and a load need 2)
 MAX_VECTOR_ACCUMULATORS = 14
+# a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
+# trips a row of 4 that vectorizes as it is costs less than the scattered stores (Winograd's output transform)
+CHANNEL_MIN_TRIPS = 32
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
     if not reduces or len(sink.src) != 1:
         return None
-    if min(math.prod(_size(r) for r in red.src[1:]) for red in reduces) < opts.min_reduce_trips:
+    trips = min(math.prod(_size(r) for r in red.src[1:]) for red in reduces)
+    if trips < opts.min_reduce_trips:
         return None
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
     if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs:
@@ -109,7 +113,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         u_inner = max(d for d in range(1, min(_size(inner), max(inner_upcasts)) + 1) if _size(inner) % d == 0)
     if u_inner == 1:
         return None
-    if opts.channel_vector and u_inner % opts.channel_vector and \
+    if opts.channel_vector and u_inner % opts.channel_vector and (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS) and \
             (across := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
