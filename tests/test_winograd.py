@@ -52,6 +52,8 @@ SHAPES = [
     (1, 4, 7, 6, 6, 2, (2, 2, 2, 2)),  # padding 2: output larger than the input
     (2, 6, 3, 10, 13, (1, 0, 2, 1), (1, 0, 2, 1)),  # asymmetric ONNX pads (top, left, bottom, right)
     (1, 9, 17, 5, 3, 1, (1, 1, 1, 1)),  # fewer columns than one F(4,3) tile
+    (1, 16, 32, 14, 14, 1, (1, 1, 1, 1)),  # two blocks of 16 output channels; F(4,3) tiles overhang 14
+    (1, 8, 24, 9, 7, 1, (1, 1, 1, 1)),  # blocks of 8 output channels; tile rows padded to a multiple of 4
 ]
 
 
@@ -62,6 +64,14 @@ def test_matches_numpy(shape: tuple, tile: int) -> None:
     x, wt, b = rand(n, cin, h, w, seed=1), rand(cout, cin, 3, 3, seed=2), rand(cout, seed=3)
     got = winograd_conv2d(Tensor(x), Tensor(wt), Tensor(b), padding=padding, tile=tile).numpy()
     assert_close(got, conv_ref(x, wt, b, pads), tile)
+
+
+@pytest.mark.parametrize("tile", [2, 4])
+def test_matches_numpy_on_opencl(tile: int) -> None:
+    x, wt, b = rand(1, 16, 14, 14, seed=6), rand(32, 16, 3, 3, seed=7), rand(32, seed=8)
+    got = winograd_conv2d(Tensor(x, device="OPENCL"), Tensor(wt, device="OPENCL"), Tensor(b, device="OPENCL"),
+                          padding=1, tile=tile).numpy()
+    assert_close(got, conv_ref(x, wt, b, (1, 1, 1, 1)), tile)
 
 
 @pytest.mark.parametrize("tile", [2, 4])
@@ -127,7 +137,7 @@ def test_auto_heuristic() -> None:
         assert pick_tile(x, wt, 1, 1, 1, 1) == 4
         assert pick_tile(x, wt, 1, 2, 1, 1) == 0  # stride 2
         on_cl = Tensor(rand(1, 48, 32, 64, seed=0), device="OPENCL")
-        assert pick_tile(on_cl, Tensor(rand(48, 48, 3, 3, seed=0), device="OPENCL"), 1, 1, 1, 1) == 0
+        assert pick_tile(on_cl, Tensor(rand(48, 48, 3, 3, seed=0), device="OPENCL"), 1, 1, 1, 1) == 4
 
 
 def test_setting_changes_the_kernel_cache_key() -> None:
