@@ -38,3 +38,27 @@ def test_interleaved_medians_alternate_blocks_and_time_each_call() -> None:
     timed = calls[4:]  # after two warm-up calls of each
     assert calls[:4] == ["a", "a", "b", "b"] and timed.count("a") == timed.count("b") == 7
     assert "".join(timed) == "aaabbbaaabbbab"
+
+
+def test_layer_table_lists_only_kernels_the_replay_runs(capsys) -> None:
+    """Regression: Winograd's weight transform (r_36_..., weight-only work a capture folds) topped resnet50's
+    table at 4.7 GFLOP/s although no replay runs it."""
+    from onnx import TensorProto, helper
+
+    from jit.capture import capture_onnx
+    from jit.onnx import load_onnx
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 32, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 32, 14, 14)).astype(np.float32)}
+    run = capture_onnx(load_onnx(proto, device="CPU"), feeds, target="CPU")
+    replayed = {bench_models.base_name(k.name) for k in run.cmdbuf.kernels}
+    assert any(n.startswith("r_36_") for n in replayed)  # the Winograd GEMM runs in the replay
+    bench_models.layer_table("tiny", proto, feeds, 10, 80.0, replayed)
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert listed and all(bench_models.base_name(n) in replayed for n in listed)
+    assert any(n.startswith("r_36_") for n in listed)
+    assert bench_models.base_name("r_64_56_56_6n2") == "r_64_56_56_6"
