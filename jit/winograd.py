@@ -43,6 +43,7 @@ from jit.nn_ops import _pads, _tuple, _window
 from jit.tensor import Tensor
 
 TILES = (2, 4)
+_ALIASING_PLANE = 1024  # float32 elements in 4 KB, the stride at which loads share an L1 cache set
 _TILE_ROWS = 4  # the GEMM's reuse height (jit/opt/tiling.py): tile counts are padded to a multiple of it
 
 # F(m, 3) matrices: B^T (r x r), G (r x 3), A^T (m x r), r = m + 2, with interpolation points 0, +-1 (, +-2), inf
@@ -135,6 +136,11 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
     # padded and channels-last (N, Hp, Wp, Cin), materialized: the transform reads whole vectors of channels
     # with no bounds checks and writes V in the GEMM's layout
     xp = xf.pad(((0, 0), (0, 0), (pt, th_pad * tile + 2 - h - pt), (pl, tw * tile + 2 - w - pl)))
+    if h * w % _ALIASING_PLANE == 0:
+        # planes a multiple of 4 KB apart put every channel of a pixel in the same L1 set: the channels-last copy
+        # gathering them straight from the input missed L1 on every load (vision: 0.22 ms, vs 0.10 + 0.04 for a
+        # padded copy first, whose planes are not)
+        xp = xp.contiguous()
     xp = xp.permute(0, 2, 3, 1).contiguous()
     rows = _window(xp.permute(0, 1, 3, 2), (r,), (tile,), (1,))  # (N, Hp, Cin, TW, r): overlapping column tiles
     t1 = _contract(rows.permute(0, 1, 3, 2, 4), bt, 2)  # (N, Hp, j, TW, Cin)

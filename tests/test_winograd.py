@@ -172,3 +172,14 @@ def test_capture_folds_the_weight_transform(tile: int) -> None:
 
 def test_weight_blocks_of_16_output_channels() -> None:
     assert [cout_block(c) for c in (512, 48, 24, 6)] == [16, 16, 8, 6]
+
+
+def test_planes_4kb_apart_are_padded_before_going_channels_last() -> None:
+    """Planes a multiple of 4 KB apart (the vision model's 32x64) put a pixel's channels in one L1 set: the
+    channels-last copy reads a padded copy (planes 34x66) instead of the input."""
+    copies = {}
+    for h, w in ((32, 64), (30, 60)):
+        x, wt = Tensor(rand(1, 8, h, w, seed=9)), Tensor(rand(8, 8, 3, 3, seed=10))
+        copies[(h, w)] = [n for n in kernel_names(winograd_conv2d(x, wt, padding=1)) if n.startswith("E_")]
+    assert copies[(32, 64)] == ["E_8_34_66", "E_34_66_8"]
+    assert copies[(30, 60)] == ["E_34_62_8"]
