@@ -300,9 +300,8 @@ def bench_model(name: str, args: argparse.Namespace, peak: float, work: Path) ->
         run = capture_onnx(load_onnx(proto, device=target), feeds, target=target)
         capture_s = time.perf_counter() - t0
         check_outputs(f"drivepack {target}", run(feeds), names, want)
-        if target == "CPU":
-            replayed = {base_name(k.name) for k in run.cmdbuf.kernels}
         if target == "CPU":  # the headline ratio: both peers timed in alternating blocks
+            replayed = {base_name(k.name) for k in run.cmdbuf.kernels}
             row.update(interleaved_medians({"ort": lambda: sess.run(None, feeds), key: lambda run=run: run(feeds)},
                                            args.repeat, warmup=3))
         else:
