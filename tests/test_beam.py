@@ -37,6 +37,7 @@ from jit.tensor import Tensor
 from packager.build import BuildOptions, build_package
 from packager.cli import main
 from packager.synthetic import gemm_model
+from targets.base import Program
 from tests.helpers import float_accumulators
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,6 +162,28 @@ def test_beam_search_keeps_the_fastest_candidate_and_never_loses_to_the_default(
     assert result.time_s <= result.default_s
     with pytest.raises(SearchError, match="beam: expected an int >= 1, got 0"):
         beam_search(sink, Device["CPU"], beam=0)
+
+
+class _CountingTarget:
+    """A target that counts launches per program name and forwards everything else."""
+
+    def __init__(self, target: object) -> None:
+        self._target, self.launches = target, {}
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._target, name)
+
+    def launch(self, prog: Program, bufs: list, wait: bool = False) -> float | None:
+        self.launches[prog.name] = self.launches.get(prog.name, 0) + 1
+        return self._target.launch(prog, bufs, wait=wait)
+
+
+def test_beam_search_times_the_default_after_a_warm_up_pass() -> None:
+    """Regression: the default was timed first, while the process's first launches still ran slow, so candidates
+    looked faster than the default that they were not."""
+    target = _CountingTarget(Device["CPU"])
+    beam_search(_pre_opt_sink(_matmul()), target, beam=1, runs=3, max_rounds=1)
+    assert target.launches["beam1"] == 2 * (1 + 3)  # twice (one check launch + 3 timed), the second kept
 
 
 def test_a_tuned_kernel_uses_the_tables_options_and_keeps_the_results() -> None:
