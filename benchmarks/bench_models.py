@@ -14,8 +14,13 @@ What is timed (median of ``--repeat`` calls after 3 warm-up calls; numpy inputs 
   into the generated C driver on the CPU target, one command-buffer enqueue on OPENCL). Outputs are checked
   against onnxruntime first.
 * onnxruntime CPU with 2 intra-op threads (the issue's peer).
-* tinygrad 0.14 ``OnnxRunner`` captured with ``TinyJit``, each in its own process: CPU (``DEV=CPU``, compiled with
-  clang: ``$CC`` or the first ``clang``/``clang-NN`` on PATH) and CL (``DEV=CL``, the same PoCL drivepack uses).
+* tinygrad 0.14 ``OnnxRunner`` captured with ``TinyJit``, each in its own process, kept alive and asked for one
+  replay at a time: CPU (``DEV=CPU``, compiled with clang: ``$CC`` or the first ``clang``/``clang-NN`` on PATH)
+  and CL (``DEV=CL``, the same PoCL drivepack uses).
+
+All five are timed in alternating blocks of calls (``interleaved_medians``): this machine has slow spells minutes
+long, and peers timed one after another could land on either side of one (vision on OPENCL read 16 and 24 ms a
+few minutes apart).
   Optional: ``pip install -e '.[bench]'`` (tinygrad 0.14.0); without
   it, or with ``--no-tinygrad``, those columns print ``-``.
 
@@ -55,7 +60,6 @@ from targets.cpu import cpu_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import interleaved_medians, peer_env  # noqa: E402
-from bench_core import median_time as core_median_time  # noqa: E402
 
 ORT_THREADS = 2
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -107,10 +111,6 @@ def fma_peak_gflops(threads: int) -> float:
         lib = ffi.dlopen(str(lib_path))
         out = ffi.new("float[]", 256)
         return max(lib.fma_peak(5_000_000, out) for _ in range(3)) / 1e9
-
-
-def median_time(fn: Callable[[], object], repeat: int) -> float:
-    return core_median_time(fn, repeat, warmup=3)
 
 
 def light_inputs(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -165,28 +165,72 @@ def random_weights(proto: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     return out_proto
 
 
-# tinygrad in a fresh process per device: its device is chosen by DEV before import
+# tinygrad in a process of its own per device (its device is chosen by DEV before import), kept alive while the
+# peers are timed in turn: after its warm-up it saves its outputs and answers "ready"; each "call" line then runs
+# one replay ("ok"); "other" runs the second input set once, saves those outputs and exits
 _TINYGRAD = """
-import json, statistics, sys, time
+import json, sys
 import numpy as np
 from tinygrad import Tensor, TinyJit
 from tinygrad.nn.onnx import OnnxRunner
 run = OnnxRunner(sys.argv[1])
 inputs = {k: np.load(v) for k, v in json.loads(sys.argv[2]).items()}
 jit = TinyJit(lambda **kw: [v.contiguous().realize() for v in run(kw).values()])
-call = lambda: [o.numpy() for o in jit(**{k: Tensor(v) for k, v in inputs.items()})]
+call = lambda feeds: [o.numpy() for o in jit(**{k: Tensor(v) for k, v in feeds.items()})]
 for _ in range(3):
-    outs = call()
-np.savez(sys.argv[4], *outs)
-times = []
-for _ in range(int(sys.argv[3])):
-    t = time.perf_counter()
-    call()
-    times.append(time.perf_counter() - t)
-other = {k: np.load(v) for k, v in json.loads(sys.argv[5]).items()}
-np.savez(sys.argv[6], *[o.numpy() for o in jit(**{k: Tensor(v) for k, v in other.items()})])
-print(json.dumps({"median_s": statistics.median(times)}))
+    outs = call(inputs)
+np.savez(sys.argv[3], *outs)
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() == "call":
+        call(inputs)
+        print("ok", flush=True)
+    elif line.strip() == "other":
+        np.savez(sys.argv[5], *call({k: np.load(v) for k, v in json.loads(sys.argv[4]).items()}))
+        break
 """
+
+
+class TinygradPeer:
+    """tinygrad 0.14 TinyJit replay on ``dev`` ("CPU" or "CL") in its own process, one call per ``call()``."""
+
+    def __init__(self, dev: str, model_path: Path, inputs: Mapping[str, np.ndarray], work: Path,
+                 other: Mapping[str, np.ndarray], env: dict[str, str], script: str = _TINYGRAD) -> None:
+        self.dev = dev
+        self.got_path, self.other_path = (work / f"{model_path.stem}-{dev}-{tag}.npz" for tag in "ab")
+        self.proc = subprocess.Popen([sys.executable, "-c", script, str(model_path),
+                                      _save_inputs(work, model_path.stem + "-a", inputs), str(self.got_path),
+                                      _save_inputs(work, model_path.stem + "-b", other), str(self.other_path)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env)
+        self._expect("ready")
+
+    def _expect(self, word: str) -> None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if line.strip() != word:
+            self.proc.kill()
+            err = (self.proc.stderr.read() if self.proc.stderr else "").strip().splitlines()
+            raise RuntimeError(err[-1] if err else f"exited with {self.proc.wait()}")
+
+    def call(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("call\n")
+        self.proc.stdin.flush()
+        self._expect("ok")
+
+    def outputs_match(self, want: list[np.ndarray], other_want: list[np.ndarray]) -> bool:
+        """Whether the warm-up outputs and, run now, the other inputs' outputs match onnxruntime's (a replay that
+        returned stale outputs is no peer); the process exits."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("other\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=3600)
+        for path, expected in ((self.got_path, want), (self.other_path, other_want)):
+            with np.load(path) as z:
+                if not _matches(f"tinygrad {self.dev}", [z[f"arr_{i}"] for i in range(len(z.files))], expected):
+                    return False
+        return True
 
 
 def _clang() -> str | None:
@@ -215,11 +259,9 @@ def _matches(what: str, got: list[np.ndarray], want: list[np.ndarray]) -> bool:
     return True
 
 
-def tinygrad_median(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray], repeat: int, work: Path,
-                    want: list[np.ndarray], other: tuple[Mapping[str, np.ndarray], list[np.ndarray]]) -> float | None:
-    """tinygrad 0.14 TinyJit replay median on ``dev`` ("CPU" or "CL"), or None (printed why) when unavailable or
-    when its outputs do not match onnxruntime's: ``want`` for the timed inputs, and ``other`` (inputs, outputs)
-    for one call with different inputs after timing (a replay that returned stale outputs is no peer)."""
+def start_tinygrad(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray], work: Path,
+                   other: Mapping[str, np.ndarray]) -> TinygradPeer | None:
+    """A warmed-up tinygrad peer on ``dev``, or None (printed why) when it cannot run here."""
     env = peer_env(DEV=dev)
     if dev == "CPU":
         cc = _clang()
@@ -227,20 +269,11 @@ def tinygrad_median(dev: str, model_path: Path, inputs: Mapping[str, np.ndarray]
             print("  tinygrad CPU: no clang on PATH (tinygrad's CPU device compiles with clang); skipped")
             return None
         env["CC"] = cc
-    got_path, other_path = work / f"{model_path.stem}-{dev}-a.npz", work / f"{model_path.stem}-{dev}-b.npz"
-    proc = subprocess.run([sys.executable, "-c", _TINYGRAD, str(model_path),
-                           _save_inputs(work, model_path.stem + "-a", inputs), str(repeat), str(got_path),
-                           _save_inputs(work, model_path.stem + "-b", other[0]), str(other_path)],
-                          capture_output=True, text=True, timeout=3600, env=env)
-    if proc.returncode != 0:
-        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "?"
-        print(f"  tinygrad {dev}: failed ({last})")
+    try:
+        return TinygradPeer(dev, model_path, inputs, work, other, env)
+    except RuntimeError as e:
+        print(f"  tinygrad {dev}: failed ({e})")
         return None
-    for path, expected in ((got_path, want), (other_path, other[1])):
-        with np.load(path) as z:
-            if not _matches(f"tinygrad {dev}", [z[f"arr_{i}"] for i in range(len(z.files))], expected):
-                return None
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["median_s"])
 
 
 def check_outputs(what: str, got: Mapping[str, np.ndarray], names: list[str], want: list[np.ndarray]) -> None:
@@ -289,34 +322,32 @@ def bench_model(name: str, args: argparse.Namespace, peak: float, work: Path) ->
     # a second input set, run once after timing: a replay must compute, not return what it returned before
     other_feeds = {k: (v[..., ::-1].copy() if v.ndim else v) for k, v in feeds.items()}
     other_want = sess.run(None, other_feeds)
-    row: dict[str, float | None] = {}
-    replayed: set[str] = set()
+    peers: dict[str, Callable[[], object]] = {"ort": lambda: sess.run(None, feeds)}
+    runs = {}
     for target in ("CPU", "OPENCL"):
-        key = "dp_" + target.lower()
         if target == "OPENCL" and args.no_opencl:
-            row[key] = None
             continue
         t0 = time.perf_counter()
-        run = capture_onnx(load_onnx(proto, device=target), feeds, target=target)
-        capture_s = time.perf_counter() - t0
+        run = runs[target] = capture_onnx(load_onnx(proto, device=target), feeds, target=target)
         check_outputs(f"drivepack {target}", run(feeds), names, want)
-        if target == "CPU":  # the headline ratio: both peers timed in alternating blocks
-            replayed = {base_name(k.name) for k in run.cmdbuf.kernels}
-            row.update(interleaved_medians({"ort": lambda: sess.run(None, feeds), key: lambda run=run: run(feeds)},
-                                           args.repeat, warmup=3))
-        else:
-            row[key] = median_time(lambda run=run: run(feeds), args.repeat)
-        check_outputs(f"drivepack {target} (other inputs)", run(other_feeds), names, other_want)
-        print(f"  {name}: drivepack {target} capture {capture_s:.1f} s, {run.n_dispatches} dispatches, "
-              f"replay median {row[key] * 1e3:.2f} ms")
-        del run
+        print(f"  {name}: drivepack {target} capture {time.perf_counter() - t0:.1f} s, {run.n_dispatches} dispatches")
+        peers["dp_" + target.lower()] = lambda run=run: run(feeds)
     model_path = work / f"{name}.onnx"
     onnx.save(proto, str(model_path))
-    for dev in ("CPU", "CL"):
-        row["tg_" + dev.lower()] = None if args.no_tinygrad else tinygrad_median(dev, model_path, feeds,
-                                                                                 args.repeat, work, want,
-                                                                                 (other_feeds, other_want))
+    tinygrad = {dev: None if args.no_tinygrad else start_tinygrad(dev, model_path, feeds, work, other_feeds)
+                for dev in ("CPU", "CL")}
+    peers.update({"tg_" + dev.lower(): peer.call for dev, peer in tinygrad.items() if peer is not None})
+    # every peer timed in alternating blocks: the machine's slow spells (minutes long) fall on all of them alike
+    row: dict[str, float | None] = {"dp_cpu": None, "dp_opencl": None, "tg_cpu": None, "tg_cl": None,
+                                    **interleaved_medians(peers, args.repeat, warmup=3)}
+    for target, run in runs.items():
+        check_outputs(f"drivepack {target} (other inputs)", run(other_feeds), names, other_want)
+    for dev, peer in tinygrad.items():
+        if peer is not None and not peer.outputs_match(want, other_want):
+            row["tg_" + dev.lower()] = None
     if args.layers:
+        replayed = {base_name(k.name) for k in runs["CPU"].cmdbuf.kernels}
+        runs.clear()
         layer_table(name, proto, feeds, args.layers, peak, replayed)
     return row
 

@@ -40,6 +40,12 @@ _VECTOR_LANE_TYPES = frozenset({dtypes.bool, dtypes.int8, dtypes.int16, dtypes.i
                                 dtypes.uint32, dtypes.float32})
 
 
+def _cannot_wrap(u: UOp) -> bool:
+    """Whether integer op ``u`` provably stays in its type's range for every value its sources can take (their
+    value ranges), so that C's signed arithmetic is defined for it without going through the unsigned type."""
+    return isinstance(u.dtype, DType) and u.dtype.is_int and (u.vmin, u.vmax) != (u.dtype.min, u.dtype.max)
+
+
 def _lane32(d: object) -> bool:
     """Whether ``d`` is a 32-bit lane type the vector compare and select take (float32, 32-bit ints; not bool)."""
     return d is dtypes.float32 or (isinstance(d, DType) and d.is_int and not d.is_bool and d.itemsize == 4)
@@ -166,14 +172,16 @@ class KernelRenderer:
             for src in node.src:
                 self.uses[src] = self.uses.get(src, 0) + 1
                 users.setdefault(src, []).append(node)
-        # integer values that only ever address memory (loop indices and their arithmetic): C may assume they do
-        # not overflow, which lets the compiler strength-reduce them into pointer increments; every other signed
-        # +, -, *, << is rendered through the unsigned type, so values wrap as numpy's do (no -fwrapv needed)
-        self.index_only: set[UOp] = set()
+        # integer values that only ever address memory (loop indices and their arithmetic) or whose value range
+        # fits their type (mask and clamp arithmetic of pads): C may assume they do not overflow, which lets the
+        # compiler strength-reduce them into pointer increments and vectorize the loops they index; every other
+        # signed +, -, *, << is rendered through the unsigned type, so values wrap as numpy's do (no -fwrapv)
+        index_only: set[UOp] = set()
         for node in reversed(toposort([sink])):
             if isinstance(node.dtype, DType) and node.dtype.is_int and users.get(node) and all(
-                    (usr.op is Ops.INDEX and usr.src[1] is node) or usr in self.index_only for usr in users[node]):
-                self.index_only.add(node)
+                    (usr.op is Ops.INDEX and usr.src[1] is node) or usr in index_only for usr in users[node]):
+                index_only.add(node)
+        self.no_overflow = index_only | {u for u in users if _cannot_wrap(u)}
         self.deps(sink)  # one walk fills the dependency table for every node
         # the tile row computed as vectors (jit/opt/vectorize.py): never a loop, always "open"
         lanes = [u for u in self._deps if u.op is Ops.RANGE and u.arg[1] == "vector"]
@@ -300,7 +308,7 @@ class KernelRenderer:
         stride, base = self.lane_offset(a)
         if base is None:
             return stride, b
-        self.index_only.add(base := base + b)  # a new node, only ever an address
+        self.no_overflow.add(base := base + b)  # a new node, only ever an address
         return stride, base
 
     def strided_ptr(self, index: UOp, d: DType) -> tuple[int, str] | None:
@@ -337,7 +345,7 @@ class KernelRenderer:
             return d is dtypes.float32 and u.op in _VECTOR_NATIVE_FLOAT
         if d.is_bool:
             return False  # a scalar _Bool operand does not mix with int lanes
-        return d.itemsize == 4 and u.op in _VECTOR_NATIVE_INT and (d.is_unsigned or u in self.index_only)
+        return d.itemsize == 4 and u.op in _VECTOR_NATIVE_INT and (d.is_unsigned or u in self.no_overflow)
 
     def vector_operand(self, s: UOp, d: DType) -> str:
         """Operand ``s`` of a whole-vector op on lanes of ``d``: a vector as it is, a scalar cast to ``d``'s C type
@@ -364,14 +372,14 @@ class KernelRenderer:
         """One vector expression for ``u`` where the language spells it (None: computed lane by lane):
         comparisons of and selects between 32-bit lanes; signed 32-bit + - * wrapping through the unsigned type
         (as the scalar spelling does); integer min/max as compare and select; and/or/xor/not of bool lanes (int32
-        0/1); conversions between lane types."""
+        0/1); conversions between lane types; a select whose condition is one scalar for every lane."""
         lang, op, d = self.lang, u.op, u.dtype
         assert isinstance(d, DType)
         if op is Ops.CAST and lang.vector_convert and not d.is_bool and d in _VECTOR_LANE_TYPES and \
                 u.src[0].dtype in _VECTOR_LANE_TYPES:
             return lang.vector_convert.format(x=self.expr(u.src[0]), vt=self.vtname(d))
         if op in (Ops.ADD, Ops.SUB, Ops.MUL) and lang.vector_reinterpret and _lane32(d) and d.is_int and \
-                not d.is_unsigned and u not in self.index_only:
+                not d.is_unsigned and u not in self.no_overflow:
             ut = dtypes.uint32
             a, b = (self.vector_operand(s, ut) if self.lane not in self.deps(s) else
                     lang.vector_reinterpret.format(x=self.expr(s), vt=self.vtname(ut)) for s in u.src)
@@ -389,6 +397,9 @@ class KernelRenderer:
             return lang.vector_select.format(c=self.expr(u.src[0]), a=self.as_vector(u.src[1], d),
                                              b=self.as_vector(u.src[2], d), vt=self.vtname(d),
                                              it=self.vtname(dtypes.int32))
+        if op is Ops.WHERE and self.lane not in self.deps(u.src[0]) and not d.is_bool:
+            # one condition for every lane (a pad's row mask around a peeled row): C's ?: picks a whole vector
+            return f"({self.expr(u.src[0])}?{self.as_vector(u.src[1], d)}:{self.as_vector(u.src[2], d)})"
         return None
 
     def vector_expr(self, u: UOp, force_var: bool) -> str:
@@ -455,7 +466,7 @@ class KernelRenderer:
             return f"({self.tname(d)})({s[0]})"
         if op is Ops.BITCAST:
             return self.lang.bitcast_fmt.format(src_t=self.tname(src_d), dst_t=self.tname(d), x=s[0])
-        if op in _WRAPPING and d.is_int and not d.is_unsigned and d.itemsize >= 4 and u not in self.index_only:
+        if op in _WRAPPING and d.is_int and not d.is_unsigned and d.itemsize >= 4 and u not in self.no_overflow:
             ut = self.lang.type_name(dtypes.uint64 if d.itemsize == 8 else dtypes.uint32)
             s = [f"({ut})({x})" for x in s]
             return f"(({self.tname(d)})({s[0]}{_INFIX[op]}{s[1]}))" if op in _INFIX else \
@@ -683,7 +694,13 @@ class KernelRenderer:
         for rng in loops:
             self.open_loop(rng)
         for store in self.sink.src:
+            # a peeled interior (jit/opt/peel.py) is a loop of its own around the one store that uses it
+            peeled = sorted((r for r in self.deps(store) if r.arg[1] == "peel"), key=lambda r: r.arg[0])
+            for rng in peeled:
+                self.open_loop(rng)
             self.expr(store)
+            for _ in peeled:
+                self.close_loop()
         while self.loop_stack:
             self.close_loop()
         if self.lane is not None and any(re.search(r"\blane\b", ln) for ln in self.lines[lane_at:]):

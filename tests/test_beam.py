@@ -7,6 +7,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,10 @@ import pytest
 
 from jit.device import Device
 from jit.helpers import Context
+from jit.opt import target_default_opts
 from jit.opt.options import DEFAULT_OPTS, OptOptions
 from jit.opt.search import (
+    CONFIRM_ROUNDS,
     SearchError,
     applied_options,
     beam_search,
@@ -165,25 +168,46 @@ def test_beam_search_keeps_the_fastest_candidate_and_never_loses_to_the_default(
 
 
 class _CountingTarget:
-    """A target that counts launches per program name and forwards everything else."""
+    """A target that counts launches per program name and forwards everything else; with ``script``, a timed
+    launch reports ``script(name, nth launch of that program)`` seconds instead of its own time."""
 
-    def __init__(self, target: object) -> None:
-        self._target, self.launches = target, {}
+    def __init__(self, target: object, script: Callable[[str, int], float] | None = None) -> None:
+        self._target, self.launches, self.script = target, {}, script
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._target, name)
 
     def launch(self, prog: Program, bufs: list, wait: bool = False) -> float | None:
-        self.launches[prog.name] = self.launches.get(prog.name, 0) + 1
-        return self._target.launch(prog, bufs, wait=wait)
+        n = self.launches[prog.name] = self.launches.get(prog.name, 0) + 1
+        seconds = self._target.launch(prog, bufs, wait=wait)
+        return seconds if self.script is None else self.script(prog.name, n)
 
 
 def test_beam_search_times_the_default_after_a_warm_up_pass() -> None:
     """Regression: the default was timed first, while the process's first launches still ran slow, so candidates
     looked faster than the default that they were not."""
-    target = _CountingTarget(Device["CPU"])
+    target = _CountingTarget(Device["CPU"], lambda name, n: 1e-3 if name == "beam1" else 2e-3)
     beam_search(_pre_opt_sink(_matmul()), target, beam=1, runs=3, max_rounds=1)
     assert target.launches["beam1"] == 2 * (1 + 3)  # twice (one check launch + 3 timed), the second kept
+
+
+def test_a_winner_that_only_looked_faster_is_not_kept() -> None:
+    """Regression: candidates are timed one after another, so a slow spell of the machine while the default ran
+    made later candidates win by up to 2x; a winner is now re-timed in turn with the default."""
+    slow_spell = 2 * (1 + 3)  # the default's first two timing passes
+    target = _CountingTarget(Device["CPU"], lambda name, n: (2e-3 if n <= slow_spell else 1e-3) if name == "beam1"
+                             else 1.5e-3)
+    result = beam_search(_pre_opt_sink(_matmul()), target, beam=1, runs=3, max_rounds=1)
+    assert result.opts == target_default_opts(Device["CPU"])
+    assert result.time_s == result.default_s == 1e-3
+    assert target.launches["beam1"] == slow_spell + CONFIRM_ROUNDS * (1 + 3)
+
+
+def test_a_winner_confirmed_in_turn_is_kept() -> None:
+    target = _CountingTarget(Device["CPU"], lambda name, n: 2e-3 if name == "beam1" else 1e-3)
+    result = beam_search(_pre_opt_sink(_matmul()), target, beam=1, runs=3, max_rounds=1)
+    assert result.opts != target_default_opts(Device["CPU"])
+    assert (result.time_s, result.default_s) == (1e-3, 2e-3)
 
 
 def test_a_tuned_kernel_uses_the_tables_options_and_keeps_the_results() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -62,3 +64,38 @@ def test_layer_table_lists_only_kernels_the_replay_runs(capsys) -> None:
     assert listed and all(bench_models.base_name(n) in replayed for n in listed)
     assert any(n.startswith("r_36_") for n in listed)
     assert bench_models.base_name("r_64_56_56_6n2") == "r_64_56_56_6"
+
+
+# the tinygrad worker's protocol, spoken by a numpy stand-in: outputs are the inputs doubled (or not, when
+# STALE is set: a replay that keeps returning its first outputs)
+_FAKE_PEER = """
+import json, os, sys
+import numpy as np
+inputs = {k: np.load(v) for k, v in json.loads(sys.argv[2]).items()}
+first = [2 * v for v in inputs.values()]
+np.savez(sys.argv[3], *first)
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() == "call":
+        print("ok", flush=True)
+    elif line.strip() == "other":
+        other = {k: np.load(v) for k, v in json.loads(sys.argv[4]).items()}
+        np.savez(sys.argv[5], *(first if os.environ.get("STALE") else [2 * v for v in other.values()]))
+        break
+"""
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_tinygrad_peer_answers_calls_and_is_checked_on_other_inputs(tmp_path, stale: bool) -> None:
+    x, y = np.arange(6, dtype=np.float32), np.arange(6, dtype=np.float32)[::-1].copy()
+    env = {**os.environ, **({"STALE": "1"} if stale else {})}
+    peer = bench_models.TinygradPeer("CPU", tmp_path / "m.onnx", {"x": x}, tmp_path, {"x": y}, env, _FAKE_PEER)
+    for _ in range(3):
+        peer.call()
+    assert peer.outputs_match([2 * x], [2 * y]) is not stale
+
+
+def test_a_tinygrad_peer_that_fails_to_start_says_why(tmp_path) -> None:
+    with pytest.raises(RuntimeError, match="no model here"):
+        bench_models.TinygradPeer("CL", tmp_path / "m.onnx", {}, tmp_path, {}, dict(os.environ),
+                                  "raise SystemExit('no model here')")

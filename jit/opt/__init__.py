@@ -11,7 +11,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
   reduce across a work-group instead (``jit.opt.group``);
 * elementwise kernels (copies, padding, casts) whose innermost output axis splits into whole vectors: that axis
-  as vectors (``plan_vector_row``);
+  as vectors (``plan_vector_row``); the others, where that axis is a padded loop: its masked ends peeled off
+  (``jit.opt.peel``), so the interior is a plain loop the C compiler vectorizes;
 * every other kernel: the small-loop unroll of ``jit.passes.unroll`` (as before the optimizer existed).
 
 Compile time is part of the design (packaging and CI run it for every kernel): small kernels are not tiled
@@ -28,23 +29,26 @@ from __future__ import annotations
 from jit.opt.group import group_kernel, plan_group
 from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
+from jit.opt.peel import peel_masked_row
 from jit.opt.split import split_divmod_ranges
 from jit.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel
-from jit.opt.vectorize import choose_lanes
+from jit.opt.vectorize import MIN_LANES, choose_lanes
 from jit.passes.unroll import UPCAST_MAX, pm_unroll_reduce
 from jit.rewrite import graph_rewrite
 from jit.uop import Ops, UOp, toposort
 
 __all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_kernel", "plan_tiles",
-           "target_default_opts", "target_local_memory", "target_vector_width", "tile_kernel", "unroll_small_loops"]
+           "target_default_opts", "target_launch_dims", "target_local_memory", "target_vector_width", "tile_kernel",
+           "unroll_small_loops"]
 
 
 def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int = 0,
-                    local_memory: bool = False) -> UOp:
+                    local_memory: bool = False, launch_dims: int = 0) -> UOp:
     """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results.
     ``opts`` None means the heuristic default ``OptOptions()``; ``vector_width`` is the float32 lane count of the
     target language's widest vector type (0: it has none), for tile rows rendered as vectors; ``local_memory``:
-    the target's language can share a reduce across a work-group (``jit.opt.group``)."""
+    the target's language can share a reduce across a work-group (``jit.opt.group``); ``launch_dims``: how many
+    output ranges the target launches as work-item dimensions rather than loops (``jit.opt.peel``)."""
     opts = DEFAULT_OPTS if opts is None else opts
     if opts.tile:
         sink = split_divmod_ranges(sink)
@@ -58,6 +62,12 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)
+    if opts.peel:
+        lanes = vector_width if opts.vectorize and vector_width >= MIN_LANES else 1
+        peeled, interior = peel_masked_row(sink, launch_dims, lanes)
+        if interior is not None:
+            row = TilePlan(((interior, lanes),))
+            return tile_kernel(peeled, row, lanes) if lanes > 1 and choose_lanes(peeled, row, opts, lanes) else peeled
     return unroll_small_loops(sink) if opts.unroll else sink
 
 
@@ -71,6 +81,11 @@ def target_default_opts(target: object) -> OptOptions:
     """The options ``target`` asks for when no tuning file or search chose any (``default_opts``; DEFAULT_OPTS)."""
     opts = getattr(target, "default_opts", DEFAULT_OPTS)
     return opts if isinstance(opts, OptOptions) else DEFAULT_OPTS
+
+
+def target_launch_dims(target: object) -> int:
+    """How many output ranges ``target``'s C-style language launches as work-item dimensions (0: all are loops)."""
+    return int(getattr(getattr(target, "language", None), "global_dims", 0))
 
 
 def target_local_memory(target: object) -> bool:

@@ -55,6 +55,8 @@ class OptOptions:
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
     * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it).
     * ``unroll``: unroll small loops of kernels that are not tiled.
+    * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not
+      vectorized otherwise, leaving an unmasked interior loop (jit/opt/peel.py).
     * ``threads``: let the CPU renderer share the outermost output loops over threads (OpenMP).
     * ``vectorize``: render a tile row as explicit vector types where the language declares them.
     * ``group_reduce``: on targets with local memory (OpenCL), this many work-items share each output's reduce
@@ -76,13 +78,14 @@ class OptOptions:
     min_reduce_trips: int = 2
     min_outputs: int = 256
     unroll: bool = True
+    peel: bool = True
     threads: bool = True
     vectorize: bool = True
     group_reduce: int = 0
     local_size: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("tile", "unroll", "threads", "vectorize"):
+        for name in ("tile", "unroll", "peel", "threads", "vectorize"):
             if not isinstance(getattr(self, name), bool):
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)

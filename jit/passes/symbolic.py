@@ -169,6 +169,12 @@ def fold_by_range(alu: UOp) -> UOp | None:
     return None
 
 
+def _and_const(x: UOp, c: UOp) -> UOp | None:
+    if x.dtype is not dtypes.bool or c.dtype is not dtypes.bool:
+        return None
+    return x if c.arg else c
+
+
 def _int_zero(x: UOp) -> UOp | None:
     return UOp.const(x.dtype, 0) if _is_int(x) else None  # type: ignore[arg-type]
 
@@ -184,6 +190,8 @@ pm_symbolic = PatternMatcher([
     (UPat(Ops.SUB, src=(UPat.var("x"), UPat.const(None, 0))), lambda x: x if _is_int(x) else None),
     (UPat(Ops.WHERE, src=(UPat.cvar("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if c.arg else b),
     (UPat(Ops.WHERE, src=(UPat.var(), UPat.var("a"), UPat.var("a"))), lambda a: a),
+    # a mask term decided by value ranges (a peeled loop's pad bounds) drops out of its conjunction
+    (UPat(Ops.AND, src=[UPat.var("x"), UPat.cvar("c")]), _and_const),
     # integer-only identities (float x*0 is not 0 for inf/nan)
     (UPat.var("x") * 0, _int_zero),
     (UPat(Ops.ADD, src=[UPat.var("x"), UPat.const(None, 0)]), lambda x: x if _is_int(x) else None),
