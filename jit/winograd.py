@@ -43,7 +43,7 @@ from jit.nn_ops import _pads, _tuple, _window
 from jit.tensor import Tensor
 
 TILES = (2, 4)
-_ALIASING_PLANE = 1024  # float32 elements in 4 KB, the stride at which loads share an L1 cache set
+_L1_LINE, _L1_SETS, _L1_WAYS = 64, 64, 8  # a 32 KB 8-way L1 data cache (x86 since Skylake and Zen)
 _TILE_ROWS = 4  # the GEMM's reuse height (jit/opt/tiling.py): tile counts are padded to a multiple of it
 
 # F(m, 3) matrices: B^T (r x r), G (r x 3), A^T (m x r), r = m + 2, with interpolation points 0, +-1 (, +-2), inf
@@ -84,6 +84,14 @@ def _contract(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
     order[out_axis], order[-1] = order[-1], order[out_axis]
     table = Tensor(np.ascontiguousarray(mat.T, np.float32), device=t.device).reshape(shape).permute(*order)
     return (x * table).sum(-1)
+
+
+def plane_sets(plane_bytes: int) -> int:
+    """How many L1 sets the same element of consecutive planes ``plane_bytes`` apart falls in: loads of one pixel's
+    channels hold at most that many times ``_L1_WAYS`` lines at once."""
+    if plane_bytes % _L1_LINE:
+        return _L1_SETS  # lines not aligned to planes: the elements spread over every set
+    return _L1_SETS // math.gcd(plane_bytes // _L1_LINE, _L1_SETS)
 
 
 def cout_block(cout: int) -> int:
@@ -136,10 +144,11 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
     # padded and channels-last (N, Hp, Wp, Cin), materialized: the transform reads whole vectors of channels
     # with no bounds checks and writes V in the GEMM's layout
     xp = xf.pad(((0, 0), (0, 0), (pt, th_pad * tile + 2 - h - pt), (pl, tw * tile + 2 - w - pl)))
-    if h * w % _ALIASING_PLANE == 0:
-        # planes a multiple of 4 KB apart put every channel of a pixel in the same L1 set: the channels-last copy
-        # gathering them straight from the input missed L1 on every load (vision: 0.22 ms, vs 0.10 + 0.04 for a
-        # padded copy first, whose planes are not)
+    if plane_sets(h * w * xf.dtype.itemsize) * _L1_WAYS < cin:
+        # planes 4 KB apart put every channel of a pixel in the same L1 set (2 KB apart: in two), so the
+        # channels-last copy gathering them straight from the input missed L1 on every load (vision's 48 channels
+        # of 32x64: 0.22 ms, vs 0.10 + 0.04 for a padded copy first, whose planes are not; its 96 channels of
+        # 16x32: 68-73 us, vs 9 + 11-18 us)
         xp = xp.contiguous()
     xp = xp.permute(0, 2, 3, 1).contiguous()
     rows = _window(xp.permute(0, 1, 3, 2), (r,), (tile,), (1,))  # (N, Hp, Cin, TW, r): overlapping column tiles

@@ -423,12 +423,17 @@ class KernelRenderer:
             at = self.strided_ptr(u.src[0], d)
             if (text := self.strided_load(*at, d) if at is not None else None) is None:
                 buf, idx = u.src[0].src
-                idx_text, buf_text = self.expr(idx, force_var=True), self.expr(buf)
-                if isinstance(image := buf.dtype, ImageDType):
+                if at is not None:  # a constant stride (channels of a pixel): one scalar base, constant offsets
+                    ptr = self.new_var("ptr")
+                    self.line(f"{self.lang.buffer_prefix}{self.tname(d)}* {ptr} = {at[1]};")
+                    lanes = [f"*({ptr}+{i * at[0]})" for i in range(self.lanes)]
+                elif isinstance(image := buf.dtype, ImageDType):
+                    idx_text, buf_text = self.expr(idx, force_var=True), self.expr(buf)
                     self.helpers["image"] = self.lang.image_helper
                     lanes = [self.lang.image_read.format(buf=buf_text, idx=self.lane_of(idx, idx_text, i),
                                                          width=image.width) for i in range(self.lanes)]
                 else:
+                    idx_text, buf_text = self.expr(idx, force_var=True), self.expr(buf)
                     lanes = [f"*({buf_text}+{self.lane_of(idx, idx_text, i)})" for i in range(self.lanes)]
                 text = self.ctor(d, lanes)
             var = self.new_var("val")

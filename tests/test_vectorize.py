@@ -235,3 +235,13 @@ def test_vector_float_max_min_propagate_nan_like_numpy() -> None:
     pooled = Tensor(x).max_pool2d(2)
     want = x.reshape(1, 8, 16, 2, 32, 2).max(axis=(3, 5))
     np.testing.assert_array_equal(pooled.numpy(), want)
+
+
+def test_a_load_at_a_constant_lane_stride_reads_from_one_scalar_base() -> None:
+    """A transposing copy (channels-last from planes) gathers its lanes a plane apart: from one scalar pointer at
+    constant offsets, not from a vector of addresses taken apart lane by lane."""
+    x = _rand(16, 4, 12)
+    t = Tensor(x).permute(1, 2, 0).contiguous()  # (4, 12, 16): each row of 16 reads one element of each plane
+    src = _source(t)
+    assert "+48)" in src and "[0]" not in src  # lane 1 is 4 * 12 elements past lane 0
+    np.testing.assert_array_equal(t.numpy(), x.transpose(1, 2, 0))

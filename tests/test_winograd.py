@@ -13,7 +13,16 @@ from jit.helpers import WINO, Context
 from jit.realize import _settings_key
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
-from jit.winograd import WinogradSettingError, auto_tile, cout_block, matrices, pick_tile, setting_tile, winograd_conv2d
+from jit.winograd import (
+    WinogradSettingError,
+    auto_tile,
+    cout_block,
+    matrices,
+    pick_tile,
+    plane_sets,
+    setting_tile,
+    winograd_conv2d,
+)
 
 # Tolerance, relative to the largest output magnitude. A float32 direct 3x3 conv over C channels is off from the
 # exact result by a few eps * sqrt(9 C) of the output scale (~1e-6 here). Winograd adds the rounding of its
@@ -175,11 +184,18 @@ def test_weight_blocks_of_16_output_channels() -> None:
 
 
 def test_planes_4kb_apart_are_padded_before_going_channels_last() -> None:
-    """Planes a multiple of 4 KB apart (the vision model's 32x64) put a pixel's channels in one L1 set: the
-    channels-last copy reads a padded copy (planes 34x66) instead of the input."""
+    """Planes a multiple of 4 KB apart (the vision model's 32x64) put a pixel's channels in one L1 set, 2 KB apart
+    (its 16x32) in two: when the channels outnumber what those sets hold (8 ways each), the channels-last copy
+    reads a padded copy (planes 34x66, 18x34) instead of the input."""
+    assert [plane_sets(b) for b in (8192, 4096, 2048, 1024, 12544, 784)] == [1, 1, 2, 4, 16, 64]
     copies = {}
-    for h, w in ((32, 64), (30, 60)):
-        x, wt = Tensor(rand(1, 8, h, w, seed=9)), Tensor(rand(8, 8, 3, 3, seed=10))
-        copies[(h, w)] = [n for n in kernel_names(winograd_conv2d(x, wt, padding=1)) if n.startswith("E_")]
-    assert copies[(32, 64)] == ["E_8_34_66", "E_34_66_8"]
-    assert copies[(30, 60)] == ["E_34_62_8"]
+    for cin, h, w in ((16, 32, 64), (8, 32, 64), (32, 16, 32), (16, 16, 32), (16, 30, 60)):
+        x, wt = Tensor(rand(1, cin, h, w, seed=9)), Tensor(rand(8, cin, 3, 3, seed=10))
+        copies[(cin, h, w)] = [n for n in kernel_names(winograd_conv2d(x, wt, padding=1)) if n.startswith("E_")]
+    assert copies[(16, 32, 64)] == ["E_16_34_66", "E_34_66_16"]
+    assert copies[(8, 32, 64)] == ["E_34_66_8"]  # 8 channels fit the set's 8 ways
+    assert copies[(32, 16, 32)] == ["E_32_18_34", "E_18_34_32"]
+    assert copies[(16, 16, 32)] == ["E_18_34_16"]
+    assert copies[(16, 30, 60)] == ["E_34_62_16"]
+
+
