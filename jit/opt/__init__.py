@@ -29,6 +29,7 @@ from __future__ import annotations
 from jit.opt.group import group_kernel, plan_group
 from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
+from jit.opt.order import reuse_axis_inner
 from jit.opt.peel import peel_masked_row
 from jit.opt.split import split_divmod_ranges
 from jit.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel
@@ -58,7 +59,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     if plan is not None and (merged := merge_output_dims(sink)) is not sink:
         sink, plan = merged, plan_tiles(merged, opts)
     if plan is not None:
-        return tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
+        tiled = tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
+        return reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims) if len(plan.upcasts) > 1 else tiled
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)

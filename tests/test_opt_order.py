@@ -1,0 +1,54 @@
+"""jit/opt/order.py: a tiled conv whose input outgrows L2 opens its output-channel blocks innermost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit.helpers import Context
+from jit.opt import OptOptions, optimize_kernel
+from jit.opt.order import REREAD_BYTES
+from jit.passes.pipeline import commit_dtypes
+from jit.realize import compile_uops
+from jit.schedule import create_schedule
+from jit.tensor import Tensor
+from jit.uop import Ops, UOp, toposort
+
+
+def _conv(cin: int, size: int, seed: int = 0) -> tuple[Tensor, np.ndarray, np.ndarray]:
+    """A 1x1 conv of ``cin`` channels of size x size to 16 channels (a matmul over channels), and its inputs."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, cin, size, size), dtype=np.float32)
+    w = rng.standard_normal((16, cin, 1, 1), dtype=np.float32)
+    return Tensor(x).conv2d(Tensor(w)), x, w
+
+
+def _loop_sizes(t: Tensor, launch_dims: int = 0) -> list[int]:
+    """The output loops' sizes, outermost first, after the optimizer."""
+    kernels, _ = create_schedule([t.uop], "CPU")
+    sink: UOp = optimize_kernel(commit_dtypes(kernels[-1].ast), OptOptions(), 8, launch_dims=launch_dims)
+    outs = sorted((u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    return [int(r.src[0].arg) for r in outs]
+
+
+def test_channel_blocks_open_innermost_when_the_input_outgrows_l2() -> None:
+    with Context(WINO=0):
+        big, x, w = _conv(64, 64)  # 1 MB of input, read again by every block of output channels
+        assert x.nbytes >= REREAD_BYTES
+        sizes = _loop_sizes(big)
+        assert sizes[-1] == 16 // 4 and sizes[0] != 16 // 4  # 4 blocks of 4 channels, now the innermost loop
+        kernel = compile_uops([big.uop])[-1]
+        assert "#pragma omp parallel" in kernel.program.source  # the outermost loop is still shared over threads
+        np.testing.assert_allclose(big.numpy(), np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["small input", "launched dims"])
+def test_order_stays_when_the_input_fits_or_the_target_launches_dims(case: str) -> None:
+    with Context(WINO=0):
+        if case == "small input":
+            conv, x, _ = _conv(8, 32)
+            assert x.nbytes < REREAD_BYTES
+            assert _loop_sizes(conv)[0] == 16 // 4
+        else:
+            conv, _, _ = _conv(64, 64)
+            assert _loop_sizes(conv, launch_dims=3)[0] == 16 // 4
