@@ -15,11 +15,11 @@ from jit.tensor import Tensor
 from jit.uop import Ops, UOp, toposort
 
 
-def _conv(cin: int, size: int, seed: int = 0) -> tuple[Tensor, np.ndarray, np.ndarray]:
-    """A 1x1 conv of ``cin`` channels of size x size to 16 channels (a matmul over channels), and its inputs."""
-    rng = np.random.default_rng(seed)
+def _conv(cin: int, size: int, cout: int = 16) -> tuple[Tensor, np.ndarray, np.ndarray]:
+    """A 1x1 conv of ``cin`` channels of size x size to ``cout`` channels (a matmul over channels), and its inputs."""
+    rng = np.random.default_rng(0)
     x = rng.standard_normal((1, cin, size, size), dtype=np.float32)
-    w = rng.standard_normal((16, cin, 1, 1), dtype=np.float32)
+    w = rng.standard_normal((cout, cin, 1, 1), dtype=np.float32)
     return Tensor(x).conv2d(Tensor(w)), x, w
 
 
@@ -42,13 +42,17 @@ def test_channel_blocks_open_innermost_when_the_input_outgrows_l2() -> None:
         np.testing.assert_allclose(big.numpy(), np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["small input", "launched dims"])
+@pytest.mark.parametrize("case", ["small input", "big output", "launched dims"])
 def test_order_stays_when_the_input_fits_or_the_target_launches_dims(case: str) -> None:
     with Context(WINO=0):
         if case == "small input":
             conv, x, _ = _conv(8, 32)
             assert x.nbytes < REREAD_BYTES
             assert _loop_sizes(conv)[0] == 16 // 4
+        elif case == "big output":
+            conv, x, _ = _conv(16, 96, cout=64)  # 0.6 MB in, 2.4 MB out: scattered stores would cost more
+            assert x.nbytes >= REREAD_BYTES
+            assert _loop_sizes(conv)[0] == 64 // 4
         else:
             conv, _, _ = _conv(64, 64)
             assert _loop_sizes(conv, launch_dims=3)[0] == 16 // 4
