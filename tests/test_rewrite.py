@@ -60,3 +60,12 @@ def test_float_expressions_are_not_reassociated() -> None:
     v = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, x.dtype, (x, UOp.const(dtypes.int32, 0))),))
     expr = (v + 3.0) + 4.0
     assert graph_rewrite(expr, pm_symbolic) is expr
+
+
+def test_a_decided_mask_term_drops_out_of_its_conjunction() -> None:
+    i = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 10),), (0, "global"))
+    mask = i < 5
+    assert graph_rewrite(mask & UOp.const(dtypes.bool, True), pm_symbolic) is mask
+    assert graph_rewrite(UOp.const(dtypes.bool, False) & mask, pm_symbolic).arg is False
+    bits = i & 6  # integer and: not a mask, left alone
+    assert graph_rewrite(bits & UOp.const(dtypes.int32, -1), pm_symbolic).op is Ops.AND

@@ -7,7 +7,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   (``jit.opt.split``), short output rows merged with the axis outside them where the layout allows
   (``jit.opt.merge``), then register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
-  as vectors where the target's language has vector types (``jit.opt.vectorize``);
+  as vectors where the target's language has vector types (``jit.opt.vectorize``); on the CPU, a tile's reuse
+  axis opens innermost where, outermost, it would re-read an input larger than L2 (``jit.opt.order``);
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
   reduce across a work-group instead (``jit.opt.group``);
 * elementwise kernels (copies, padding, casts) whose innermost output axis splits into whole vectors: that axis
