@@ -426,16 +426,16 @@ class KernelRenderer:
                 if at is not None:  # a constant stride (channels of a pixel): one scalar base, constant offsets
                     ptr = self.new_var("ptr")
                     self.line(f"{self.lang.buffer_prefix}{self.tname(d)}* {ptr} = {at[1]};")
-                    lanes = [f"*({ptr}+{i * at[0]})" for i in range(self.lanes)]
-                elif isinstance(image := buf.dtype, ImageDType):
-                    idx_text, buf_text = self.expr(idx, force_var=True), self.expr(buf)
-                    self.helpers["image"] = self.lang.image_helper
-                    lanes = [self.lang.image_read.format(buf=buf_text, idx=self.lane_of(idx, idx_text, i),
-                                                         width=image.width) for i in range(self.lanes)]
+                    text = self.ctor(d, [f"*({ptr}+{i * at[0]})" for i in range(self.lanes)])
                 else:
                     idx_text, buf_text = self.expr(idx, force_var=True), self.expr(buf)
-                    lanes = [f"*({buf_text}+{self.lane_of(idx, idx_text, i)})" for i in range(self.lanes)]
-                text = self.ctor(d, lanes)
+                    if isinstance(image := buf.dtype, ImageDType):
+                        self.helpers["image"] = self.lang.image_helper
+                        lanes = [self.lang.image_read.format(buf=buf_text, idx=self.lane_of(idx, idx_text, i),
+                                                             width=image.width) for i in range(self.lanes)]
+                    else:
+                        lanes = [f"*({buf_text}+{self.lane_of(idx, idx_text, i)})" for i in range(self.lanes)]
+                    text = self.ctor(d, lanes)
             var = self.new_var("val")
         elif (text := self.whole_vector_text(u)) is not None:
             var = self.new_var("alu")
