@@ -45,7 +45,13 @@ class Value:
     def as_tensor(self, device: str | None = None) -> Tensor:
         if self.tensor is None:
             assert self.host is not None
-            self.tensor = Tensor(self.host, device=device)
+            if self.const and self.host.size == 1 and self.host.dtype.kind in "biuf":
+                # a one-element constant of the model is a CONST in the kernels that read it, not a buffer:
+                # loads become immediates, and the symbolic pass can fold it (``x / 128`` is an exact multiply)
+                value = self.host.reshape(()).item()
+                self.tensor = Tensor.full(self.host.shape, value, from_numpy(self.host.dtype), device=device)
+            else:
+                self.tensor = Tensor(self.host, device=device)
         return self.tensor
 
     @property

@@ -108,3 +108,23 @@ def test_constants_an_op_creates_live_on_the_model_device() -> None:
         y = load_onnx(model, device="OPENCL")({"x": x})["y"]
         assert y.device == "OPENCL" and Device.DEFAULT == "CPU"
         np.testing.assert_array_equal(y.numpy(), x + 2.5)
+
+
+def test_one_element_initializers_are_inlined_as_constants() -> None:
+    """The camera normalize ``x / 128 - 1`` reads its two scalars as immediates, not as weight buffers, so the
+    symbolic pass can make the divide an exact multiply. Larger initializers stay buffers."""
+    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["xf", "scale"], ["d"]),
+             helper.make_node("Sub", ["d", "one"], ["s"]),
+             helper.make_node("Mul", ["s", "gain"], ["y"])]
+    inits = {"scale": np.array(128.0, np.float32), "one": np.array([1.0], np.float32),
+             "gain": np.array([0.5, 2.0], np.float32)}
+    m = load_onnx(make(nodes, [("x", TensorProto.UINT8, [3, 2])], ["y"], inits))
+    x = np.array([[0, 255], [128, 1], [64, 200]], np.uint8)
+    y = m(x=x)["y"]
+    consts = {u.arg for u in y.uop.toposort() if u.op is Ops.CONST}
+    assert {128.0, 1.0} <= consts
+    buffers = [u for u in y.uop.toposort() if u.op is Ops.BUFFER]
+    assert len(buffers) == 2  # the input and gain
+    want = (x.astype(np.float32) / np.float32(128) - np.float32(1)) * inits["gain"]
+    np.testing.assert_array_equal(y.numpy(), want)

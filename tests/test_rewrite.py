@@ -1,5 +1,7 @@
 """UPat matching, the op-indexed PatternMatcher, graph_rewrite and the symbolic pass."""
 
+import numpy as np
+
 from jit.dtype import dtypes
 from jit.passes.symbolic import pm_symbolic
 from jit.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -69,3 +71,26 @@ def test_a_decided_mask_term_drops_out_of_its_conjunction() -> None:
     assert graph_rewrite(UOp.const(dtypes.bool, False) & mask, pm_symbolic).arg is False
     bits = i & 6  # integer and: not a mask, left alone
     assert graph_rewrite(bits & UOp.const(dtypes.int32, -1), pm_symbolic).op is Ops.AND
+
+
+def test_division_by_a_power_of_two_becomes_an_exact_multiply() -> None:
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(4), (), 0)
+    v = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, x.dtype, (x, UOp.const(dtypes.int32, 0))),))
+    out = graph_rewrite(v / 128.0, pm_symbolic)
+    assert out.op is Ops.MUL and out.src[1].arg == 1 / 128
+    assert graph_rewrite(v / -0.25, pm_symbolic).src[1].arg == -4.0
+    for kept in (v / 3.0, v / 2.0 ** 127):  # not a power of two; 2**-127 is subnormal in float32
+        assert graph_rewrite(kept, pm_symbolic).op is Ops.FDIV
+    h = UOp(Ops.LOAD, dtypes.float16, (UOp(Ops.INDEX, dtypes.float16.ptr(4), (x, UOp.const(dtypes.int32, 0))),))
+    assert graph_rewrite(h / 2.0 ** 15, pm_symbolic).op is Ops.FDIV  # 2**-15 is subnormal in float16
+    assert graph_rewrite(h / 2.0 ** 14, pm_symbolic).op is Ops.MUL
+
+
+def test_division_by_a_power_of_two_matches_numpy_bit_for_bit() -> None:
+    from jit.tensor import Tensor
+    x = np.array([1.0, 255.0, -3.5, np.inf, -np.inf, np.nan, -0.0, 1e-38, 3e38, 1.4e-45], np.float32)
+    for c in (128.0, 0.5, 2.0 ** -100, 2.0 ** 100):
+        got = (Tensor(x) / c).numpy()
+        with np.errstate(over="ignore"):
+            want = x / np.float32(c)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
