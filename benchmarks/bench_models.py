@@ -97,20 +97,40 @@ double fma_peak(long iters, float* out) {
 """
 
 
-def fma_peak_gflops(threads: int) -> float:
-    """FMA peak of this machine on ``threads`` threads, in GFLOP/s (best of a few runs)."""
+def fma_probe(threads: int) -> Callable[[], float]:
+    """The FMA kernel compiled and loaded: a call returns the rate of one run on ``threads`` threads, in GFLOP/s."""
     import cffi
-    with tempfile.TemporaryDirectory() as tmp:
-        src, lib_path = Path(tmp) / "peak.c", Path(tmp) / "peak.so"
-        src.write_text(FMA_PEAK_C)
-        subprocess.run(["cc", "-O2", "-march=native", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(lib_path)],
-                       check=True)
-        os.environ["OMP_NUM_THREADS"] = str(threads)  # libgomp reads it when it is loaded
-        ffi = cffi.FFI()
-        ffi.cdef("double fma_peak(long iters, float* out);")
-        lib = ffi.dlopen(str(lib_path))
-        out = ffi.new("float[]", 256)
-        return max(lib.fma_peak(5_000_000, out) for _ in range(3)) / 1e9
+    tmp = Path(tempfile.mkdtemp(prefix="fma-peak-"))
+    src, lib_path = tmp / "peak.c", tmp / "peak.so"
+    src.write_text(FMA_PEAK_C)
+    subprocess.run(["cc", "-O2", "-march=native", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(lib_path)],
+                   check=True)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # libgomp reads it when it is loaded
+    ffi = cffi.FFI()
+    ffi.cdef("double fma_peak(long iters, float* out);")
+    lib = ffi.dlopen(str(lib_path))
+    shutil.rmtree(tmp)  # the loaded library stays mapped
+    out = ffi.new("float[]", 256)
+
+    def probe() -> float:
+        assert ffi is not None  # the closure keeps the FFI that loaded the library alive
+        return lib.fma_peak(5_000_000, out) / 1e9
+    return probe
+
+
+class FmaPeak:
+    """The machine's FMA peak as the best rate any probe of this run reached. Other tenants slow this machine for
+    minutes at a time, the FMA units included: one run probed 55.1 GFLOP/s at its start (76-80 is usual) and its
+    layer table then read 112-118% of peak. So the table probes again beside the kernels it times."""
+
+    def __init__(self, probe: Callable[[], float]) -> None:
+        self._probe = probe
+        self.best = 0.0
+
+    def measure(self, runs: int = 3) -> float:
+        """Probe ``runs`` times; the best rate seen so far."""
+        self.best = max(self.best, *(self._probe() for _ in range(runs)))
+        return self.best
 
 
 def light_inputs(proto: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -286,10 +306,11 @@ def base_name(kernel: str) -> str:
     return re.sub(r"n\d+$", "", kernel)
 
 
-def layer_table(name: str, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], layers: int, peak: float,
+def layer_table(name: str, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], layers: int, peak: FmaPeak,
                 replayed: set[str]) -> None:
     """The slowest CPU kernels of the model that compute (FLOPs > 0) and that its replay runs (``replayed``: base
-    names), each launched alone (best of 3), with GFLOP/s and share of peak."""
+    names), each launched alone (best of 3), with GFLOP/s and share of the FMA peak, probed again between the
+    kernels' launches (``FmaPeak``)."""
     model = load_onnx(proto, device="CPU")
     outs = model(feeds)
     kernels, _ = create_schedule([outs[n].uop for n in model.output_names], "CPU")
@@ -302,16 +323,18 @@ def layer_table(name: str, proto: onnx.ModelProto, feeds: dict[str, np.ndarray],
         bufs = [device_buffer(b) for b in k.buffers]
         times = [target.launch(ck.program, bufs, wait=True) or 0.0 for _ in range(3)]
         rows.append((min(times), ck))
+        peak.measure(1)
     rows.sort(key=lambda r: -r[0])
     total = sum(t for t, _ in rows)
-    print(f"  {name}: {len(rows)} replayed kernels (eager schedule), sum of best kernel times {total * 1e3:.2f} ms")
+    print(f"  {name}: {len(rows)} replayed kernels (eager schedule), sum of best kernel times {total * 1e3:.2f} ms; "
+          f"FMA peak {peak.best:.1f} GFLOP/s (best probe so far)")
     for t, ck in [r for r in rows if r[1].stats.flops][:layers]:
         gflops = ck.stats.flops / t / 1e9 if t else 0.0
         print(f"    {ck.name:40s} {t * 1e3:8.3f} ms {ck.stats.flops / 1e9:7.3f} GFLOP {gflops:8.1f} GFLOP/s "
-              f"{100 * gflops / peak:5.1f}% of peak")
+              f"{100 * gflops / peak.best:5.1f}% of peak")
 
 
-def bench_model(name: str, args: argparse.Namespace, peak: float, work: Path) -> dict[str, float | None]:
+def bench_model(name: str, args: argparse.Namespace, peak: FmaPeak, work: Path) -> dict[str, float | None]:
     import onnxruntime as ort
     proto, feeds = load_case(name)
     opts = ort.SessionOptions()
@@ -376,8 +399,8 @@ def main() -> None:
         print("tinygrad: not installed; no tinygrad peers (pip install tinygrad==0.14.0)")
         args.no_tinygrad = True
     threads = cpu_threads()
-    peak = fma_peak_gflops(threads)
-    print(f"FMA peak measured on {threads} threads: {peak:.1f} GFLOP/s")
+    peak = FmaPeak(fma_probe(threads))
+    print(f"FMA peak measured on {threads} threads: {peak.measure():.1f} GFLOP/s")
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
         results = [(name, bench_model(name, args, peak, Path(tmp))) for name in models]
     print(f"\nreplay medians (ms), {args.repeat} calls after 3 warm-up; ratios: lower is better")

@@ -59,11 +59,36 @@ def test_layer_table_lists_only_kernels_the_replay_runs(capsys) -> None:
     run = capture_onnx(load_onnx(proto, device="CPU"), feeds, target="CPU")
     replayed = {bench_models.base_name(k.name) for k in run.cmdbuf.kernels}
     assert any(n.startswith("r_36_") for n in replayed)  # the Winograd GEMM runs in the replay
-    bench_models.layer_table("tiny", proto, feeds, 10, 80.0, replayed)
+    bench_models.layer_table("tiny", proto, feeds, 10, bench_models.FmaPeak(lambda: 80.0), replayed)
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
     assert listed and all(bench_models.base_name(n) in replayed for n in listed)
     assert any(n.startswith("r_36_") for n in listed)
     assert bench_models.base_name("r_64_56_56_6n2") == "r_64_56_56_6"
+
+
+def test_fma_peak_is_the_best_probe_of_the_run_and_the_table_probes_again(capsys) -> None:
+    """Regression: a run probed the peak once, in a slow moment (55.1 GFLOP/s, 76-80 usual), and its layer table
+    read 112-118% of peak. The peak is now the best probe of the run, and the table probes beside its kernels."""
+    rates = iter([55.0, 60.0, 50.0] + [80.0] * 100)
+    peak = bench_models.FmaPeak(lambda: next(rates))
+    assert peak.measure() == 60.0
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], [w])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    bench_models.layer_table("tiny", proto, feeds, 10, peak, {"r_16_8_8_16_3_3"})
+    assert peak.best == 80.0
+    assert "FMA peak 80.0 GFLOP/s" in capsys.readouterr().out
+
+
+def test_fma_probe_measures_this_machine(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # fma_probe sets it for libgomp: restored after the test
+    rate = bench_models.fma_probe(1)()
+    assert 0.1 < rate < 10_000  # GFLOP/s: a real run of the FMA kernel, not a constant
 
 
 # the tinygrad worker's protocol, spoken by a numpy stand-in: outputs are the inputs doubled (or not, when
