@@ -42,22 +42,28 @@ def test_interleaved_medians_alternate_blocks_and_time_each_call() -> None:
     assert "".join(timed) == "aaabbbaaabbbab"
 
 
-def test_layer_table_lists_only_kernels_the_replay_runs(capsys) -> None:
-    """Regression: Winograd's weight transform (r_36_..., weight-only work a capture folds) topped resnet50's
-    table at 4.7 GFLOP/s although no replay runs it."""
+def _conv_case(channels: int, size: int) -> tuple:
+    """A one-conv ONNX model (3x3, padded), its inputs, and the base names of the kernels its CPU replay runs."""
     from onnx import TensorProto, helper
 
     from jit.capture import capture_onnx
     from jit.onnx import load_onnx
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((32, 32, 3, 3)).astype(np.float32), "w")
+    shape = [1, channels, size, size]
+    w = numpy_helper.from_array(rng.standard_normal((channels, channels, 3, 3)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])], [w])
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [w])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    feeds = {"x": rng.standard_normal((1, 32, 14, 14)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
     run = capture_onnx(load_onnx(proto, device="CPU"), feeds, target="CPU")
-    replayed = {bench_models.base_name(k.name) for k in run.cmdbuf.kernels}
+    return proto, feeds, {bench_models.base_name(k.name) for k in run.cmdbuf.kernels}
+
+
+def test_layer_table_lists_only_kernels_the_replay_runs(capsys) -> None:
+    """Regression: Winograd's weight transform (r_36_..., weight-only work a capture folds) topped resnet50's
+    table at 4.7 GFLOP/s although no replay runs it."""
+    proto, feeds, replayed = _conv_case(32, 14)
     assert any(n.startswith("r_36_") for n in replayed)  # the Winograd GEMM runs in the replay
     bench_models.layer_table("tiny", proto, feeds, 10, bench_models.FmaPeak(lambda: 80.0), replayed)
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
@@ -72,15 +78,8 @@ def test_fma_peak_is_the_best_probe_of_the_run_and_the_table_probes_again(capsys
     rates = iter([55.0, 60.0, 50.0] + [80.0] * 100)
     peak = bench_models.FmaPeak(lambda: next(rates))
     assert peak.measure() == 60.0
-    from onnx import TensorProto, helper
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], [w])
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    feeds = {"x": rng.standard_normal((1, 16, 8, 8)).astype(np.float32)}
-    bench_models.layer_table("tiny", proto, feeds, 10, peak, {"r_16_8_8_16_3_3"})
+    proto, feeds, replayed = _conv_case(16, 8)
+    bench_models.layer_table("tiny", proto, feeds, 10, peak, replayed)
     assert peak.best == 80.0
     assert "FMA peak 80.0 GFLOP/s" in capsys.readouterr().out
 
