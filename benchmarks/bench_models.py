@@ -111,11 +111,7 @@ def fma_probe(threads: int) -> Callable[[], float]:
     lib = ffi.dlopen(str(lib_path))
     shutil.rmtree(tmp)  # the loaded library stays mapped
     out = ffi.new("float[]", 256)
-
-    def probe() -> float:
-        assert ffi is not None  # the closure keeps the FFI that loaded the library alive
-        return lib.fma_peak(5_000_000, out) / 1e9
-    return probe
+    return lambda: lib.fma_peak(5_000_000, out) / 1e9  # lib's accessors hold the FFI that loaded it
 
 
 class FmaPeak:
