@@ -236,9 +236,9 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     ``padding`` is an int, one value per spatial dim, (begin, end) pairs, or flat ONNX pads
     (begin..., end...) for asymmetric padding. Conv and bias compute in one reduce kernel.
     """
-    from jit.winograd import pick_tile, winograd_conv2d  # WINO: 3x3 stride-1 convs by Winograd (jit/winograd.py)
+    from jit.winograd import pick_tile, winograd_conv2d  # WINO: 3x3 convs by Winograd (jit/winograd.py)
     if tile := pick_tile(self, weight, groups, stride, dilation, padding):
-        return winograd_conv2d(self, weight, bias, padding, tile)
+        return winograd_conv2d(self, weight, bias, padding, tile, _tuple(stride, 2, "conv stride")[0])
     nd = weight.ndim - 2
     if nd < 1 or self.ndim != weight.ndim:
         raise ShapeError(f"conv: input {self.shape} and weight {weight.shape} expected the same rank >= 3")

@@ -1,18 +1,26 @@
-"""Winograd F(2,3) / F(4,3) convolution for 3x3 stride-1 convs, built from Tensor ops (WINO setting).
+"""Winograd F(2,3) / F(4,3) convolution for 3x3 convs of stride 1 and 2, built from Tensor ops (WINO setting).
 
 A 3x3 stride-1 conv computes each m x m output tile from an (m+2) x (m+2) input tile d with
 ``Y = A^T [(G g G^T) * (B^T d B)] A`` (Lavin & Gray 2015): per tile, channel pair and r = m+2, r*r multiplies
 instead of 9*m*m (2.25x fewer for F(2,3), 4x fewer for F(4,3)), paid for by the input and output transforms.
 
-The graph, all lazy Tensor ops, so the normal scheduler and codegen see it (r = m + 2):
+A stride-2 conv is the same product with other matrices (``strided_matrices``): along each axis its taps split
+by phase, ``y[i] = (g0 x[2i] + g2 x[2i+2]) + g1 x[2i+1]``, a 2-tap stride-1 correlation of the even inputs
+(Winograd F(m,2), m+1 points) plus a 1-tap one of the odd inputs (m points, no transform). An m x m output
+tile reads a (2m+1) x (2m+1) input tile, tiles 2m apart, and costs r*r = (2m+1)^2 multiplies per channel pair
+instead of 9*m*m (1.78x fewer for m = 4).
+
+The graph, all lazy Tensor ops, so the normal scheduler and codegen see it (r: the input tile, m+2 or 2m+1):
 
 1. U = G g G^T per (Cout, Cin), laid out as step 3 reads it. It reads only the weight. It is r*r/9 times larger
    than the filters, so capture's frontier folding (which keeps values no larger than the weights they read)
    leaves it alone, but its kernels read no input: capture (jit/capture.py) runs them once and binds U as a
    weight; a replay never sees the 3x3 filters;
 2. V = B^T d B per input tile: the padded input is materialized channels-last (no bounds checks in the
-   transform), then transformed one axis at a time (6 + 6 multiply-adds per value for F(4,3), not 36), each step
-   a reduce of its own that reads and writes whole vectors of channels;
+   transform), then transformed one axis at a time in one elementwise kernel. B's entries are immediates
+   (``_contract_const``: a stack of sums over its nonzero entries; the optimizer unrolls the stacked axes,
+   jit/opt/select.py, so each value is its few terms and the first axis' results are shared by the second),
+   reading and writing whole vectors of channels;
 3. M = sum over Cin of V * U: r*r batched GEMMs (tiles x Cin) @ (Cin x Cout) in one reduce kernel. V holds each
    tile's channels contiguously (one broadcast per tile row of the register tile) and U is stored in blocks of
    16 output channels, each (Cin, 16) contiguous: M is written (r*r, N, Cout blocks, tiles, 16), so the kernel runs
@@ -46,6 +54,7 @@ TILES = (2, 4)
 _L1_LINE, _L1_SETS, _L1_WAYS = 64, 64, 8  # a 32 KB 8-way L1 data cache (x86 since Skylake and Zen)
 _TILE_ROWS = 4  # the GEMM's reuse height (jit/opt/tiling.py): tile counts are padded to a multiple of it
 
+STRIDES = (1, 2)
 # F(m, 3) matrices: B^T (r x r), G (r x 3), A^T (m x r), r = m + 2, with interpolation points 0, +-1 (, +-2), inf
 _MATRICES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
     2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
@@ -59,6 +68,18 @@ _MATRICES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
 }
 
 
+# F(m, 2) matrices (a 2-tap filter): B^T (m+1 x m+1), G (m+1 x 2), A^T (m x m+1), points 0, 1 (, -1, 2), inf
+_MATRICES_2TAP: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+    2: (np.array([[1, -1, 0], [0, 1, 0], [0, -1, 1]], np.float64),
+        np.array([[1, 0], [1, 1], [0, 1]], np.float64),
+        np.array([[1, 1, 0], [0, 1, 1]], np.float64)),
+    4: (np.array([[2, -1, -2, 1, 0], [0, -2, -1, 1, 0], [0, 2, -3, 1, 0], [0, -1, 0, 1, 0], [0, 2, -1, -2, 1]],
+                 np.float64),
+        np.array([[1 / 2, 0], [-1 / 2, -1 / 2], [-1 / 6, 1 / 6], [1 / 6, 1 / 3], [0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 0], [0, 1, -1, 2, 0], [0, 1, 1, 4, 0], [0, 1, -1, 8, 1]], np.float64)),
+}
+
+
 class WinogradSettingError(DrivepackError, ValueError):
     """A WINO value that is none of 0, 2, 4, auto."""
 
@@ -68,6 +89,29 @@ def matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if tile not in _MATRICES:
         raise ShapeError(f"winograd tile: expected one of {TILES}, got {tile}")
     return _MATRICES[tile]
+
+
+def strided_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B^T, G, A^T) of a 3x3 stride-2 conv's m x m output tile (r = 2m + 1), from F(m, 2) (module docstring):
+    B^T's first m+1 rows transform the even inputs of a tile, its last m pick the odd ones; G maps taps (0, 2)
+    through F(m, 2) and repeats tap 1; A^T adds the two parts."""
+    if tile not in _MATRICES_2TAP:
+        raise ShapeError(f"winograd tile: expected one of {TILES}, got {tile}")
+    bt2, g2, at2 = _MATRICES_2TAP[tile]
+    r = 2 * tile + 1
+    bt, g, at = np.zeros((r, r)), np.zeros((r, 3)), np.zeros((tile, r))
+    bt[:tile + 1, 0::2] = bt2
+    bt[tile + 1:, 1::2] = np.eye(tile)
+    g[:tile + 1, 0], g[:tile + 1, 2], g[tile + 1:, 1] = g2[:, 0], g2[:, 1], 1
+    at[:, :tile + 1], at[:, tile + 1:] = at2, np.eye(tile)
+    return bt, g, at
+
+
+def conv_matrices(tile: int, stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B^T, G, A^T) for a 3x3 conv of ``stride`` (1 or 2) by m x m output tiles."""
+    if stride not in STRIDES:
+        raise ShapeError(f"winograd stride: expected one of {STRIDES}, got {stride}")
+    return matrices(tile) if stride == 1 else strided_matrices(tile)
 
 
 def _contract(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
@@ -86,6 +130,25 @@ def _contract(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
     return (x * table).sum(-1)
 
 
+def _contract_const(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
+    """``_contract`` with ``mat``'s entries as immediates: for each p the sum of its nonzero terms
+    ``mat[p, k] * t[..., k]`` (no multiply for +-1), stacked along ``out_axis``. An elementwise result: it fuses
+    into whatever reads it, so a caller that reads it at other indices makes it ``contiguous``."""
+    lead = t.shape[:-1]
+    whole = tuple((0, n) for n in lead)
+    terms = []
+    for row in mat:
+        acc: Tensor | None = None
+        for k, c in enumerate(float(v) for v in row):
+            if c == 0.0:
+                continue
+            s = t.shrink((*whole, (k, k + 1))).reshape(*lead)
+            s = s if c == 1.0 else -s if c == -1.0 else s * c
+            acc = s if acc is None else acc + s
+        terms.append((acc if acc is not None else Tensor.full(lead, 0.0, t.dtype, device=t.device)).unsqueeze(out_axis))
+    return Tensor.cat(*terms, dim=out_axis)
+
+
 def plane_sets(plane_bytes: int) -> int:
     """How many L1 sets the same element of consecutive planes ``plane_bytes`` apart falls in: loads of one pixel's
     channels hold at most that many times ``_L1_WAYS`` lines at once."""
@@ -99,21 +162,31 @@ def cout_block(cout: int) -> int:
     return next((b for b in (16, 8) if cout % b == 0), cout)
 
 
-def winograd_weight(weight: Tensor, tile: int) -> Tensor:
+def winograd_weight(weight: Tensor, tile: int, stride: int = 1) -> Tensor:
     """U = G g G^T for every (Cout, Cin) filter, laid out (r*r, Cout blocks, Cin, block) (``cout_block``),
     contiguous (weight-only work)."""
     cout, cin = weight.shape[:2]
-    _, g, _ = matrices(tile)
-    r = tile + 2
+    _, g, _ = conv_matrices(tile, stride)
+    r = g.shape[0]
     u = _contract(weight.reshape(cout, cin, 3, 3), g, 0)  # (q, Cout, Cin, kh): G along each filter row
     u = _contract(u, g, 0)  # (p, q, Cout, Cin): G along each filter column
     cb = cout_block(cout)
     return u.reshape(r * r, cout // cb, cb, cin).permute(0, 1, 3, 2).contiguous()
 
 
+def _fit(x: Tensor, axis: int, before: int, length: int) -> Tensor:
+    """``x`` along ``axis`` with ``before`` zeros in front and cut or zero-padded at the end to ``length``."""
+    n = x.shape[axis]
+    keep = min(n, length - before)
+    if keep < n:
+        x = x.shrink(tuple((0, keep) if i == axis else (0, s) for i, s in enumerate(x.shape)))
+    return x.pad(tuple((before, length - before - keep) if i == axis else (0, 0) for i in range(x.ndim)))
+
+
 def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, padding: Any = 0,
-                    tile: int = 4) -> Tensor:
-    """3x3 stride-1 conv (groups 1, dilation 1) of x (N, Cin, H, W) with weight (Cout, Cin, 3, 3) by F(tile, 3).
+                    tile: int = 4, stride: int = 1) -> Tensor:
+    """3x3 conv (groups 1, dilation 1, ``stride`` 1 or 2) of x (N, Cin, H, W) with weight (Cout, Cin, 3, 3) by
+    m x m output tiles, m = ``tile``.
 
     ``padding`` as conv2d takes it (an int, two values, two pairs or flat ONNX pads). Computes in float32;
     the result has conv2d's dtype.
@@ -127,12 +200,12 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
         raise ShapeError(f"winograd conv: weight.shape[1] expected {cin} (groups 1), got {weight.shape[1]}")
     if bias is not None and bias.shape != (cout,):
         raise ShapeError(f"winograd conv: bias expected shape ({cout},), got {bias.shape}")
-    bt, _, at = matrices(tile)
-    r = tile + 2
+    bt, _, at = conv_matrices(tile, stride)
+    r, step = bt.shape[0], tile * stride  # input tile side, input rows between tiles
     (pt, pb), (pl, pr) = _pads(padding, 2, "winograd conv padding")
-    oh, ow = h + pt + pb - 2, w + pl + pr - 2
-    if oh < 1 or ow < 1:
+    if h + pt + pb < 3 or w + pl + pr < 3:
         raise ShapeError(f"winograd conv: padded input {(h + pt + pb, w + pl + pr)} expected at least 3x3")
+    oh, ow = (h + pt + pb - 3) // stride + 1, (w + pl + pr - 3) // stride + 1
     th, tw = math.ceil(oh / tile), math.ceil(ow / tile)
     # extra tile rows (zero input, outputs dropped) make the tile count a multiple of the GEMM's reuse height
     th_pad = th
@@ -141,9 +214,10 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
     out_dtype = least_upper_dtype(x.dtype, weight.dtype)
     xf = x.cast(dtypes.float32) if x.dtype != dtypes.float32 else x
     wf = weight.cast(dtypes.float32) if weight.dtype != dtypes.float32 else weight
-    # padded and channels-last (N, Hp, Wp, Cin), materialized: the transform reads whole vectors of channels
-    # with no bounds checks and writes V in the GEMM's layout
-    xp = xf.pad(((0, 0), (0, 0), (pt, th_pad * tile + 2 - h - pt), (pl, tw * tile + 2 - w - pl)))
+    # padded to whole tiles (cut where a stride-2 conv never reads the last rows) and channels-last
+    # (N, Hp, Wp, Cin), materialized: the transform reads whole vectors of channels with no bounds checks and
+    # writes V in the GEMM's layout
+    xp = _fit(_fit(xf, 2, pt, (th_pad - 1) * step + r), 3, pl, (tw - 1) * step + r)
     if plane_sets(h * w * xf.dtype.itemsize) * _L1_WAYS < cin:
         # planes 4 KB apart put every channel of a pixel in the same L1 set (2 KB apart: in two), so the
         # channels-last copy gathering them straight from the input missed L1 on every load (vision's 48 channels
@@ -151,13 +225,15 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
         # 16x32: 68-73 us, vs 9 + 11-18 us)
         xp = xp.contiguous()
     xp = xp.permute(0, 2, 3, 1).contiguous()
-    rows = _window(xp.permute(0, 1, 3, 2), (r,), (tile,), (1,))  # (N, Hp, Cin, TW, r): overlapping column tiles
-    t1 = _contract(rows.permute(0, 1, 3, 2, 4), bt, 2)  # (N, Hp, j, TW, Cin)
-    cols = _window(t1.permute(0, 2, 3, 4, 1), (r,), (tile,), (1,))  # (N, j, TW, Cin, TH, k)
-    # V laid out (i, j, N, TH, TW, Cin): each tile's channels contiguous, broadcast against a vector of U's Cout
-    v = _contract(cols.permute(1, 0, 4, 2, 3, 5), bt, 0)
+    rows = _window(xp.permute(0, 1, 3, 2), (r,), (step,), (1,))  # (N, Hp, Cin, TW, r): overlapping column tiles
+    t1 = _contract_const(rows.permute(0, 1, 3, 2, 4), bt, 2)  # (N, Hp, j, TW, Cin)
+    cols = _window(t1.permute(0, 2, 3, 4, 1), (r,), (step,), (1,))  # (N, j, TW, Cin, TH, k)
+    # V laid out (i, j, N, TH, TW, Cin): each tile's channels contiguous, broadcast against a vector of U's Cout;
+    # one kernel for both axes (jit/opt/select.py unrolls i and j), computed once: the GEMM reads each value
+    # for every block of output channels
+    v = _contract_const(cols.permute(1, 0, 4, 2, 3, 5), bt, 0).contiguous()
     cb = cout_block(cout)
-    u = winograd_weight(wf, tile).reshape(r * r, 1, cout // cb, 1, cin, cb)
+    u = winograd_weight(wf, tile, stride).reshape(r * r, 1, cout // cb, 1, cin, cb)
     m = (v.reshape(r * r, bs, 1, th_pad * tw, cin, 1) * u).sum(4)  # (r*r, N, Cout blocks, tiles, block)
     m = m.reshape(r, r, bs, cout // cb, th_pad, tw, cb)[:, :, :, :, :th]
     # output transform A^T M A, one axis at a time. The first step reads M's blocks of cb channels and writes them
@@ -186,8 +262,9 @@ def setting_tile(value: Any | None = None) -> int | str:
     raise WinogradSettingError(f"WINO: expected one of 0, 2, 4, auto, got {raw!r}")
 
 
-def auto_tile(cin: int, cout: int, oh: int, ow: int) -> int:
-    """The "auto" heuristic (the default): which F(m, 3) to use for a conv of this size, 0 for the direct conv.
+def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1) -> int:
+    """The "auto" heuristic (the default): which m x m output tile to use for a conv of this size (``stride`` 1 or
+    2), 0 for the direct conv.
 
     Winograd saves multiplies in the GEMM only; the transforms cost per tile and channel regardless of the other
     channel count, so small channel counts do not pay for them (cin, cout >= 32). Measured per conv with the
@@ -196,8 +273,13 @@ def auto_tile(cin: int, cout: int, oh: int, ow: int) -> int:
     to 2.3-2.6 at 28x28 (128), 4.1-4.5 to 2.9-3.0 at 14x14 (256) and 3.8-4.1 to 2.5 at 7x7 (512); F(2,3) wins
     less at every size. So F(4,3) from 7x7 outputs up (4 tiles); the direct conv below that. The same on OpenCL
     (PoCL): vision replay 26.4 -> 19.5 ms, resnet50 181 -> 130 ms.
+
+    Stride 2 transforms weights into 81 points instead of 9 taps (36 for stride 1), so U is 9x the filters and
+    must be re-read by enough tiles: from 32 tiles (512 outputs) up. Vision's 48 -> 96 channel conv (16x32
+    outputs, 32 tiles): replay 11.13 -> 10.67 ms on the CPU (27 of 30 alternating blocks), 14.25 -> 13.78 on
+    PoCL; its 96 -> 128 one (8 tiles) and its 24 -> 48 one (24 channels) were slower by Winograd.
     """
-    if min(cin, cout) < 32 or min(oh, ow) < 7:
+    if min(cin, cout) < 32 or min(oh, ow) < 7 or (stride == 2 and oh * ow < 512):
         return 0
     return 4
 
@@ -207,11 +289,14 @@ def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any
     setting = setting_tile()
     if not setting or weight.ndim != 4 or x.ndim != 4 or tuple(weight.shape[2:]) != (3, 3) or groups != 1:
         return 0
-    if _tuple(stride, 2, "conv stride") != (1, 1) or _tuple(dilation, 2, "conv dilation") != (1, 1):
+    strides = _tuple(stride, 2, "conv stride")
+    if strides not in ((1, 1), (2, 2)) or _tuple(dilation, 2, "conv dilation") != (1, 1):
         return 0
     if not (x.dtype.is_float and weight.dtype.is_float):
         return 0
     if setting != "auto":
         return int(setting)
     (pt, pb), (pl, pr) = _pads(padding, 2, "conv padding")
-    return auto_tile(x.shape[1], weight.shape[0], x.shape[2] + pt + pb - 2, x.shape[3] + pl + pr - 2)
+    s = strides[0]
+    return auto_tile(x.shape[1], weight.shape[0], (x.shape[2] + pt + pb - 3) // s + 1,
+                     (x.shape[3] + pl + pr - 3) // s + 1, s)

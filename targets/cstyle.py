@@ -652,7 +652,8 @@ class KernelRenderer:
         """
         if not self.lang.parallel_for or not loops:
             return 0
-        work = math.prod(int(u.src[0].arg) for u in toposort([self.sink]) if u.op is Ops.RANGE)
+        # unrolled copies of the stores (tiles, stacks) are work the ranges no longer count
+        work = math.prod(int(u.src[0].arg) for u in toposort([self.sink]) if u.op is Ops.RANGE) * len(self.sink.src)
         if work < self.lang.parallel_min_work:
             return 0
         trips = 1

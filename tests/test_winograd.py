@@ -1,5 +1,6 @@
-"""Winograd F(2,3) / F(4,3) convs (jit/winograd.py): numerics against a float64 numpy conv, capture-time folding of
-the weight transform, the WINO setting (dispatch from conv2d, parsing, the kernel cache key)."""
+"""Winograd convs (jit/winograd.py), F(2,3) / F(4,3) for stride 1 and their F(m,2)-based stride-2 form: numerics
+against a float64 numpy conv, capture-time folding of the weight transform, the WINO setting (dispatch from conv2d,
+parsing, the kernel cache key)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from jit.capture import capture
+from jit.errors import ShapeError
 from jit.helpers import WINO, Context
 from jit.realize import _settings_key
 from jit.schedule import create_schedule
@@ -16,6 +18,7 @@ from jit.tensor import Tensor
 from jit.winograd import (
     WinogradSettingError,
     auto_tile,
+    conv_matrices,
     cout_block,
     matrices,
     pick_tile,
@@ -38,12 +41,12 @@ def rand(*shape: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pads: tuple[int, int, int, int]) -> np.ndarray:
-    """float64 cross-correlation, stride 1, pads (top, left, bottom, right) as ONNX orders them."""
+def conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, pads: tuple[int, int, int, int],
+             stride: int = 1) -> np.ndarray:
+    """float64 cross-correlation, pads (top, left, bottom, right) as ONNX orders them."""
     pt, pl, pb, pr = pads
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    oh, ow = xp.shape[2] - 2, xp.shape[3] - 2
-    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, :oh, :ow]
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))[:, :, ::stride, ::stride]
     out = np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64))
     return out + b.astype(np.float64)[None, :, None, None] if b is not None else out
 
@@ -63,16 +66,19 @@ SHAPES = [
     (1, 9, 17, 5, 3, 1, (1, 1, 1, 1)),  # fewer columns than one F(4,3) tile
     (1, 16, 32, 14, 14, 1, (1, 1, 1, 1)),  # two blocks of 16 output channels; F(4,3) tiles overhang 14
     (1, 8, 24, 9, 7, 1, (1, 1, 1, 1)),  # blocks of 8 output channels; tile rows padded to a multiple of 4
+    (1, 3, 4, 8, 6, 0, (0, 0, 0, 0)),  # stride 2, F(2,3)-sized tiles: the last input column is never read
 ]
 
 
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("tile", [2, 4])
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"{s[0]}x{s[1]}x{s[3]}x{s[4]}-{s[2]}-p{s[5]}" for s in SHAPES])
-def test_matches_numpy(shape: tuple, tile: int) -> None:
+def test_matches_numpy(shape: tuple, tile: int, stride: int) -> None:
+    # stride 2 over these shapes: odd and even sizes, last padded rows read or never read (an input cut short)
     n, cin, cout, h, w, padding, pads = shape
     x, wt, b = rand(n, cin, h, w, seed=1), rand(cout, cin, 3, 3, seed=2), rand(cout, seed=3)
-    got = winograd_conv2d(Tensor(x), Tensor(wt), Tensor(b), padding=padding, tile=tile).numpy()
-    assert_close(got, conv_ref(x, wt, b, pads), tile)
+    got = winograd_conv2d(Tensor(x), Tensor(wt), Tensor(b), padding=padding, tile=tile, stride=stride).numpy()
+    assert_close(got, conv_ref(x, wt, b, pads, stride), tile)
 
 
 @pytest.mark.parametrize("tile", [2, 4])
@@ -91,13 +97,27 @@ def test_without_bias_and_agrees_with_direct_conv(tile: int) -> None:
     assert_close(got, direct.astype(np.float64), tile)
 
 
-def test_matrices_compute_the_conv_of_one_tile() -> None:
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("tile", [2, 4])
+def test_matrices_compute_the_conv_of_one_tile(tile: int, stride: int) -> None:
     rng = np.random.default_rng(0)
-    for tile in (2, 4):
-        bt, g, at = matrices(tile)
-        d, k = rng.standard_normal((tile + 2, tile + 2)), rng.standard_normal((3, 3))
-        want = np.array([[(d[i:i + 3, j:j + 3] * k).sum() for j in range(tile)] for i in range(tile)])
-        np.testing.assert_allclose(at @ ((g @ k @ g.T) * (bt @ d @ bt.T)) @ at.T, want, atol=1e-12)
+    bt, g, at = conv_matrices(tile, stride)
+    r = (tile - 1) * stride + 3
+    assert bt.shape == (r, r) and g.shape == (r, 3) and at.shape == (tile, r)
+    d, k = rng.standard_normal((r, r)), rng.standard_normal((3, 3))
+    want = np.array([[(d[stride * i:stride * i + 3, stride * j:stride * j + 3] * k).sum() for j in range(tile)]
+                     for i in range(tile)])
+    np.testing.assert_allclose(at @ ((g @ k @ g.T) * (bt @ d @ bt.T)) @ at.T, want, atol=1e-12)
+    if stride == 1:
+        assert all(np.array_equal(a, b) for a, b in zip(matrices(tile), (bt, g, at), strict=True))
+
+
+def test_stride_2_points_and_refusals() -> None:
+    assert conv_matrices(4, 2)[0].shape == (9, 9)  # 81 points per 4x4 output tile: 1.78x fewer than 9 x 16
+    with pytest.raises(ShapeError, match="winograd stride: expected one of"):
+        conv_matrices(4, 3)
+    with pytest.raises(ShapeError, match="winograd tile: expected one of"):
+        conv_matrices(3, 2)
 
 
 # --- dispatch from conv2d ----------------------------------------------------------------------------------
@@ -115,13 +135,24 @@ def test_conv2d_dispatches_only_when_enabled() -> None:
     assert_close(wino.numpy(), conv_ref(x, wt, b, (1, 1, 1, 1)), 4)
 
 
-@pytest.mark.parametrize("kw", [{"stride": 2}, {"dilation": 2}, {"groups": 2}])
+@pytest.mark.parametrize("kw", [{"stride": 3}, {"stride": (1, 2)}, {"dilation": 2}, {"groups": 2}])
 def test_conv2d_keeps_direct_conv_where_winograd_does_not_apply(kw: dict) -> None:
     x, wt = rand(1, 4, 9, 9, seed=9), rand(4, 4 // kw.get("groups", 1), 3, 3, seed=10)
     with Context(WINO="0"):
         direct = kernel_names(Tensor(x).conv2d(Tensor(wt), padding=1, **kw))
     with Context(WINO="4"):
         assert kernel_names(Tensor(x).conv2d(Tensor(wt), padding=1, **kw)) == direct
+
+
+def test_conv2d_dispatches_stride_2() -> None:
+    x, wt, b = rand(1, 4, 9, 10, seed=9), rand(6, 4, 3, 3, seed=10), rand(6, seed=11)
+    with Context(WINO="0"):
+        direct = kernel_names(Tensor(x).conv2d(Tensor(wt), Tensor(b), padding=1, stride=2))
+    with Context(WINO="4"):
+        wino = Tensor(x).conv2d(Tensor(wt), Tensor(b), padding=1, stride=2)
+        assert any(n.startswith("E_9_9_") for n in kernel_names(wino))  # the 9x9-point input transform
+    assert not any(n.startswith("E_9_9_") for n in direct)
+    assert_close(wino.numpy(), conv_ref(x, wt, b, (1, 1, 1, 1), 2), 4)
 
 
 def test_auto_is_the_default() -> None:
@@ -141,10 +172,15 @@ def test_auto_heuristic() -> None:
     assert auto_tile(512, 512, 7, 7) == 4  # resnet50's smallest
     assert auto_tile(12, 24, 64, 128) == 0  # too few channels to pay for the transforms
     assert auto_tile(64, 64, 56, 56) == auto_tile(256, 256, 14, 14) == 4  # resnet50's
+    assert auto_tile(48, 96, 16, 32, stride=2) == 4  # vision's stride-2 conv with 32 tiles
+    assert auto_tile(96, 128, 8, 16, stride=2) == 0  # 8 tiles: too few to re-read U (9x the filters)
+    assert auto_tile(24, 48, 32, 64, stride=2) == 0  # too few channels
     x, wt = Tensor(rand(1, 48, 32, 64, seed=0)), Tensor(rand(48, 48, 3, 3, seed=0))
     with Context(WINO="auto"):
         assert pick_tile(x, wt, 1, 1, 1, 1) == 4
-        assert pick_tile(x, wt, 1, 2, 1, 1) == 0  # stride 2
+        assert pick_tile(x, wt, 1, 2, 1, 1) == 4  # stride 2: 16x32 outputs
+        assert pick_tile(x, wt, 1, 2, 1, 0) == 0  # unpadded: 15x31 = 465 outputs, under 32 tiles
+        assert pick_tile(Tensor(rand(1, 48, 16, 32, seed=0)), wt, 1, 2, 1, 1) == 0  # 8x16 outputs
         on_cl = Tensor(rand(1, 48, 32, 64, seed=0), device="OPENCL")
         assert pick_tile(on_cl, Tensor(rand(48, 48, 3, 3, seed=0), device="OPENCL"), 1, 1, 1, 1) == 4
 
@@ -191,7 +227,9 @@ def test_planes_4kb_apart_are_padded_before_going_channels_last() -> None:
     copies = {}
     for cin, h, w in ((16, 32, 64), (8, 32, 64), (32, 16, 32), (16, 16, 32), (16, 30, 60)):
         x, wt = Tensor(rand(1, cin, h, w, seed=9)), Tensor(rand(8, cin, 3, 3, seed=10))
-        copies[(cin, h, w)] = [n for n in kernel_names(winograd_conv2d(x, wt, padding=1)) if n.startswith("E_")]
+        # the elementwise kernels but the input transform (E_6_6_...: its two 6-point axes first)
+        copies[(cin, h, w)] = [n for n in kernel_names(winograd_conv2d(x, wt, padding=1))
+                               if n.startswith("E_") and not n.startswith("E_6_6_")]
     assert copies[(16, 32, 64)] == ["E_16_34_66", "E_34_66_16"]
     assert copies[(8, 32, 64)] == ["E_34_66_8"]  # 8 channels fit the set's 8 ways
     assert copies[(32, 16, 32)] == ["E_32_18_34", "E_18_34_32"]

@@ -32,6 +32,7 @@ from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.opt.order import reuse_axis_inner
 from jit.opt.peel import peel_masked_row
+from jit.opt.select import unroll_selector_axes
 from jit.opt.split import split_divmod_ranges
 from jit.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel
 from jit.opt.vectorize import MIN_LANES, choose_lanes
@@ -56,6 +57,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         sink = split_divmod_ranges(sink)
     if local_memory and (rng := plan_group(sink, opts)) is not None:
         return group_kernel(sink, rng, opts.group_reduce)
+    if opts.unroll:
+        sink = unroll_selector_axes(sink)
     plan = plan_tiles(sink, opts) if opts.tile else None
     if plan is not None and (merged := merge_output_dims(sink)) is not sink:
         sink, plan = merged, plan_tiles(merged, opts)
