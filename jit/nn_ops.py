@@ -210,11 +210,7 @@ def _phase_split_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: in
     with its own tile of accumulators); the weight slices are weight-only work, folded at capture.
     """
     s, kw = st[-1], weight.shape[-1]
-    width = x.shape[-1]
-    per_phase = -(-width // s)
-    padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, per_phase * s - width),))  # zeros no valid output reads
-    phases = padded.reshape(*padded.shape[:-1], per_phase, s)
-    phases = phases.permute(*range(phases.ndim - 2), phases.ndim - 1, phases.ndim - 2).contiguous()
+    phases = _phase_rows(x, s, 0)
     out: Tensor | None = None
     for p in range(min(s, kw)):
         taps = -(-(kw - p) // s)
@@ -356,6 +352,37 @@ def _pad_trailing(x: Tensor, pads: Sequence[tuple[int, int]], value: float | int
     return x.pad(((0, 0),) * (x.ndim - len(pads)) + tuple(pads), value=value)
 
 
+def _phase_rows(x: Tensor, s: int, fill: float | int) -> Tensor:
+    """``x`` (..., W) copied as (..., s, ceil(W / s)): each row's s phases side by side, ``x[..., p::s]`` at
+    ``[..., p, :]`` (the end filled with ``fill``, which no valid output reads), materialized."""
+    width = x.shape[-1]
+    per_phase = -(-width // s)
+    padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, per_phase * s - width),), value=fill)
+    phases = padded.reshape(*padded.shape[:-1], per_phase, s)
+    return phases.permute(*range(phases.ndim - 2), phases.ndim - 1, phases.ndim - 2).contiguous()
+
+
+def _phase_split_max(x: Tensor, kernel: tuple[int, ...], st: tuple[int, ...], dl: tuple[int, ...],
+                     fill: float | int) -> Tensor:
+    """A max pool whose last dim has stride s > 1, over its already padded input ``x``, as the max of s pools of
+    stride 1 in that dim, one per phase (``_phase_split_conv``'s reasoning: read directly, a row's outputs gather
+    inputs s apart; over one phase copy every phase's window rows are contiguous). The phase pools' reduces fuse
+    into one kernel (realized: left lazy, the max of the two would be recomputed inside every consumer's loads);
+    max is exact in any order, so the result is the same."""
+    s, kw = st[-1], kernel[-1]
+    out_w = (x.shape[-1] - kw) // s + 1
+    phases = _phase_rows(x, s, fill)
+    out: Tensor | None = None
+    for p in range(min(s, kw)):
+        taps = -(-(kw - p) // s)
+        x_p = phases.shrink([None] * (phases.ndim - 2) + [(p, p + 1), (0, out_w + taps - 1)])
+        win = _window(x_p.reshape(*x_p.shape[:-2], x_p.shape[-1]), (*kernel[:-1], taps), (*st[:-1], 1), dl)
+        pooled = win.max(tuple(range(win.ndim - len(kernel), win.ndim)))
+        out = pooled if out is None else out.maximum(pooled)
+    assert out is not None
+    return out.contiguous()
+
+
 def max_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, dilation: IntOrTuple = 1,
                padding: Any = 0, ceil_mode: bool = False) -> Tensor:
     """Max over sliding windows of the trailing len(kernel) dims (2 for an int kernel); pads never win."""
@@ -364,6 +391,8 @@ def max_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None 
     low = -math.inf if self.dtype.is_float else self.dtype.min
     x = _pad_trailing(self, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)], low)
     win = _window(x, kernel, st, dl)
+    if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1 and win.numel() >= PAD_MATERIALIZE_MIN_MACS:
+        return _phase_split_max(x, kernel, st, dl, low)
     return win.max(tuple(range(win.ndim - len(kernel), win.ndim)))
 
 

@@ -321,6 +321,36 @@ def test_max_pool_int_dtype() -> None:
     np.testing.assert_array_equal(out.numpy(), ref_pool(x, "max", (3, 3), (2, 2), (1, 1), [(1, 1)] * 2, True))
 
 
+LARGE_POOL_CASES = [
+    # (input shape, kernel, stride, padding, ceil_mode): at least PAD_MATERIALIZE_MIN_MACS window elements, so the
+    # last dim is read from a phase copy (jit/nn_ops.py _phase_split_max)
+    ((1, 64, 112, 112), 3, 2, 1, False),  # resnet's stem pool
+    ((2, 32, 121, 135), 3, 2, 1, True),  # odd sizes: the copy's last phase is shorter
+    ((1, 64, 260, 131), (2, 3), (2, 3), 0, False),  # stride 3 in the last dim
+    ((1, 64, 240, 160), 2, 2, 0, False),  # kernel = stride: one tap per phase
+]
+
+
+@pytest.mark.parametrize("xs,kernel,stride,padding,ceil_mode", LARGE_POOL_CASES)
+def test_max_pool_over_phase_rows(xs: tuple[int, ...], kernel: int | tuple[int, ...], stride: int | tuple[int, ...],
+                                  padding: int, ceil_mode: bool) -> None:
+    x = rand(*xs)
+    x[0, 3, 5, 7] = np.nan  # max propagates NaN, split into phases or not
+    x[-1, -1, 0, :9] = np.inf
+    k, st = tup(kernel, 2), tup(stride, 2)
+    want = ref_pool(x, "max", k, st, (1, 1), [(padding, padding)] * 2, ceil_mode)
+    out = Tensor(x).max_pool2d(kernel, stride, padding=padding, ceil_mode=ceil_mode)
+    names = [k.name for k in create_schedule([out.uop], out.device)[0]]
+    assert len(names) == 2 and names[0].startswith("E_")  # the phase copy, then every phase's pool in one kernel
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_max_pool_over_phase_rows_int_dtype() -> None:
+    x = np.random.default_rng(6).integers(-100, -1, (1, 32, 130, 131)).astype(np.int32)  # the pad must not win
+    out = Tensor(x).max_pool2d(3, 2, padding=1)
+    np.testing.assert_array_equal(out.numpy(), ref_pool(x, "max", (3, 3), (2, 2), (1, 1), [(1, 1)] * 2))
+
+
 def test_lp_pool() -> None:
     x = rand(1, 2, 6, 5)
     close(Tensor(x).lp_pool2d(2, 2, 1, padding=1), ref_pool(x, "lp", (2, 2), (1, 1), (1, 1), [(1, 1)] * 2))
