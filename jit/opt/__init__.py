@@ -11,6 +11,9 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   axis opens innermost where, outermost, it would re-read an input larger than L2 (``jit.opt.order``);
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
   reduce across a work-group instead (``jit.opt.group``);
+* elementwise kernels that select between a few pieces by a small output axis (``Tensor.cat``, Winograd's
+  input transform): that axis replaced by its values, so each copy computes only its own piece
+  (``jit.opt.select``);
 * elementwise kernels (copies, padding, casts) whose innermost output axis splits into whole vectors: that axis
   as vectors (``plan_vector_row``); the others, where that axis is a padded loop: its masked ends peeled off
   (``jit.opt.peel``), so the interior is a plain loop the C compiler vectorizes;

@@ -54,7 +54,8 @@ class OptOptions:
       to hide the FMA latency (resnet's 56-wide rows: 8 wide, now 8 high); 0: never.
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
     * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it).
-    * ``unroll``: unroll small loops of kernels that are not tiled.
+    * ``unroll``: unroll small loops of kernels that are not tiled, and the small axes an elementwise kernel
+      selects pieces by (jit/opt/select.py).
     * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not
       vectorized otherwise, leaving an unmasked interior loop (jit/opt/peel.py).
     * ``threads``: let the CPU renderer share the outermost output loops over threads (OpenMP).

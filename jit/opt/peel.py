@@ -27,7 +27,7 @@ MAX_BORDER = 4  # pads of up to 4 (a 9x9 window's), times the stride
 MIN_INTERIOR = 8  # a shorter interior is not worth a loop of its own
 
 
-def _index_masks(nodes: list[UOp], rng: UOp, deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
+def index_masks(nodes: list[UOp], rng: UOp, deps: dict[UOp, frozenset[UOp]]) -> list[UOp]:
     """The integer comparisons of index arithmetic (no loaded value in them) that depend on ``rng``."""
     loaded = {u for u in nodes if u.op is Ops.LOAD}
     for node in nodes:
@@ -67,7 +67,7 @@ def peel_masked_row(sink: UOp, launch_dims: int, multiple: int = 1) -> tuple[UOp
     if len(outs) <= max(launch_dims, 1) or any(u.op is Ops.REDUCE for u in nodes):
         return sink, None
     rng = outs[-1]
-    masks = _index_masks(nodes, rng, range_deps(sink))
+    masks = index_masks(nodes, rng, range_deps(sink))
     if not masks or (bounds := _interior(masks, rng, max(multiple, 1))) is None:
         return sink, None
     lo, hi = bounds

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from jit.opt.peel import _index_masks
+from jit.opt.peel import index_masks
 from jit.opt.tiling import tile_copies
 from jit.stats import range_deps
 from jit.uop import Ops, UOp, toposort
@@ -32,7 +32,7 @@ def selector_axes(sink: UOp) -> list[UOp]:
     deps = range_deps(sink)
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
     axes = [r for r in outs if int(r.src[0].arg) <= MAX_SELECT
-            and any(deps[m] == frozenset({r}) for m in _index_masks(nodes, r, deps))]
+            and any(deps[m] == frozenset({r}) for m in index_masks(nodes, r, deps))]
     while axes and math.prod(int(r.src[0].arg) for r in axes) > MAX_COPIES:
         axes.pop(0)  # keep the innermost: their pieces are the nearest in memory
     return axes
