@@ -39,7 +39,9 @@ recomputed once per output channel).
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -136,16 +138,11 @@ def _contract_const(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
     into whatever reads it, so a caller that reads it at other indices makes it ``contiguous``."""
     lead = t.shape[:-1]
     whole = tuple((0, n) for n in lead)
+    slices = [t.shrink((*whole, (k, k + 1))).reshape(*lead) for k in range(mat.shape[1])]
     terms = []
-    for row in mat:
-        acc: Tensor | None = None
-        for k, c in enumerate(float(v) for v in row):
-            if c == 0.0:
-                continue
-            s = t.shrink((*whole, (k, k + 1))).reshape(*lead)
-            s = s if c == 1.0 else -s if c == -1.0 else s * c
-            acc = s if acc is None else acc + s
-        terms.append((acc if acc is not None else Tensor.full(lead, 0.0, t.dtype, device=t.device)).unsqueeze(out_axis))
+    for row in mat:  # the transforms' matrices have no all-zero row
+        parts = [s if c == 1 else -s if c == -1 else s * float(c) for s, c in zip(slices, row, strict=True) if c]
+        terms.append(functools.reduce(operator.add, parts).unsqueeze(out_axis))
     return Tensor.cat(*terms, dim=out_axis)
 
 
