@@ -198,6 +198,30 @@ def _channels_last_weights(row: int, cout_per_group: int, macs: int) -> bool:
     return row % CHANNEL_VECTOR != 0 and cout_per_group % CHANNEL_VECTOR == 0 and macs >= CHANNELS_LAST_MIN_MACS
 
 
+def _phase_rows(x: Tensor, s: int, fill: float | int) -> Tensor:
+    """``x`` (..., W) copied as (..., s, ceil(W / s)): each row's s phases side by side, ``x[..., p::s]`` at
+    ``[..., p, :]`` (the end filled with ``fill``, which no valid output reads), materialized."""
+    width = x.shape[-1]
+    per_phase = -(-width // s)
+    padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, per_phase * s - width),), value=fill)
+    phases = padded.reshape(*padded.shape[:-1], per_phase, s)
+    return phases.permute(*range(phases.ndim - 2), phases.ndim - 1, phases.ndim - 2).contiguous()
+
+
+def _phase_inputs(x: Tensor, s: int, kw: int, out_w: int, fill: float | int) -> list[tuple[int, int, Tensor]]:
+    """For a window of ``kw`` taps at stride ``s`` over the last dim of the padded ``x``: per phase p, its tap count
+    and the inputs it reads, ``x[..., p::s]`` from one phase copy (``_phase_rows``) as (..., W'). Each is exactly
+    as wide as the ``out_w`` outputs need (a shrink of a reduce's output would make it a kernel of its own instead
+    of fusing with the other phases)."""
+    phases = _phase_rows(x, s, fill)
+    views = []
+    for p in range(min(s, kw)):
+        taps = -(-(kw - p) // s)
+        x_p = phases.shrink([None] * (phases.ndim - 2) + [(p, p + 1), (0, out_w + taps - 1)])
+        views.append((p, taps, x_p.reshape(*x_p.shape[:-2], x_p.shape[-1])))
+    return views
+
+
 def _phase_split_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, st: tuple[int, ...],
                       dl: tuple[int, ...], out_sp: tuple[int, ...]) -> Tensor:
     """A conv whose last dim has stride s > 1, over its already padded input ``x``, as the sum of s stride-1 convs
@@ -210,16 +234,11 @@ def _phase_split_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: in
     with its own tile of accumulators); the weight slices are weight-only work, folded at capture.
     """
     s, kw = st[-1], weight.shape[-1]
-    phases = _phase_rows(x, s, 0)
     out: Tensor | None = None
-    for p in range(min(s, kw)):
-        taps = -(-(kw - p) // s)
+    for p, taps, x_p in _phase_inputs(x, s, kw, out_sp[-1], 0):
         w_p = weight.shrink([None] * (weight.ndim - 1) + [(p, p + (taps - 1) * s + 1)])
         w_p = w_p.stride([1] * (weight.ndim - 1) + [s]) if taps > 1 else w_p
-        # only the inputs valid outputs read: each phase's conv is exactly out_sp[-1] wide (a shrink of a reduce's
-        # output would make it a kernel of its own instead of fusing with the other phases)
-        x_p = phases.shrink([None] * (phases.ndim - 2) + [(p, p + 1), (0, out_sp[-1] + taps - 1)])
-        conv_p = conv2d(x_p.reshape(*x_p.shape[:-2], x_p.shape[-1]), w_p, None, groups, (*st[:-1], 1), dl, 0)
+        conv_p = conv2d(x_p, w_p, None, groups, (*st[:-1], 1), dl, 0)
         out = conv_p if out is None else out + conv_p
     assert out is not None
     return out + bias.reshape(1, -1, *(1,) * (x.ndim - 2)) if bias is not None else out
@@ -352,16 +371,6 @@ def _pad_trailing(x: Tensor, pads: Sequence[tuple[int, int]], value: float | int
     return x.pad(((0, 0),) * (x.ndim - len(pads)) + tuple(pads), value=value)
 
 
-def _phase_rows(x: Tensor, s: int, fill: float | int) -> Tensor:
-    """``x`` (..., W) copied as (..., s, ceil(W / s)): each row's s phases side by side, ``x[..., p::s]`` at
-    ``[..., p, :]`` (the end filled with ``fill``, which no valid output reads), materialized."""
-    width = x.shape[-1]
-    per_phase = -(-width // s)
-    padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, per_phase * s - width),), value=fill)
-    phases = padded.reshape(*padded.shape[:-1], per_phase, s)
-    return phases.permute(*range(phases.ndim - 2), phases.ndim - 1, phases.ndim - 2).contiguous()
-
-
 def _phase_split_max(x: Tensor, kernel: tuple[int, ...], st: tuple[int, ...], dl: tuple[int, ...],
                      fill: float | int) -> Tensor:
     """A max pool whose last dim has stride s > 1, over its already padded input ``x``, as the max of s pools of
@@ -371,12 +380,9 @@ def _phase_split_max(x: Tensor, kernel: tuple[int, ...], st: tuple[int, ...], dl
     max is exact in any order, so the result is the same."""
     s, kw = st[-1], kernel[-1]
     out_w = (x.shape[-1] - kw) // s + 1
-    phases = _phase_rows(x, s, fill)
     out: Tensor | None = None
-    for p in range(min(s, kw)):
-        taps = -(-(kw - p) // s)
-        x_p = phases.shrink([None] * (phases.ndim - 2) + [(p, p + 1), (0, out_w + taps - 1)])
-        win = _window(x_p.reshape(*x_p.shape[:-2], x_p.shape[-1]), (*kernel[:-1], taps), (*st[:-1], 1), dl)
+    for _, taps, x_p in _phase_inputs(x, s, kw, out_w, fill):
+        win = _window(x_p, (*kernel[:-1], taps), (*st[:-1], 1), dl)
         pooled = win.max(tuple(range(win.ndim - len(kernel), win.ndim)))
         out = pooled if out is None else out.maximum(pooled)
     assert out is not None
