@@ -9,7 +9,9 @@ filled) named like ``example_inputs``; ``fn`` returns a dict of output name to T
    consuming kernel nothing), and a value larger than the weights it reads (a broadcast) stays inline;
 2. the remaining kernels are compiled, and their buffers bound by name: ``input:``, ``output:``, ``state:``,
    ``weight:<id>`` (only weights a dispatch reads are kept), and intermediates in one arena planned by
-   liveness (jit/memory_plan.py);
+   liveness (jit/memory_plan.py). On a target that runs lanes (the CPU with two or more threads), runs of
+   independent, equally costly kernel groups (a vision model's two towers) become segments whose lanes run
+   side by side, one thread each (jit/streams.py), and the plan keeps concurrent lanes' buffers apart;
 3. the command buffer (targets/cmdbuf.py) is handed to the target's replay engine (targets/replay.py).
 
 The result is a ``Captured``: call it with numpy arrays by name, get a dict of fresh numpy arrays.
@@ -38,15 +40,17 @@ import numpy as np
 from jit.device import Device
 from jit.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.errors import DrivepackError, DTypeError
-from jit.memory_plan import Lifetime, plan_alignment, plan_memory
+from jit.helpers import STREAMS
+from jit.memory_plan import plan_alignment, plan_memory
 from jit.nn_ops import MATVEC_MAX_PAD
 from jit.passes.images import weights_to_images
-from jit.realize import compile_kernels, copy_from_device, run_schedule
+from jit.realize import CompiledKernel, compile_kernels, copy_from_device, run_schedule
 from jit.schedule import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
+from jit.streams import BYTE_COST, dependencies, find_segments, segment_lifetime
 from jit.tensor import Tensor
 from jit.uop import GroupOp, Ops, UOp, toposort
 from targets.base import Target
-from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, arena_binding
+from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Segment, arena_binding
 from targets.replay import DispatchTime, Replay, kernel_flags, make_replay
 
 ModelFn = Callable[..., Mapping[str, Tensor]]
@@ -66,6 +70,7 @@ class CaptureReport:
     weight_bytes: int
     arena_bytes: int
     naive_bytes: int
+    segments: tuple[Segment, ...] = ()
 
     @property
     def kernels_pruned(self) -> int:
@@ -75,7 +80,8 @@ class CaptureReport:
         ratio = self.arena_bytes / self.naive_bytes if self.naive_bytes else 1.0
         return (f"pruned {self.kernels_traced} -> {self.kernels_kept} kernels; {self.weights} weights "
                 f"({self.weight_bytes} bytes); arena {self.arena_bytes} bytes vs naive {self.naive_bytes} "
-                f"({ratio:.1%})")
+                f"({ratio:.1%})" + (f"; {sum(len(s.lanes) for s in self.segments)} dispatches in "
+                                    f"{len(self.segments)} segment(s) of concurrent lanes" if self.segments else ""))
 
 
 class Captured:
@@ -246,21 +252,30 @@ def _flat_spec(binding: str, buf: UOp, shape: tuple[int, ...] | None = None) -> 
     return BufferSpec(binding, buf.dtype.name, shape, buf.arg[2] * buf.dtype.itemsize)
 
 
-def _plan_arena(kernels: list[ScheduledKernel], role: dict[UOp, str], alignment: int) -> tuple[dict[UOp, str], Any]:
-    """Arena bindings for every buffer a kept kernel writes that has no role yet, planned by liveness."""
-    first: dict[UOp, int] = {}
-    last: dict[UOp, int] = {}
+def _arena_buffers(kernels: list[ScheduledKernel], role: dict[UOp, str]) -> dict[UOp, list[int]]:
+    """Every buffer a kept kernel writes that has no role yet, with the kernels using it (in order)."""
+    users: dict[UOp, list[int]] = {}
     for i, k in enumerate(kernels):
-        if k.out_buffer not in role:
-            first.setdefault(k.out_buffer, i)
-            last[k.out_buffer] = i
-        for b in k.buffers[1:]:
-            if b in first:
-                last[b] = i
-    keys = {b: i for i, b in enumerate(first)}
-    lifetimes = [Lifetime(keys[b], _flat_spec("arena:0+0", b).nbytes, first[b], last[b]) for b in first]
+        for j, b in enumerate(k.buffers):
+            if (j == 0 and b not in role) or b in users:
+                users.setdefault(b, []).append(i)
+    return users
+
+
+def _lane_segments(kernels: list[ScheduledKernel], compiled: list[CompiledKernel], lanes: int) -> list[Segment]:
+    """Segments of independent kernel groups for a target running ``lanes`` at once (``STREAMS=0``: none)."""
+    if not STREAMS or lanes < 2:
+        return []
+    preds = dependencies([k.buffers[1:] for k in kernels], [k.buffers[:1] for k in kernels])
+    return find_segments(preds, [ck.stats.flops + BYTE_COST * ck.stats.bytes for ck in compiled], lanes)
+
+
+def _plan_arena(users: dict[UOp, list[int]], segments: list[Segment], alignment: int) -> tuple[dict[UOp, str], Any]:
+    """Arena bindings for ``users``' buffers, planned by liveness (lanes of a segment run concurrently)."""
+    lifetimes = [segment_lifetime(i, _flat_spec("arena:0+0", b).nbytes, u, segments)
+                 for i, (b, u) in enumerate(users.items())]
     plan = plan_memory(lifetimes, alignment)
-    return {b: arena_binding(plan.offsets[keys[b]], lt.nbytes) for b, lt in zip(first, lifetimes, strict=True)}, plan
+    return {b: arena_binding(plan.offsets[lt.key], lt.nbytes) for b, lt in zip(users, lifetimes, strict=True)}, plan
 
 
 # --- the entry points ----------------------------------------------------------------------------------------
@@ -327,16 +342,16 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         init = bindings.weight(_constant_buffer(arr, device))
         bindings.table[f"state:{name}"] = BufferSpec(f"state:{name}", from_numpy(arr.dtype).name, arr.shape,
                                                      arr.nbytes, init=int(init.split(":")[1]))
-    alignment = plan_alignment(tgt.limits.buffer_alignment)
-    arena, plan = _plan_arena(kept, role, alignment)
+    users = _arena_buffers(kept, role)
+    images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
+    kept = [_read_as_images(k, images) for k in kept]
+    compiled = compile_kernels(kept, tgt)
+    segments = _lane_segments(kept, compiled, tgt.lanes)
+    arena, plan = _plan_arena(users, segments, plan_alignment(tgt.limits.buffer_alignment))
     role.update(arena)
     for binding in arena.values():
         bindings.table[binding] = BufferSpec(binding, "uint8", (int(binding.split("+")[1]),),
                                              int(binding.split("+")[1]))
-
-    images = _image_weights(kept, role, tgt.limits) if tgt.limits.images else {}
-    kept = [_read_as_images(k, images) for k in kept]
-    compiled = compile_kernels(kept, tgt)
     specs: dict[str, int] = {}
     kernel_specs: list[KernelSpec] = []
     dispatches: list[Dispatch] = []
@@ -350,11 +365,13 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
 
     report = CaptureReport(len(kernels) + folded, len(kept), len(bindings.weights),
-                           sum(w.nbytes for w in bindings.weights.values()), plan.arena_bytes, plan.naive_bytes)
+                           sum(w.nbytes for w in bindings.weights.values()), plan.arena_bytes, plan.naive_bytes,
+                           tuple(segments))
     order = ("input", "output", "state", "weight", "arena")
     table = sorted(bindings.table.values(), key=lambda b: order.index(b.kind))
     cmdbuf = CommandBuffer(tgt.name, tuple(kernel_specs), tuple(dispatches), tuple(table), plan.arena_bytes,
-                           alignment, {"kernels_traced": report.kernels_traced, "kernels_kept": report.kernels_kept})
+                           plan.alignment, {"kernels_traced": report.kernels_traced,
+                                            "kernels_kept": report.kernels_kept}, tuple(segments))
     return Captured(cmdbuf, bindings.weights, make_replay(cmdbuf, bindings.weights, tgt), report)
 
 

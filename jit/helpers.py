@@ -41,8 +41,11 @@ EMULATED_DTYPES = Setting("EMULATED_DTYPES", "")
 NOLOCALS = Setting("NOLOCALS", 0)  # OpenCL: launch with a NULL local size (the driver picks the work-group size)
 # WINO=0|2|4|auto: 3x3 stride-1 convs by Winograd F(2,3) / F(4,3), or per conv by a size heuristic (jit/winograd.py)
 WINO = Setting("WINO", "auto")
+# STREAMS=0: CPU replays run every dispatch in order, none of them side by side in lanes (jit/streams.py)
+STREAMS = Setting("STREAMS", 1)
 
-_SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, BEAM, VIZ, EMULATED_DTYPES, NOLOCALS, WINO)}
+_SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, BEAM, VIZ, EMULATED_DTYPES, NOLOCALS, WINO,
+                                                 STREAMS)}
 
 
 @contextlib.contextmanager

@@ -2,9 +2,12 @@
 overlap.
 
 A buffer lives from the first dispatch that writes it to the last dispatch that reads it (both inclusive), so a
-kernel's output never shares bytes with anything that kernel reads. Placement is greedy by size with best fit:
-the largest buffers are placed first, each at the smallest gap (between buffers whose lifetimes overlap its own)
-that holds it, else at the end. Every offset and every reserved size is a multiple of the alignment.
+kernel's output never shares bytes with anything that kernel reads. A buffer local to one lane of a segment that
+runs lanes concurrently (jit/streams.py) also conflicts with every buffer local to another lane of that segment.
+Placement is greedy by size with best fit: the largest buffers are placed first, each at the smallest gap
+(between buffers whose lifetimes overlap its own) that holds it, else at the end; a lane's local buffers are
+placed among themselves first and then as one block. Every offset and every reserved size is a multiple of the
+alignment.
 
 What holds after ``plan_memory``: two buffers whose lifetimes overlap occupy disjoint byte ranges
 (``check_plan`` verifies it), ``arena_bytes`` is the end of the last placed buffer, and ``naive_bytes`` is the
@@ -13,6 +16,7 @@ sum of the buffers' own sizes (what one allocation per buffer would take, alignm
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,14 +31,18 @@ class MemoryPlanError(DrivepackError, ValueError):
 
 @dataclass(frozen=True)
 class Lifetime:
-    """One buffer to place: ``key`` identifies it, it is live in dispatches ``first``..``last``."""
+    """One buffer to place: ``key`` identifies it, it is live in dispatches ``first``..``last``; ``lane`` is
+    (segment, lane) when only that lane of a concurrent segment uses it."""
 
     key: int
     nbytes: int
     first: int
     last: int
+    lane: tuple[int, int] | None = None
 
     def overlaps(self, other: Lifetime) -> bool:
+        if self.lane and other.lane and self.lane[0] == other.lane[0] and self.lane[1] != other.lane[1]:
+            return True  # the two lanes run at the same time, whatever their order in the dispatch list
         return self.first <= other.last and other.first <= self.last
 
 
@@ -90,18 +98,40 @@ def best_offset(size: int, busy: list[tuple[int, int]], align: int) -> int:
     return best[1] if best is not None else cursor
 
 
-def plan_memory(lifetimes: Sequence[Lifetime], alignment: int) -> MemoryPlan:
-    """Place every buffer; see the module docstring for the rule and what holds afterwards."""
-    align = plan_alignment(alignment)
-    _validate(lifetimes)
+def _place(lifetimes: Sequence[Lifetime], align: int) -> dict[int, int]:
     placed: list[tuple[Lifetime, int, int]] = []  # (lifetime, offset, reserved bytes)
     # largest first: big buffers fix the arena's shape, small ones fill the gaps they leave
     for lt in sorted(lifetimes, key=lambda x: (-x.nbytes, x.first, x.key)):
         size = round_up(max(lt.nbytes, 1), align)
         busy = [(off, off + sz) for other, off, sz in placed if other.overlaps(lt)]
         placed.append((lt, best_offset(size, busy, align), size))
-    offsets = {lt.key: off for lt, off, _ in placed}
-    arena = max((off + lt.nbytes for lt, off, _ in placed), default=0)
+    return {lt.key: off for lt, off, _ in placed}
+
+
+def plan_memory(lifetimes: Sequence[Lifetime], alignment: int) -> MemoryPlan:
+    """Place every buffer; see the module docstring for the rule and what holds afterwards. The buffers local
+    to one lane are placed among themselves into one block, live for the whole segment, so a lane's working set
+    stays as compact as it would be run alone."""
+    align = plan_alignment(alignment)
+    _validate(lifetimes)
+    by_lane: dict[tuple[int, int], list[Lifetime]] = {}
+    top: list[Lifetime] = []
+    for lt in lifetimes:
+        (by_lane.setdefault(lt.lane, []) if lt.lane else top).append(lt)
+    blocks: dict[int, tuple[dict[int, int], list[Lifetime]]] = {}
+    next_key = max((lt.key for lt in lifetimes), default=0) + 1
+    for (segment, lane), local in sorted(by_lane.items()):
+        offsets = _place([dataclasses.replace(lt, lane=None) for lt in local], align)
+        size = max(offsets[lt.key] + lt.nbytes for lt in local)
+        span = Lifetime(next_key, size, min(lt.first for lt in local), max(lt.last for lt in local), (segment, lane))
+        blocks[next_key] = (offsets, local)
+        top.append(span)
+        next_key += 1
+    offsets = _place(top, align)
+    for key, (local_offsets, local) in blocks.items():
+        offsets.update({lt.key: offsets[key] + local_offsets[lt.key] for lt in local})
+        del offsets[key]
+    arena = max((offsets[lt.key] + lt.nbytes for lt in lifetimes), default=0)
     return MemoryPlan(offsets, round_up(arena, align), sum(lt.nbytes for lt in lifetimes), align)
 
 

@@ -98,5 +98,11 @@ class Target(abc.ABC):
     def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
         """Run ``prog`` over ``bufs``; with ``wait`` return its run time in seconds."""
 
+    @property
+    def lanes(self) -> int:
+        """How many lanes of a command buffer segment this target's replay runs at once (one thread each);
+        1 means every dispatch runs in order."""
+        return 1
+
     def synchronize(self) -> None:  # noqa: B027 - synchronous targets have nothing to wait for
         """Wait for every launched kernel to finish."""

@@ -10,6 +10,10 @@ size). Bindings are strings:
 * ``state:<name>``: a buffer that persists across replays (initial bytes in ``weight:<init>``);
 * ``arena:<offset>+<nbytes>``: intermediate bytes inside the one arena of ``arena_bytes``.
 
+``segments`` (optional) mark runs of dispatches whose lanes may run concurrently, one thread each; no dispatch
+of one lane touches bytes another lane of its segment writes (``validate`` checks it), so a replay that ignores
+them and runs every dispatch in order computes the same results.
+
 Serialised as canonical JSON (sorted keys, no whitespace): ``CommandBuffer.from_bytes(cb.to_bytes()) == cb``
 and ``from_bytes(b).to_bytes() == b`` for every ``b`` this module wrote. Nothing is pickled or evaluated; a
 document of another format or version is refused with a CmdbufError naming the field.
@@ -28,6 +32,7 @@ from jit.errors import DrivepackError, DTypeError
 FORMAT = "drivepack-cmdbuf"
 VERSION = 1
 BINDING_KINDS = ("input", "output", "weight", "state", "arena")
+MAX_LANES = 64  # lanes of one segment; the driver's code grows with them
 
 
 class CmdbufError(DrivepackError, ValueError):
@@ -62,6 +67,19 @@ class Dispatch:
     local_size: tuple[int, ...] | None
     bindings: tuple[str, ...]
     scalars: tuple[Scalar, ...] = ()
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Dispatches ``start .. start + len(lanes) - 1`` run as concurrent lanes: ``lanes[i]`` is the lane of
+    dispatch ``start + i``; each lane runs its dispatches in order. Running them all in order is also correct."""
+
+    start: int
+    lanes: tuple[int, ...]
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.lanes)
 
 
 @dataclass(frozen=True)
@@ -122,6 +140,7 @@ class CommandBuffer:
     arena_bytes: int
     alignment: int
     meta: dict[str, int | str] = field(default_factory=dict)
+    segments: tuple[Segment, ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -191,6 +210,10 @@ class CommandBuffer:
         for b in self.outputs + self.states:
             if b.nbytes and b.binding not in written:
                 raise CmdbufError(f"{b.binding}: expected a dispatch writing it, got none")
+        end = 0
+        for j, seg in enumerate(self.segments):
+            _check_segment(self, seg, f"segments[{j}]", end)
+            end = seg.end
 
     # --- bytes ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -206,7 +229,8 @@ class CommandBuffer:
                            for d in self.dispatches],
             "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape), "nbytes": b.nbytes,
                          "init": b.init, "image": None if b.image is None else list(b.image)} for b in self.buffers],
-        }
+        } | ({"segments": [{"start": s.start, "lanes": list(s.lanes)} for s in self.segments]} if self.segments
+             else {})  # written only when present: a document without lanes reads the same in older drivepacks
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -239,8 +263,10 @@ class CommandBuffer:
                                    None if r.raw("init") is None else r.get("init", int),
                                    None if r.raw("image") is None else r.ints("image"))
                         for r in root.items("buffers"))
+        segments = tuple(Segment(r.get("start", int), r.ints("lanes"))
+                         for r in (root.items("segments") if "segments" in root.obj else ()))
         return CommandBuffer(root.get("target", str), kernels, dispatches, buffers, root.get("arena_bytes", int),
-                             root.get("alignment", int), dict(meta))
+                             root.get("alignment", int), dict(meta), segments)
 
     @staticmethod
     def from_bytes(data: bytes) -> CommandBuffer:
@@ -276,6 +302,36 @@ def _check_buffer(b: BufferSpec, cb: CommandBuffer) -> None:
             raise CmdbufError(f"{b.binding}: offset expected a multiple of {cb.alignment}, got {off}")
         if off + size > cb.arena_bytes:
             raise CmdbufError(f"{b.binding}: end expected <= arena_bytes {cb.arena_bytes}, got {off + size}")
+
+
+def _check_segment(cb: CommandBuffer, seg: Segment, where: str, prev_end: int) -> None:
+    if seg.start < prev_end:
+        raise CmdbufError(f"{where}.start: expected >= {prev_end} (segments in order, disjoint), got {seg.start}")
+    if seg.end > len(cb.dispatches):
+        raise CmdbufError(f"{where}: end expected <= {len(cb.dispatches)} dispatches, got {seg.end}")
+    n_lanes = len(set(seg.lanes))
+    if not 2 <= n_lanes <= MAX_LANES or set(seg.lanes) != set(range(n_lanes)):
+        raise CmdbufError(f"{where}.lanes: expected every lane 0..L-1 used, 2 <= L <= {MAX_LANES}, got lanes "
+                          f"{sorted(set(seg.lanes))}")
+    touched: list[dict[str, bool]] = [{} for _ in range(n_lanes)]  # binding -> written, per lane
+    for lane, d in zip(seg.lanes, cb.dispatches[seg.start:seg.end], strict=True):
+        for k, b in enumerate(d.bindings):
+            touched[lane][b] = touched[lane].get(b, False) or k == 0
+    for a in range(n_lanes):
+        for b in range(a + 1, n_lanes):
+            for x, wx in touched[a].items():
+                for y, wy in touched[b].items():
+                    if (wx or wy) and _same_bytes(x, y):
+                        raise CmdbufError(f"{where}.lanes: lanes {a} and {b} expected disjoint bytes where one "
+                                          f"writes, got {x} ({'written' if wx else 'read'}) in lane {a} and {y} "
+                                          f"({'written' if wy else 'read'}) in lane {b}")
+
+
+def _same_bytes(x: str, y: str) -> bool:
+    if x.startswith("arena:") and y.startswith("arena:"):
+        (ox, nx), (oy, ny) = parse_arena(x), parse_arena(y)
+        return ox < oy + ny and oy < ox + nx
+    return x == y
 
 
 class _Reader:

@@ -166,7 +166,7 @@ def cpu_threads() -> int:
 _openmp_runtime: list[ctypes.CDLL] = []
 
 
-def _pin_openmp_runtime() -> None:
+def pin_openmp_runtime() -> None:
     """Load libgomp once, never to be unloaded: when the last kernel library using it is garbage-collected,
     dlclose would otherwise unmap libgomp under its idle pool threads and the process crashes."""
     if not _openmp_runtime:
@@ -206,6 +206,10 @@ class CPUTarget(Target):
             raise CompileError(f"CPUTarget.threads: expected a positive integer, got {n}")
         self.threads = n
 
+    @property
+    def lanes(self) -> int:
+        return self.threads
+
     def _single_threaded_after_fork(self) -> None:
         # libgomp keeps its thread pool across fork only in the parent: a child that starts a team of more than
         # one thread waits forever for threads that were not copied, so a forked child runs single-threaded
@@ -244,7 +248,7 @@ class CPUTarget(Target):
         if meta.get("openmp"):
             ffi.cdef(f"extern int {OMP_THREADS_SYMBOL};")
         if meta.get("openmp"):
-            _pin_openmp_runtime()
+            pin_openmp_runtime()
         lib = ffi.dlopen(str(path))
         if meta.get("openmp"):
             # a caller that runs the kernel without launch() (a C driver) gets this target's count too

@@ -62,6 +62,8 @@ class CPUReplay(Replay):
         self.source = source
         self.flags = _flags(cmdbuf)
         path = cpu.compile_shared(source, flags=(*self.flags, *DRIVER_FLAGS))
+        if any(f in self.flags for f in cpu.OPENMP_FLAGS):
+            cpu.pin_openmp_runtime()
         self._ffi = cffi.FFI()
         self._ffi.cdef("void drivepack_run(void **p); int drivepack_dispatch(void **p, int i);")
         self._lib = self._ffi.dlopen(str(path))
@@ -155,11 +157,16 @@ def _aligned_copy(target: Target, data: np.ndarray) -> np.ndarray:
 
 def _flags(cmdbuf: CommandBuffer) -> tuple[str, ...]:
     """The flags of one translation unit holding every kernel: the union of the kernels' own flags in order of
-    appearance (a flag such as -fopenmp only changes kernels that use it); the CPU target's when none."""
+    appearance (a flag such as -fopenmp only changes kernels that use it); the CPU target's when none. Lanes
+    need OpenMP in the driver."""
     merged: dict[str, None] = {}
     for k in cmdbuf.kernels:
         merged.update(dict.fromkeys(k.flags.split()))
-    return tuple(merged) if merged else cpu.CFLAGS
+    if not merged:
+        merged.update(dict.fromkeys(cpu.CFLAGS))
+    if cmdbuf.segments:
+        merged.update(dict.fromkeys(cpu.OPENMP_FLAGS))
+    return tuple(merged)
 
 
 def _arg(binding: str, slots: dict[str, int]) -> str:
@@ -174,16 +181,45 @@ def _call(cmdbuf: CommandBuffer, d: Dispatch, slots: dict[str, int]) -> str:
     return f"{cmdbuf.kernels[d.kernel].entry}({', '.join(args)});"
 
 
+def _run_body(cmdbuf: CommandBuffer, calls: list[str]) -> list[str]:
+    """Every dispatch in order, except that each segment's lanes run in one OpenMP team: thread t runs lanes
+    t, t + team size, ... (a team of one runs them all, in order). A kernel's own parallel loop inside a lane is
+    a nested region, which OpenMP runs on the lane's thread alone (libgomp's default of one active level)."""
+    lines: list[str] = []
+    segments = {s.start: s for s in cmdbuf.segments}
+    i = 0
+    while i < len(calls):
+        seg = segments.get(i)
+        if seg is None:
+            lines.append(f"  {calls[i]}")
+            i += 1
+            continue
+        n_lanes = max(seg.lanes) + 1
+        lines += [f"  #pragma omp parallel num_threads({cpu.OMP_THREADS_SYMBOL} < {n_lanes} ? "
+                  f"{cpu.OMP_THREADS_SYMBOL} : {n_lanes})",
+                  f"  for (int lane = omp_get_thread_num(); lane < {n_lanes}; lane += omp_get_num_threads()) {{",
+                  "    switch (lane) {"]
+        for lane in range(n_lanes):
+            lines.append(f"    case {lane}:")
+            lines += [f"      {calls[j]}" for j in range(seg.start, seg.end) if seg.lanes[j - seg.start] == lane]
+            lines.append("      break;")
+        lines += ["    }", "  }"]
+        i = seg.end
+    return lines
+
+
 def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
-    """The kernels followed by ``drivepack_run`` (every dispatch in order) and ``drivepack_dispatch`` (one), and
-    a thread-count setter when the kernels declare the CPU target's OpenMP team-size variable (hidden here)."""
+    """The kernels followed by ``drivepack_run`` (every dispatch in order, segments' lanes concurrently) and
+    ``drivepack_dispatch`` (one), and a thread-count setter when the kernels declare the CPU target's OpenMP
+    team-size variable or segments need it (hidden here)."""
     calls = [_call(cmdbuf, d, slots) for d in cmdbuf.dispatches]
     lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), ""]
-    symbol = getattr(cpu, "OMP_THREADS_SYMBOL", None)
-    if symbol and any(f"int {symbol}" in k.source for k in cmdbuf.kernels):
+    symbol = cpu.OMP_THREADS_SYMBOL
+    if cmdbuf.segments:
+        lines += ["#include <omp.h>", cpu.CPU_LANGUAGE.parallel_setup, ""]
+    if cmdbuf.segments or any(f"int {symbol}" in k.source for k in cmdbuf.kernels):
         lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ {symbol} = n; }}", ""]
-    lines += ["DP_EXPORT void drivepack_run(void **p) {"]
-    lines += [f"  {c}" for c in calls]
+    lines += ["DP_EXPORT void drivepack_run(void **p) {", *_run_body(cmdbuf, calls)]
     lines += ["}", "", "DP_EXPORT int drivepack_dispatch(void **p, int i) {", "  switch (i) {"]
     lines += [f"  case {i}: {c} return 0;" for i, c in enumerate(calls)]
     lines += ["  default: return -1;", "  }", "}", ""]
