@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -101,6 +102,20 @@ def test_opencl_tile_rows_are_vector_loads_and_match_numpy() -> None:
     assert f"vload{n}(" in src and "shuffle2(" in src and f"vstore{n}(" in src  # stride-2 rows: loads + shuffle
     want = Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_opencl_reduce_loops_read_scalars_through_pointers_hoisted_out_of_the_loop() -> None:
+    # a tile's broadcast loads: row-invariant base pointers declared before the reduce loop, only the loop's own
+    # index added inside (PoCL's LLVM otherwise packs the four address sums into vector adds and extracts)
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((64, 96), dtype=np.float32), rng.standard_normal((96, 128), dtype=np.float32)
+    out = Tensor(a, device="OPENCL") @ Tensor(b, device="OPENCL")
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    head, loop = src.split("for (", 1)
+    pointers = re.findall(r"__global float\* (ptr\d+) = data\d\+", head)
+    assert pointers and all(f"*({p}+(ridx" in loop for p in pointers)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert "ptr" not in compile_uops([(Tensor(a) @ Tensor(b)).uop], "CPU")[-1].program.source  # GCC needs none
 
 
 def test_opencl_elementwise_rows_convert_and_wrap_as_vectors() -> None:
