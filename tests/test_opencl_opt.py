@@ -17,7 +17,7 @@ from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_
 from jit.passes.cast_const import pm_cast_const
 from jit.passes.pipeline import commit_dtypes
 from jit.passes.symbolic import pm_symbolic
-from jit.realize import compile_uops
+from jit.realize import _compiled, compile_uops
 from jit.rewrite import graph_rewrite
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
@@ -116,6 +116,37 @@ def test_opencl_reduce_loops_read_scalars_through_pointers_hoisted_out_of_the_lo
     assert pointers and all(f"*({p}+(ridx" in loop for p in pointers)
     np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
     assert "ptr" not in compile_uops([(Tensor(a) @ Tensor(b)).uop], "CPU")[-1].program.source  # GCC needs none
+
+
+def test_cpu_opencl_parks_the_first_phase_of_a_strided_conv_without_changing_a_bit() -> None:
+    # a stride-2 conv sums two phase reduces: the first one's vector accumulators wait in a volatile private array
+    # while the second loop runs (PoCL's LLVM spills them inside that loop otherwise)
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((1, 16, 32, 64), dtype=np.float32), rng.standard_normal((32, 16, 3, 3), np.float32)
+    target = Device["OPENCL"]
+    assert target.language.park_accumulators  # PoCL: a CPU device
+
+    def conv() -> tuple[str, np.ndarray]:
+        _compiled.clear()  # the same kernel graph, rendered again under the language as it is now
+        out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), stride=2, padding=1).relu()
+        return compile_uops([out.uop], "OPENCL")[-1].program.source, out.numpy()
+
+    src, parked = conv()
+    n = target.language.vector_width
+    slots = re.findall(rf"park_float{n}\[(\d+)\] = acc", src)
+    assert f"volatile float{n} park_float{n}[{len(slots)}];" in src and slots
+    assert all(f"park_float{n}[{k}]+acc" in src for k in slots)  # each read back once, when the sum is formed
+    plain_language = target.language
+    target.language = dataclasses.replace(plain_language, park_accumulators=False)
+    try:
+        src_plain, plain = conv()
+    finally:
+        target.language = plain_language
+        _compiled.clear()
+    assert "park_" not in src_plain
+    np.testing.assert_array_equal(parked, plain)
+    want = np.maximum(Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy(), 0)
+    np.testing.assert_allclose(parked, want, rtol=1e-4, atol=1e-4)
 
 
 def test_opencl_elementwise_rows_convert_and_wrap_as_vectors() -> None:
