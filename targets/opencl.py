@@ -460,9 +460,11 @@ class OpenCLTarget(Target):
         # renderer itself stays device-independent
         pragmas = tuple(f"#pragma OPENCL EXTENSION {ext} : enable" for ext in ("cl_khr_fp64", "cl_khr_fp16")
                         if ext in info.extensions)
-        # a CPU device's compiler spills live accumulators inside the next reduce loop; a GPU keeps them in registers
+        # a CPU device's compiler spills live accumulators inside the next reduce loop, and its work-items are
+        # loops too; a GPU keeps accumulators in registers and wants one work-item per element
+        cpu_device = not info.device_type & CL_DEVICE_TYPE_GPU
         self.language = replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=opencl_vector_width(info),
-                                park_accumulators=not info.device_type & CL_DEVICE_TYPE_GPU)
+                                park_accumulators=cpu_device, peel_launched_rows=cpu_device)
         self.build_options = ""
         # what local-size selection respects (a profile such as targets/qcom.py narrows these)
         self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from jit.capture import capture
 from jit.device import Device
 from jit.helpers import Context
+from jit.opt import target_peel_dims
 from jit.opt.options import OptOptions
 from jit.opt.search import local_size_choices, use_tuning
 from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
@@ -147,6 +149,19 @@ def test_cpu_opencl_parks_the_first_phase_of_a_strided_conv_without_changing_a_b
     np.testing.assert_array_equal(parked, plain)
     want = np.maximum(Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy(), 0)
     np.testing.assert_allclose(parked, want, rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_opencl_peels_padded_rows_into_vector_loops_inside_a_work_item() -> None:
+    # on a CPU device a pad copy's rows are loops of vector copies, one work-item per row (not per element)
+    x = np.random.default_rng(10).standard_normal((8, 16, 64), dtype=np.float32)
+    out = Tensor(x, device="OPENCL").pad(((0, 0), (1, 1), (1, 1)))
+    ck = compile_uops([out.uop], "OPENCL")[-1]
+    n = Device["OPENCL"].language.vector_width
+    assert f"vload{n}(" in ck.program.source and "for (" in ck.program.source
+    assert sorted(ck.program.global_size) == [8, 18]  # one work-item per row of 66
+    np.testing.assert_array_equal(out.numpy(), np.pad(x, ((0, 0), (1, 1), (1, 1))))
+    gpu_like = SimpleNamespace(language=dataclasses.replace(Device["OPENCL"].language, peel_launched_rows=False))
+    assert (target_peel_dims(Device["OPENCL"]), target_peel_dims(gpu_like)) == (0, 3)
 
 
 def test_opencl_elementwise_rows_convert_and_wrap_as_vectors() -> None:

@@ -44,17 +44,18 @@ from jit.rewrite import graph_rewrite
 from jit.uop import Ops, UOp, toposort
 
 __all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_kernel", "plan_tiles",
-           "target_default_opts", "target_launch_dims", "target_local_memory", "target_vector_width", "tile_kernel",
-           "unroll_small_loops"]
+           "target_default_opts", "target_launch_dims", "target_local_memory", "target_peel_dims",
+           "target_vector_width", "tile_kernel", "unroll_small_loops"]
 
 
 def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int = 0,
-                    local_memory: bool = False, launch_dims: int = 0) -> UOp:
+                    local_memory: bool = False, launch_dims: int = 0, peel_dims: int | None = None) -> UOp:
     """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results.
     ``opts`` None means the heuristic default ``OptOptions()``; ``vector_width`` is the float32 lane count of the
     target language's widest vector type (0: it has none), for tile rows rendered as vectors; ``local_memory``:
     the target's language can share a reduce across a work-group (``jit.opt.group``); ``launch_dims``: how many
-    output ranges the target launches as work-item dimensions rather than loops (``jit.opt.peel``)."""
+    output ranges the target launches as work-item dimensions rather than loops; ``peel_dims``: as many, for
+    deciding whether a row is a loop to peel (``jit.opt.peel``; None: ``launch_dims``)."""
     opts = DEFAULT_OPTS if opts is None else opts
     if opts.tile:
         sink = split_divmod_ranges(sink)
@@ -73,7 +74,7 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         return tile_kernel(sink, row, lanes)
     if opts.peel:
         lanes = vector_width if opts.vectorize and vector_width >= MIN_LANES else 1
-        peeled, interior = peel_masked_row(sink, launch_dims, lanes)
+        peeled, interior = peel_masked_row(sink, launch_dims if peel_dims is None else peel_dims, lanes)
         if interior is not None:
             row = TilePlan(((interior, lanes),))
             return tile_kernel(peeled, row, lanes) if lanes > 1 and choose_lanes(peeled, row, opts, lanes) else peeled
@@ -95,6 +96,13 @@ def target_default_opts(target: object) -> OptOptions:
 def target_launch_dims(target: object) -> int:
     """How many output ranges ``target``'s C-style language launches as work-item dimensions (0: all are loops)."""
     return int(getattr(getattr(target, "language", None), "global_dims", 0))
+
+
+def target_peel_dims(target: object) -> int:
+    """Output ranges of ``target`` that are never peeled into a loop: its launched dimensions, or none where its
+    language runs a work-item's loops as cheaply as launched dimensions (``peel_launched_rows``: a CPU device)."""
+    language = getattr(target, "language", None)
+    return 0 if getattr(language, "peel_launched_rows", False) else target_launch_dims(target)
 
 
 def target_local_memory(target: object) -> bool:
