@@ -52,6 +52,7 @@ OPENCL_LANGUAGE = CStyleLanguage(
     local_array="__local {t} {name}[{n}];",
     local_barrier="barrier(CLK_LOCAL_MEM_FENCE);",
     hoist_base_pointers=True,
+    unroll_hint="#pragma unroll",
     bitcast_fmt="as_{dst_t}(({src_t})({x}))",
     image_param="read_only image2d_t",
     # element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.dtype.ImageDType)

@@ -23,6 +23,7 @@ from jit.realize import _compiled, compile_uops
 from jit.rewrite import graph_rewrite
 from jit.schedule import create_schedule
 from jit.tensor import Tensor
+from targets.cstyle import UNROLL_HINT_TRIPS
 from targets.opencl import opencl_vector_width, valid_local_size
 
 RNG = np.random.default_rng(3)
@@ -149,6 +150,19 @@ def test_cpu_opencl_parks_the_first_phase_of_a_strided_conv_without_changing_a_b
     np.testing.assert_array_equal(parked, plain)
     want = np.maximum(Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy(), 0)
     np.testing.assert_allclose(parked, want, rtol=1e-4, atol=1e-4)
+
+
+def test_opencl_asks_to_unroll_short_reduce_loops_only() -> None:
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((1, 16, 32, 64), dtype=np.float32), rng.standard_normal((32, 16, 3, 3), np.float32)
+    out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), padding=1)
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    loops = re.findall(r"(#pragma unroll\s*)?for \(int ridx\d+ = 0; ridx\d+ < (\d+);", src)
+    assert loops and all(bool(hint) == (int(trips) <= UNROLL_HINT_TRIPS) for hint, trips in loops)
+    assert any(hint for hint, _ in loops)  # the kernel rows (3) at least
+    on_cpu = Tensor(x).conv2d(Tensor(w), padding=1)
+    assert "#pragma unroll" not in compile_uops([on_cpu.uop], "CPU")[-1].program.source  # GCC unrolls them itself
+    np.testing.assert_allclose(out.numpy(), on_cpu.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_cpu_opencl_peels_padded_rows_into_vector_loops_inside_a_work_item() -> None:
