@@ -43,8 +43,8 @@ from jit.passes.unroll import UPCAST_MAX, pm_unroll_reduce
 from jit.rewrite import graph_rewrite
 from jit.uop import Ops, UOp, toposort
 
-__all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_kernel", "plan_tiles",
-           "target_default_opts", "target_launch_dims", "target_local_memory", "target_peel_dims",
+__all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_for_target", "optimize_kernel",
+           "plan_tiles", "target_default_opts", "target_launch_dims", "target_local_memory", "target_peel_dims",
            "target_vector_width", "tile_kernel", "unroll_small_loops"]
 
 
@@ -79,6 +79,12 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
             row = TilePlan(((interior, lanes),))
             return tile_kernel(peeled, row, lanes) if lanes > 1 and choose_lanes(peeled, row, opts, lanes) else peeled
     return unroll_small_loops(sink) if opts.unroll else sink
+
+
+def optimize_for_target(sink: UOp, opts: OptOptions, target: object) -> UOp:
+    """``optimize_kernel`` with what ``target`` declares: its vector width, local memory and launch dimensions."""
+    return optimize_kernel(sink, opts, target_vector_width(target), target_local_memory(target),
+                           target_launch_dims(target), target_peel_dims(target))
 
 
 def target_vector_width(target: object) -> int:

@@ -38,14 +38,7 @@ from jit.dtype import DType, PtrDType, dtypes, to_numpy
 from jit.errors import DrivepackError
 from jit.helpers import BEAM
 from jit.lower import KernelInfo
-from jit.opt import (
-    optimize_kernel,
-    target_default_opts,
-    target_launch_dims,
-    target_local_memory,
-    target_peel_dims,
-    target_vector_width,
-)
+from jit.opt import optimize_for_target, target_default_opts, target_local_memory
 from jit.opt.options import DEFAULT_OPTS, OptOptions
 from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
 from jit.passes.symbolic import pm_symbolic
@@ -222,8 +215,7 @@ def random_arrays(sink: UOp, seed: int = 0) -> list[np.ndarray]:
 
 def _optimized(sink: UOp, opts: OptOptions, target: Target) -> UOp:
     # the same steps as the pipeline's optimizer stage (jit/passes/pipeline.py)
-    optimized = optimize_kernel(sink, opts, target_vector_width(target), target_local_memory(target),
-                                target_launch_dims(target), target_peel_dims(target))
+    optimized = optimize_for_target(sink, opts, target)
     return with_options(graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing"), opts)
 
 

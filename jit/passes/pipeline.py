@@ -22,14 +22,7 @@ from dataclasses import dataclass
 
 from jit.dtype import DType
 from jit.helpers import EMULATED_DTYPES, NOOPT
-from jit.opt import (
-    optimize_kernel,
-    target_default_opts,
-    target_launch_dims,
-    target_local_memory,
-    target_peel_dims,
-    target_vector_width,
-)
+from jit.opt import optimize_for_target, target_default_opts
 from jit.opt.search import kernel_options, with_options
 from jit.passes.cast_const import pm_cast_const
 from jit.passes.commit_weak import pm_commit_weak
@@ -88,9 +81,7 @@ def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
     sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
     if not NOOPT:
         opts = kernel_options(sink, target)  # a tuning file's or BEAM search's choice; None: the default
-        optimized = optimize_kernel(sink, opts or target_default_opts(target), target_vector_width(target),
-                                    target_local_memory(target), target_launch_dims(target),
-                                    target_peel_dims(target))
+        optimized = optimize_for_target(sink, opts or target_default_opts(target), target)
         if optimized is not sink:  # an unchanged kernel is already simplified: the walk would find nothing
             sink = graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing")
         if opts is not None:
