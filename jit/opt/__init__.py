@@ -5,10 +5,12 @@ is an ``OptOptions``, None = the heuristic default). What it does:
 
 * reduce kernels (matmul, conv): output rows read only through ``// d`` and ``% d`` split in two
   (``jit.opt.split``), short output rows merged with the axis outside them where the layout allows
-  (``jit.opt.merge``), then register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
+  (``jit.opt.merge``), an outer axis split where a load walks its cache lines (``jit.opt.locality``), then
+  register tiling by ``jit.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
   as vectors where the target's language has vector types (``jit.opt.vectorize``); on the CPU, a tile's reuse
-  axis opens innermost where, outermost, it would re-read an input larger than L2 (``jit.opt.order``);
+  axis opens innermost where, outermost, it would re-read an input larger than L2 (``jit.opt.order``), and
+  otherwise the split axis that walks a load's cache lines does (``jit.opt.locality``);
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
   reduce across a work-group instead (``jit.opt.group``);
 * elementwise kernels that select between a few pieces by a small output axis (``Tensor.cat``, Winograd's
@@ -31,6 +33,7 @@ target's language declares a parallel pragma (targets/cstyle.py).
 from __future__ import annotations
 
 from jit.opt.group import group_kernel, plan_group
+from jit.opt.locality import open_innermost, split_for_line_reuse
 from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.opt.order import reuse_axis_inner
@@ -64,11 +67,18 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     if opts.unroll:
         sink = unroll_selector_axes(sink)
     plan = plan_tiles(sink, opts) if opts.tile else None
+    line_axis = None
+    if plan is not None and opts.line_reuse and (found := split_for_line_reuse(sink, launch_dims)) is not None:
+        sink, line_axis = found
+        plan = plan_tiles(sink, opts)
     if plan is not None and (merged := merge_output_dims(sink)) is not sink:
         sink, plan = merged, plan_tiles(merged, opts)
     if plan is not None:
         tiled = tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
-        return reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims) if len(plan.upcasts) > 1 else tiled
+        if len(plan.upcasts) > 1 and (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims)) \
+                is not tiled:
+            return ordered
+        return open_innermost(tiled, line_axis.arg) if line_axis is not None else tiled
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)

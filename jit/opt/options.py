@@ -58,6 +58,9 @@ class OptOptions:
       selects pieces by (jit/opt/select.py).
     * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not
       vectorized otherwise, leaving an unmasked interior loop (jit/opt/peel.py).
+    * ``line_reuse``: on loop targets, split an outer output axis read at ``c // d`` and contiguously at ``c % d``
+      and open its ``c % d`` part innermost, where the loops inside it move that load by whole cache lines
+      (Winograd's output transform; jit/opt/locality.py).
     * ``threads``: let the CPU renderer share the outermost output loops over threads (OpenMP).
     * ``vectorize``: render a tile row as explicit vector types where the language declares them.
     * ``group_reduce``: on targets with local memory (OpenCL), this many work-items share each output's reduce
@@ -80,13 +83,14 @@ class OptOptions:
     min_outputs: int = 256
     unroll: bool = True
     peel: bool = True
+    line_reuse: bool = True
     threads: bool = True
     vectorize: bool = True
     group_reduce: int = 0
     local_size: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("tile", "unroll", "peel", "threads", "vectorize"):
+        for name in ("tile", "unroll", "peel", "line_reuse", "threads", "vectorize"):
             if not isinstance(getattr(self, name), bool):
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)

@@ -38,7 +38,7 @@ def _divisors(nodes: list[UOp], rng: UOp, deps: dict[UOp, frozenset[UOp]]) -> li
     return sorted(d for d in found if MIN_SPLIT <= d <= MAX_SPLIT and d < n and n % d == 0)
 
 
-def _split(sink: UOp, rng: UOp, d: int) -> UOp | None:
+def split_range(sink: UOp, rng: UOp, d: int) -> UOp | None:
     """``sink`` with ``rng`` = a * d + b (every range renumbered so that b sorts right after a), simplified; None
     when a division or remainder of a or b is left."""
     ranges = sorted((u for u in toposort([sink]) if u.op is Ops.RANGE), key=lambda u: u.arg[0])
@@ -70,6 +70,6 @@ def split_divmod_ranges(sink: UOp) -> UOp:
     inner = max(outs, key=lambda u: u.arg[0])
     deps = range_deps(sink)
     for d in _divisors(nodes, inner, deps):
-        if (split := _split(sink, inner, d)) is not None:
+        if (split := split_range(sink, inner, d)) is not None:
             return split
     return sink
