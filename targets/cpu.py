@@ -63,6 +63,7 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_select="(({vt})((({it}){a}&-{c})|(({it}){b}&({c}-1))))",
     vector_reinterpret="(({vt})({x}))",
     vector_convert="__builtin_convertvector({x}, {vt})",
+    widen_stepwise=True,
 )
 OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
 THREADS_ENV = "DRIVEPACK_CPU_THREADS"

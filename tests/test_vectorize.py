@@ -201,6 +201,23 @@ def test_elementwise_rows_are_vectors() -> None:
     np.testing.assert_array_equal(out.numpy(), frames.astype(np.float32) / 128 - 1)
 
 
+@pytest.mark.parametrize("src_dtype", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("dst", ["float32", "int32"])
+def test_narrow_lanes_widen_one_step_at_a_time(src_dtype: type, dst: str) -> None:
+    """8- and 16-bit lanes convert to 32-bit ones through the next wider integer lanes (GCC converts a direct
+    uint8 -> float vector lane by lane), with the C cast's values at both ends of the range."""
+    info = np.iinfo(src_dtype)
+    x = np.random.default_rng(10).integers(info.min, info.max + 1, (8, 64)).astype(src_dtype)
+    x[0, :2] = info.min, info.max
+    out = Tensor(x).cast(getattr(dtypes, dst)) * 3
+    src = _source(out)
+    steps = ["dp_uint16x8" if src_dtype is np.uint8 else "dp_int16x8"] if np.dtype(src_dtype).itemsize == 1 else []
+    steps += ["dp_int32x8"] + (["dp_float32x8"] if dst == "float32" else [])
+    chain = "".join("__builtin_convertvector(" for _ in steps)
+    assert chain in src and all(f", {vt})" in src for vt in steps), src
+    np.testing.assert_array_equal(out.numpy(), x.astype(getattr(np, dst)) * 3)
+
+
 def test_vector_integer_and_bool_ops_match_numpy() -> None:
     """Signed products and sums that overflow (wrapping through the unsigned type), clamps (min/max as compare
     and select) and and/or/xor/not of bool lanes, all as whole-vector expressions."""
