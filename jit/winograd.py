@@ -20,7 +20,8 @@ The graph, all lazy Tensor ops, so the normal scheduler and codegen see it (r: t
    transform), then transformed one axis at a time in one elementwise kernel. B's entries are immediates
    (``_contract_const``: a stack of sums over its nonzero entries; the optimizer unrolls the stacked axes,
    jit/opt/select.py, so each value is its few terms and the first axis' results are shared by the second),
-   reading and writing whole vectors of channels;
+   reading and writing whole vectors of channels. Each of V's r*r planes ends in spare tiles where its size
+   would put a tile's r*r stores in too few L1 sets (``spare_tiles``);
 3. M = sum over Cin of V * U: r*r batched GEMMs (tiles x Cin) @ (Cin x Cout) in one reduce kernel. V holds each
    tile's channels contiguously (one broadcast per tile row of the register tile) and U is stored in blocks of
    16 output channels, each (Cin, 16) contiguous: M is written (r*r, N, Cout blocks, tiles, 16), so the kernel runs
@@ -154,6 +155,15 @@ def plane_sets(plane_bytes: int) -> int:
     return _L1_SETS // math.gcd(plane_bytes // _L1_LINE, _L1_SETS)
 
 
+def spare_tiles(batch: int, tiles: int, cin: int, planes: int, itemsize: int = 4) -> int:
+    """Tiles of padding after each image's ``tiles`` in V's ``planes`` planes (``batch`` x tiles x ``cin`` values
+    each) so that the input transform's ``planes`` stores of one tile, one per plane, fall in enough L1 sets to be
+    held at once: planes a multiple of 4 KB apart put them all in one set (vision's 48 channels of 8 x 16 tiles:
+    24 KB planes, the transform 152 us on one core, 94 us with one spare tile). 0 where no spare tile (of 1-7)
+    spreads them enough: a tile of 256 channels is 16 cache lines, so planes stay in at most 4 sets."""
+    return next((p for p in range(8) if plane_sets(batch * (tiles + p) * cin * itemsize) * _L1_WAYS >= planes), 0)
+
+
 def cout_block(cout: int) -> int:
     """Output channels per block of U: the GEMM sweeps every tile against one block, which stays in cache."""
     return next((b for b in (16, 8) if cout % b == 0), cout)
@@ -228,7 +238,14 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
     # V laid out (i, j, N, TH, TW, Cin): each tile's channels contiguous, broadcast against a vector of U's Cout;
     # one kernel for both axes (jit/opt/select.py unrolls i and j), computed once: the GEMM reads each value
     # for every block of output channels
-    v = _contract_const(cols.permute(1, 0, 4, 2, 3, 5), bt, 0).contiguous()
+    v = _contract_const(cols.permute(1, 0, 4, 2, 3, 5), bt, 0).reshape(r, r, bs, th_pad * tw, cin)
+    # each plane (i, j) of V padded with spare tiles, never read, so a tile's r*r stores do not share one L1 set
+    spare = spare_tiles(bs, th_pad * tw, cin, r * r)
+    if spare:
+        v = v.pad(((0, 0), (0, 0), (0, 0), (0, spare), (0, 0))).contiguous()
+        v = v.shrink(((0, r), (0, r), (0, bs), (0, th_pad * tw), (0, cin)))
+    else:
+        v = v.contiguous()
     cb = cout_block(cout)
     u = winograd_weight(wf, tile, stride).reshape(r * r, 1, cout // cb, 1, cin, cb)
     m = (v.reshape(r * r, bs, 1, th_pad * tw, cin, 1) * u).sum(4)  # (r*r, N, Cout blocks, tiles, block)

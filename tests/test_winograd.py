@@ -24,6 +24,7 @@ from jit.winograd import (
     pick_tile,
     plane_sets,
     setting_tile,
+    spare_tiles,
     winograd_conv2d,
 )
 
@@ -237,3 +238,17 @@ def test_planes_4kb_apart_are_padded_before_going_channels_last() -> None:
     assert copies[(16, 30, 60)] == ["E_34_62_16"]
 
 
+
+
+def test_planes_a_multiple_of_4kb_get_spare_tiles() -> None:
+    """V's planes (one per transform point) 24 KB apart put a tile's 36 stores in one L1 set: one spare tile per
+    plane spreads them; planes that already spread, or that no spare tile spreads (256 channels), get none."""
+    assert spare_tiles(1, 128, 48, 36) == 1  # vision's 48 channels of 8 x 16 tiles
+    assert spare_tiles(1, 32, 48, 81) == 1  # its stride-2 conv's 81 points
+    assert spare_tiles(2, 128, 48, 36) == 1
+    assert spare_tiles(1, 17, 16, 36) == 0
+    assert spare_tiles(1, 16, 256, 36) == 0
+    x, wt = rand(1, 48, 32, 64, seed=11), rand(16, 48, 3, 3, seed=12)
+    y = winograd_conv2d(Tensor(x), Tensor(wt), padding=1)
+    assert "E_6_6_129_48" in kernel_names(y)  # the transform writes 128 tiles and one spare per plane
+    assert_close(y.numpy(), conv_ref(x, wt, np.zeros(16, np.float32), (1, 1, 1, 1)), 4)
