@@ -77,15 +77,14 @@ def split_for_line_reuse(sink: UOp, launch_dims: int) -> tuple[UOp, UOp] | None:
     for c in outs[:-1]:
         divisors = sorted({int(u.src[1].arg) for u in nodes if u.op in (Ops.IDIV, Ops.MOD) and u.src[0] is c
                            and u.src[1].op is Ops.CONST})
+        # c's first step is its c % d part's, and the loops inside c are the same after the split: checked on the
+        # kernel as it is, so kernels that do not qualify (a conv's channel-blocked weights) cost no split
+        if not divisors or not _walks_lines(sink, c):
+            continue
         for d in divisors:
-            if not 1 < d < _size(c) or _size(c) % d:
-                continue
-            split = split_range(sink, c, d)
-            if split is None:
-                continue
-            inner = next(u for u in toposort([split]) if u.op is Ops.RANGE and u.arg == (2 * c.arg[0] + 1, c.arg[1]))
-            if _walks_lines(split, inner):
-                return split, inner
+            if 1 < d < _size(c) and _size(c) % d == 0 and (split := split_range(sink, c, d)) is not None:
+                return split, next(u for u in toposort([split]) if u.op is Ops.RANGE
+                                    and u.arg == (2 * c.arg[0] + 1, c.arg[1]))
     return None
 
 
