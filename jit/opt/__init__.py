@@ -33,10 +33,10 @@ target's language declares a parallel pragma (targets/cstyle.py).
 from __future__ import annotations
 
 from jit.opt.group import group_kernel, plan_group
-from jit.opt.locality import open_innermost, split_for_line_reuse
+from jit.opt.locality import split_for_line_reuse
 from jit.opt.merge import merge_output_dims
 from jit.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
-from jit.opt.order import reuse_axis_inner
+from jit.opt.order import open_innermost, reuse_axis_inner
 from jit.opt.peel import peel_masked_row
 from jit.opt.select import unroll_selector_axes
 from jit.opt.split import split_divmod_ranges

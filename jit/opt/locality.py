@@ -51,7 +51,7 @@ def _walks_lines(sink: UOp, inner: UOp) -> bool:
     reduces = [u for u in toposort([sink]) if u.op is Ops.REDUCE]
     loads = [u for u in toposort([red.src[0] for red in reduces]) if u.op is Ops.LOAD]
     later = [u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global" and u.arg[0] > inner.arg[0]
-             and u is not inner and _size(u) > 1]
+             and _size(u) > 1]
     for ld in loads:
         idx, buf = ld.src[0].src[1], ld.src[0].src[0]
         if not isinstance(buf.dtype, PtrDType) or _step(idx, inner) != 1:
@@ -68,8 +68,8 @@ def _walks_lines(sink: UOp, inner: UOp) -> bool:
 
 def split_for_line_reuse(sink: UOp, launch_dims: int) -> tuple[UOp, UOp] | None:
     """``(split sink, b)`` for the outermost output range ``c`` (not the innermost) that the module docstring's
-    case holds for, ``b`` the RANGE to open innermost after tiling; None when no range qualifies, on targets that
-    launch output ranges, and in kernels without a reduce."""
+    case holds for, ``b`` the RANGE to open innermost after tiling (``jit.opt.order.open_innermost``); None when
+    no range qualifies, on targets that launch output ranges, and in kernels without a reduce."""
     nodes = toposort([sink])
     if launch_dims or not any(u.op is Ops.REDUCE for u in nodes):
         return None
@@ -87,13 +87,3 @@ def split_for_line_reuse(sink: UOp, launch_dims: int) -> tuple[UOp, UOp] | None:
                                     and u.arg == (2 * c.arg[0] + 1, c.arg[1]))
     return None
 
-
-def open_innermost(sink: UOp, rng_arg: tuple) -> UOp:
-    """``sink`` with the output RANGE whose arg is ``rng_arg`` renumbered after every other range (opened
-    innermost); the same graph when no RANGE has that arg (a tile upcast it away)."""
-    nodes = toposort([sink])
-    rng = next((u for u in nodes if u.op is Ops.RANGE and u.arg == rng_arg), None)
-    if rng is None:
-        return sink
-    last = max(u.arg[0] for u in nodes if u.op is Ops.RANGE)
-    return sink.substitute({rng: rng.replace(arg=(last + 1, *rng.arg[1:]))})

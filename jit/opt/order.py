@@ -49,6 +49,15 @@ def reuse_axis_inner(sink: UOp, reuse_arg: tuple, launch_dims: int) -> UOp:
     # than twice what is re-read, that cost more than the re-reads did (resnet50's 64 -> 256 channel 1x1 convs)
     if reread < REREAD_BYTES or 2 * reread < _nbytes({st.src[0].src[0] for st in sink.src if st.op is Ops.STORE}):
         return sink
+    return open_innermost(sink, outs[0].arg)
+
+
+def open_innermost(sink: UOp, rng_arg: tuple) -> UOp:
+    """``sink`` with the output RANGE whose arg is ``rng_arg`` renumbered after every other range (opened
+    innermost); the same graph when no RANGE has that arg (a tile upcast it away)."""
+    nodes = toposort([sink])
+    rng = next((u for u in nodes if u.op is Ops.RANGE and u.arg == rng_arg), None)
+    if rng is None:
+        return sink
     last = max(u.arg[0] for u in nodes if u.op is Ops.RANGE)
-    reuse = outs[0]
-    return sink.substitute({reuse: reuse.replace(arg=(last + 1, *reuse.arg[1:]))})
+    return sink.substitute({rng: rng.replace(arg=(last + 1, *rng.arg[1:]))})
