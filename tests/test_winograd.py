@@ -238,8 +238,6 @@ def test_planes_4kb_apart_are_padded_before_going_channels_last() -> None:
     assert copies[(16, 30, 60)] == ["E_34_62_16"]
 
 
-
-
 def test_planes_a_multiple_of_4kb_get_spare_tiles() -> None:
     """V's planes (one per transform point) 24 KB apart put a tile's 36 stores in one L1 set: one spare tile per
     plane spreads them; planes that already spread, or that no spare tile spreads (256 channels), get none."""
