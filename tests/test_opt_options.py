@@ -132,11 +132,14 @@ def test_a_matrix_vector_product_gets_a_wide_row() -> None:
 
 def test_short_rows_run_across_two_channel_vectors() -> None:
     """resnet's 14-wide rows: 7 outputs of a row times two vectors of 8 output channels (14 accumulators; one
-    vector of channels would be 7, too few for the FMA latency)."""
+    vector of channels would be 7, too few for the FMA latency), where the reduce runs over one range (a 1x1
+    conv); a 3x3 conv's reduce over channels and kernel taps keeps one vector (GCC spilled the 14 there)."""
     sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
     x = Tensor(np.ones((1, 64, 14, 14), np.float32))
+    ast = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 1, 1), np.float32))))
     with Context(WINO="0"):  # the direct conv (Winograd's by default at this size)
-        ast = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 3, 3), np.float32)), padding=1))
+        taps = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 3, 3), np.float32)), padding=1))
         odd = _ast_of(x.conv2d(Tensor(np.ones((72, 64, 3, 3), np.float32)), padding=1))
     assert sizes(plan_tiles(ast, OptOptions())) == [(256, 16), (14, 7)]
     assert sizes(plan_tiles(odd, OptOptions())) == [(72, 8), (14, 7)]  # 72 channels: 9 vectors, no pairs
+    assert sizes(plan_tiles(taps, OptOptions())) == [(256, 8), (14, 7)]

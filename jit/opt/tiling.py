@@ -119,8 +119,11 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
         u_row = max(d for d in range(1, opts.max_upcast // opts.channel_vector + 1) if _size(inner) % d == 0)
         # two channel vectors when the row leaves room: 7 accumulators cannot hide the FMA latency, 14 can
-        # (resnet50 146 vs 151-157 ms); more would spill on 16 vector registers
-        pair = 2 * u_row <= MAX_VECTOR_ACCUMULATORS and _size(across) % (2 * opts.channel_vector) == 0
+        # (resnet50 146 vs 151-157 ms); more would spill on 16 vector registers. Not where a reduce runs over
+        # several ranges (a stride-2 3x3 conv's channels, kernel rows and column phases): GCC unrolls the short
+        # inner loops and then spills the 14 inside them (resnet50's 512-channel one 4.3 vs 3.7 ms with 7)
+        pair = 2 * u_row <= MAX_VECTOR_ACCUMULATORS and _size(across) % (2 * opts.channel_vector) == 0 and \
+            all(len(red.src) == 2 for red in reduces)
         return TilePlan(((across, opts.channel_vector * (2 if pair else 1)), (inner, u_row)))
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
