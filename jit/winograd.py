@@ -160,8 +160,8 @@ def spare_tiles(batch: int, tiles: int, cin: int, planes: int, itemsize: int = 4
     each) so that the input transform's ``planes`` stores of one tile, one per plane, fall in enough L1 sets to be
     held at once: planes a multiple of 4 KB apart put them all in one set (vision's 48 channels of 8 x 16 tiles:
     24 KB planes: the transform took 152 us on one core, 94 us with one spare tile in a C harness; whole vision
-    replay 9.23 -> 8.97 ms). 0 where no spare tile (of 1-7)
-    spreads them enough: a tile of 256 channels is 16 cache lines, so planes stay in at most 4 sets."""
+    replay 9.23 -> 8.97 ms). 0 where no spare tile (of 1-7) spreads them enough: a tile of 256 channels is 16
+    cache lines, so planes stay in at most 4 sets."""
     return next((p for p in range(8) if plane_sets(batch * (tiles + p) * cin * itemsize) * _L1_WAYS >= planes), 0)
 
 
