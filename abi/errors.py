@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jit.errors import DrivepackError
+from jit.common.errors import DrivepackError
 
 
 @dataclass(frozen=True)

@@ -124,8 +124,8 @@ def _build(d: LineDict, path: Path) -> VehicleProfile:
     options = target.get("options", {})
     emulated = tuple(options.get("EMULATED_DTYPES", []))
     if emulated:
-        from jit.errors import DTypeError
-        from jit.passes.dtype_policy import parse_emulated
+        from jit.codegen.passes.dtype_policy import parse_emulated
+        from jit.common.errors import DTypeError
         try:
             parse_emulated(",".join(emulated))
         except DTypeError as e:

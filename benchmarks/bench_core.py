@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jit.device import Device
+from jit.frontend.tensor import Tensor
 from jit.realize import run_schedule
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
+from jit.schedule.kernels import create_schedule
+from targets.registry import Device
 
 # settings both drivepack and tinygrad read from the environment (tinygrad parses WINO as an int and would turn
 # on its own Winograd or BEAM search): a peer runs with its defaults whatever drivepack was asked for

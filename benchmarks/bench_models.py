@@ -28,7 +28,7 @@ Ratios printed per model (lower is better, < 1 = drivepack faster): drivepack CP
 tinygrad CPU, drivepack OPENCL / tinygrad CL.
 
 Per layer (CPU target): the ``--layers`` slowest kernels of each model, each launched alone from its own
-schedule, with time, GFLOP/s (FLOPs counted from the kernel graph, jit/stats.py) and the share of the machine's
+schedule, with time, GFLOP/s (FLOPs counted from the kernel graph, jit/codegen/stats.py) and the share of the machine's
 FMA peak, which this script measures itself by compiling a small C kernel of independent FMAs that runs on every
 core (OpenMP).
 """
@@ -52,11 +52,11 @@ import numpy as np
 import onnx
 
 from jit.capture import capture_onnx
-from jit.device import Device
-from jit.onnx import load_onnx
+from jit.onnx.loader import load_onnx
 from jit.realize import compile_kernels, device_buffer
-from jit.schedule import create_schedule
+from jit.schedule.kernels import create_schedule
 from targets.cpu import cpu_threads
+from targets.registry import Device
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import interleaved_medians, peer_env  # noqa: E402

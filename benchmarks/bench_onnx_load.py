@@ -25,11 +25,11 @@ DRIVEPACK_RUN = textwrap.dedent("""
     import json, sys, time
     t0 = time.perf_counter()
     import numpy as np, onnx
-    from jit.onnx import load_onnx
+    from jit.onnx.loader import load_onnx
     from jit.realize import compile_kernels
-    from jit.schedule import create_schedule
+    from jit.schedule.kernels import create_schedule
     from jit.realize import run_schedule
-    from jit.device import Device
+    from targets.registry import Device
     from benchmarks.bench_onnx_load import feeds_for
     proto = onnx.load(sys.argv[1])
     feeds = feeds_for(proto)

@@ -25,7 +25,7 @@ VEHICLES = {"CPU": "pc-cpu", "OPENCL": "pc-opencl"}
 
 def _has_opencl() -> bool:
     try:
-        from jit.device import Device
+        from targets.registry import Device
 
         Device["OPENCL"]
         return True

@@ -9,9 +9,9 @@ filled) named like ``example_inputs``; ``fn`` returns a dict of output name to T
    consuming kernel nothing), and a value larger than the weights it reads (a broadcast) stays inline;
 2. the remaining kernels are compiled, and their buffers bound by name: ``input:``, ``output:``, ``state:``,
    ``weight:<id>`` (only weights a dispatch reads are kept), and intermediates in one arena planned by
-   liveness (jit/memory_plan.py). On a target that runs lanes (the CPU with two or more threads), runs of
+   liveness (jit/schedule/memory_plan.py). On a target that runs lanes (the CPU with two or more threads), runs of
    independent, equally costly kernel groups (a vision model's two towers) become segments whose lanes run
-   side by side, one thread each (jit/streams.py), and the plan keeps concurrent lanes' buffers apart;
+   side by side, one thread each (jit/schedule/streams.py), and the plan keeps concurrent lanes' buffers apart;
 3. the command buffer (targets/cmdbuf.py) is handed to the target's replay engine (targets/replay.py).
 
 The result is a ``Captured``: call it with numpy arrays by name, get a dict of fresh numpy arrays.
@@ -37,20 +37,20 @@ from typing import Any
 
 import numpy as np
 
-from jit.device import Device
-from jit.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
-from jit.errors import DrivepackError, DTypeError
-from jit.helpers import STREAMS
-from jit.memory_plan import plan_alignment, plan_memory
-from jit.nn_ops import MATVEC_MAX_PAD
-from jit.passes.images import weights_to_images
+from jit.codegen.passes.images import weights_to_images
+from jit.common.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
+from jit.common.errors import DrivepackError, DTypeError
+from jit.common.helpers import STREAMS
+from jit.frontend.nn_ops import MATVEC_MAX_PAD
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.realize import CompiledKernel, compile_kernels, copy_from_device, run_schedule
-from jit.schedule import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
-from jit.streams import BYTE_COST, dependencies, find_segments, segment_lifetime
-from jit.tensor import Tensor
-from jit.uop import GroupOp, Ops, UOp, toposort
+from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
+from jit.schedule.memory_plan import plan_alignment, plan_memory
+from jit.schedule.streams import BYTE_COST, dependencies, find_segments, segment_lifetime
 from targets.base import Target
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Segment, arena_binding
+from targets.registry import Device
 from targets.replay import DispatchTime, Replay, kernel_flags, make_replay
 
 ModelFn = Callable[..., Mapping[str, Tensor]]
@@ -382,7 +382,7 @@ def _constant_buffer(arr: np.ndarray, device: str) -> UOp:
 
 def capture_onnx(model: Any, example_inputs: Mapping[str, Any], target: str | None = None,
                  fold_weights: bool = True) -> Captured:
-    """Capture an OnnxModel (jit/onnx.py) called with its named inputs."""
+    """Capture an OnnxModel (jit/onnx/loader.py) called with its named inputs."""
     return capture(lambda **kw: model(kw), example_inputs, target=target, fold_weights=fold_weights)
 
 

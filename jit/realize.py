@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jit.device import Device
-from jit.dtype import DType, to_numpy
-from jit.helpers import DEBUG, EMULATED_DTYPES, NOOPT, WINO
-from jit.opt.search import settings_key as tuning_settings_key
-from jit.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
-from jit.passes.pipeline import RewrittenKernel, rewrite_kernel
-from jit.schedule import ScheduledKernel, create_schedule, realized
-from jit.stats import KernelStats, kernel_stats
-from jit.uop import Ops, UOp
+from jit.codegen.opt.search import settings_key as tuning_settings_key
+from jit.codegen.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
+from jit.codegen.pipeline import RewrittenKernel, rewrite_kernel
+from jit.codegen.stats import KernelStats, kernel_stats
+from jit.common.dtype import DType, to_numpy
+from jit.common.helpers import DEBUG, EMULATED_DTYPES, NOOPT, WINO
+from jit.ir.uop import Ops, UOp
+from jit.schedule.kernels import ScheduledKernel, create_schedule, realized
 from targets.base import Buffer, Program, Target
+from targets.registry import Device
 
 # BUFFER uid -> device memory; an entry is dropped when its BUFFER node is garbage-collected
 _memory: dict[int, Buffer] = {}

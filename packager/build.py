@@ -27,12 +27,11 @@ from abi.errors import AbiError
 from abi.infer import infer_abi
 from abi.records import Abi
 from abi.vehicle import VehicleProfile, load_vehicle
-from jit.device import Device
-from jit.helpers import BEAM, NOOPT, Context
-from jit.opt import tuning as tuning_file
-from jit.opt.search import use_tuning
-from jit.opt.tuning import TuningTable
-from jit.passes.dtype_policy import aggregate_policies, parse_emulated
+from jit.codegen.opt import tuning as tuning_file
+from jit.codegen.opt.search import use_tuning
+from jit.codegen.opt.tuning import TuningTable
+from jit.codegen.passes.dtype_policy import aggregate_policies, parse_emulated
+from jit.common.helpers import BEAM, NOOPT, Context
 from jit.realize import compiled_kernel
 from packager import __version__
 from packager.container import BASE_ALIGNMENT, FORMAT_VERSION, Section, align_up, canonical_json, write_container
@@ -43,6 +42,7 @@ from packager.package import Package, golden_section, kernel_section, load_packa
 from packager.progress import Progress
 from packager.verify import compare_exact, compare_tolerance
 from targets.cmdbuf import CommandBuffer, KernelSpec
+from targets.registry import Device
 
 GOLDEN_SETS = 2
 DEFAULT_BEAM = 2  # beam width of ``--tune`` when neither BuildOptions.beam nor BEAM says otherwise
@@ -62,7 +62,7 @@ class BuildOptions:
     emulate: str | None = None  # an EMULATED_DTYPES value; default: the vehicle profile's
     golden_sets: int = GOLDEN_SETS
     model_name: str | None = None  # default: the model file's name
-    tuning: str | Path | None = None  # a tuning file (jit/opt/tuning.py) to compile with (``--tuning``)
+    tuning: str | Path | None = None  # a tuning file (jit/codegen/opt/tuning.py) to compile with (``--tuning``)
     tune: bool = False  # search kernels the tuning file lacks, then write it (``--tune``; default <out>.tuning.json)
     beam: int = 0  # beam width of that search; 0: the BEAM setting, else DEFAULT_BEAM
 
@@ -96,7 +96,7 @@ def _tuning(opts: BuildOptions, out: str | Path) -> tuple[TuningTable | None, Pa
 def golden_inputs(abi: Abi, seed: int) -> dict[str, np.ndarray]:
     """Deterministic random inputs: uint8 frames across 0-255 (both ends present), other integers in -8..8,
     floats standard normal."""
-    from jit.dtype import dtypes, to_numpy
+    from jit.common.dtype import dtypes, to_numpy
 
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
@@ -165,7 +165,7 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
     """Package ``model_path`` for ``vehicle`` into ``out`` (see the module docstring); PackageError when a stage
     cannot be done, VerifyError when the written package does not reproduce its golden outputs."""
     from jit.capture import capture_onnx
-    from jit.onnx import load_onnx
+    from jit.onnx.loader import load_onnx
 
     opts = options or BuildOptions()
     prog = progress or Progress(enabled=False)

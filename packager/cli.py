@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from jit.errors import DrivepackError
+from jit.common.errors import DrivepackError
 from packager import __version__
 from packager.abi_commands import add_abi_check_args, add_abi_diff_args, run_abi_check, run_abi_diff
 from packager.commands import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jit.errors import DrivepackError
+from jit.common.errors import DrivepackError
 
 
 class PackageError(DrivepackError, ValueError):

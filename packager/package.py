@@ -18,7 +18,7 @@ import numpy as np
 
 from abi.errors import AbiError
 from abi.records import Abi
-from jit.dtype import dtypes, to_numpy
+from jit.common.dtype import dtypes, to_numpy
 from packager.container import Container, open_container
 from packager.errors import PackageError
 from packager.manifest import Manifest, parse_manifest

@@ -6,8 +6,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-from jit.dtype import DType
-from jit.errors import CompileError
+from jit.common.dtype import DType
+from jit.common.errors import CompileError
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class TargetLimits:
     max_local_size: int = 1
     max_local_dims: tuple[int, ...] = (1, 1, 1)
     buffer_alignment: int = 64
-    images: bool = False  # capture binds conv/matmul weights as image2d_t (jit/passes/images.py)
+    images: bool = False  # capture binds conv/matmul weights as image2d_t (jit/codegen/passes/images.py)
     image2d_max: tuple[int, int] = (0, 0)  # (height, width) in texels
 
 
@@ -57,7 +57,7 @@ class Target(abc.ABC):
     def supported_dtypes(self) -> frozenset[DType]:
         """The dtypes kernels may use natively; every other dtype is emulated or refused.
 
-        The contract: the codegen pipeline (jit/passes/pipeline.py) decomposes int64/uint64 into 32-bit words
+        The contract: the codegen pipeline (jit/codegen/pipeline.py) decomposes int64/uint64 into 32-bit words
         and float16/bfloat16/fp8 into float32 compute over integer storage whenever they are missing here, so
         a target lists only what its language and hardware really do; it must list bool, int32, uint32 and
         float32 (the emulations compute in them) and uint8/uint16 for emulated narrow-float storage. Any other
@@ -66,7 +66,7 @@ class Target(abc.ABC):
 
     def check_dtypes(self, name: str, sink: Any) -> None:
         """CompileError if kernel ``name`` uses a dtype outside ``supported_dtypes()`` (a pipeline bug guard)."""
-        from jit.passes.dtype_policy import used_dtypes  # the target layer does not import the compiler at load
+        from jit.codegen.passes.dtype_policy import used_dtypes  # the target layer does not import the compiler at load
 
         extra = sorted(d.name for d in used_dtypes(sink) - self.supported_dtypes())
         if extra:

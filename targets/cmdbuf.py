@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from jit.dtype import dtypes
-from jit.errors import DrivepackError, DTypeError
+from jit.common.dtype import dtypes
+from jit.common.errors import DrivepackError, DTypeError
 
 FORMAT = "drivepack-cmdbuf"
 VERSION = 1

@@ -22,9 +22,9 @@ from typing import Any
 import cffi
 import numpy as np
 
-from jit.dtype import DType, dtypes
-from jit.errors import CompileError
-from jit.uop import UOp
+from jit.common.dtype import DType, dtypes
+from jit.common.errors import CompileError
+from jit.ir.uop import UOp
 from targets.base import Buffer, Program, Target, TargetLimits
 from targets.cstyle import CStyleLanguage, render_kernel_info
 

@@ -13,9 +13,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from jit.dtype import DType, ImageDType, PtrDType, dtypes
-from jit.errors import CompileError
-from jit.uop import GroupOp, Ops, UOp, toposort
+from jit.common.dtype import DType, ImageDType, PtrDType, dtypes
+from jit.common.errors import CompileError
+from jit.ir.uop import GroupOp, Ops, UOp, toposort
 
 _INFIX: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPEQ: "==",
                           Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
@@ -67,7 +67,7 @@ class CStyleLanguage:
     # how many outer global ranges become hardware indices (0 on a CPU: all become loops)
     global_dims: int = 0
     global_index_fn: str = "get_global_id"
-    # work-group local memory (jit/opt/group.py): the local id function (its dimension 0 is a group reduce's),
+    # work-group local memory (jit/codegen/opt/group.py): the local id function (its dimension 0 is a group reduce's),
     # a local array declaration of ``n`` elements of type ``t``, and the barrier that makes its writes visible to
     # the group; "" = none (a kernel with a "group" range is refused)
     local_index_fn: str = ""
@@ -86,12 +86,12 @@ class CStyleLanguage:
     parallel_setup: str = ""
     parallel_min_work: int = 1 << 15
     parallel_min_trips: int = 8
-    # weights in images (jit/passes/images.py): how a parameter of ImageDType is declared, the helper
+    # weights in images (jit/codegen/passes/images.py): how a parameter of ImageDType is declared, the helper
     # definitions that read one float of it, and the read itself ({buf}, {idx}, {width}); "" = no images
     image_param: str = ""
     image_helper: str = ""
     image_read: str = ""
-    # vector types (jit/opt/vectorize.py): float32 lanes of the widest vector the optimizer may ask for (0 = none);
+    # vector types (codegen/opt/vectorize.py): float32 lanes of the widest vector the optimizer may ask for (0 = none);
     # the name of ``n`` lanes of scalar type ``t`` (``name``: the dtype's name), the definition that name needs
     # (emitted once per file; "" = built in), a load/store of ``n`` contiguous elements at ``ptr`` (any
     # alignment), lane ``i`` of vector ``x`` (``hexi``: i in hex), and a vector built from its ``lanes``
@@ -208,7 +208,7 @@ class KernelRenderer:
                 index_only.add(node)
         self.no_overflow = index_only | {u for u in users if _cannot_wrap(u)}
         self.deps(sink)  # one walk fills the dependency table for every node
-        # the tile row computed as vectors (jit/opt/vectorize.py): never a loop, always "open"
+        # the tile row computed as vectors (jit/codegen/opt/vectorize.py): never a loop, always "open"
         lanes = [u for u in self._deps if u.op is Ops.RANGE and u.arg[1] == "vector"]
         if len(lanes) > 1 or (lanes and not lang.vector_type):
             raise CompileError(f"{name}: {len(lanes)} vector ranges, this language renders "
@@ -799,7 +799,7 @@ class KernelRenderer:
         for rng in loops:
             self.open_loop(rng)
         for store in self.sink.src:
-            # a peeled interior (jit/opt/peel.py) is a loop of its own around the one store that uses it
+            # a peeled interior (jit/codegen/opt/peel.py) is a loop of its own around the one store that uses it
             peeled = sorted((r for r in self.deps(store) if r.arg[1] == "peel"), key=lambda r: r.arg[0])
             for rng in peeled:
                 self.open_loop(rng)
@@ -823,7 +823,7 @@ def global_ranges(sink: UOp) -> list[UOp]:
 
 
 def group_range(sink: UOp) -> UOp | None:
-    """The RANGE of kind "group" of ``sink`` (jit/opt/group.py), if it has one."""
+    """The RANGE of kind "group" of ``sink`` (jit/codegen/opt/group.py), if it has one."""
     return next((u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "group"), None)
 
 

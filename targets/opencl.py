@@ -21,15 +21,15 @@ from typing import Any
 
 import cffi
 
-from jit.device import DeviceError
-from jit.dtype import DType, dtypes
-from jit.errors import CompileError, DrivepackError
-from jit.helpers import NOLOCALS, prod
-from jit.opt.options import DEFAULT_OPTS, OptOptions
-from jit.uop import UOp
+from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
+from jit.common.dtype import DType, dtypes
+from jit.common.errors import CompileError, DrivepackError
+from jit.common.helpers import NOLOCALS, prod
+from jit.ir.uop import UOp
 from targets.base import Buffer, Program, Target, TargetLimits
 from targets.cpu import cache_dir, cached_artifact, publish
 from targets.cstyle import CStyleLanguage, global_launch_size, group_range, render_kernel
+from targets.registry import DeviceError
 
 # the platform name substring that restricts device discovery (e.g. "Portable" for PoCL)
 PLATFORM_ENV = "DRIVEPACK_CL_PLATFORM"
@@ -55,7 +55,7 @@ OPENCL_LANGUAGE = CStyleLanguage(
     unroll_hint="#pragma unroll",
     bitcast_fmt="as_{dst_t}(({src_t})({x}))",
     image_param="read_only image2d_t",
-    # element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.dtype.ImageDType)
+    # element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.common.dtype.ImageDType)
     image_helper="#ifndef DP_READ_IMAGE\n#define DP_READ_IMAGE\n"
                  "__constant sampler_t dp_sampler = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE |"
                  " CLK_FILTER_NEAREST;\n"
@@ -81,7 +81,7 @@ OPENCL_LANGUAGE = CStyleLanguage(
 )
 
 
-# work-items sharing one output's reduce on a GPU (jit/opt/group.py): half a wave on most GPUs, and within every
+# work-items sharing one output's reduce on a GPU (jit/codegen/opt/group.py): half a wave on most GPUs, and within every
 # device's minimum work-group size of 64 the OpenCL specification allows
 GPU_GROUP_REDUCE = 32
 GPU_OPTS = OptOptions(group_reduce=GPU_GROUP_REDUCE)
@@ -365,7 +365,7 @@ def choose_local_size(global_size: tuple[int, ...], max_group: int, max_items: t
 
 def group_local_size(global_size: tuple[int, ...], group: int, max_group: int, max_items: tuple[int, ...],
                      preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
-    """``choose_local_size``, or for a kernel sharing reduces over dimension 0 (jit/opt/group.py) exactly one
+    """``choose_local_size``, or for a kernel sharing reduces over dimension 0 (jit/codegen/opt/group.py) exactly one
     output's ``group`` work-items per work-group: the local array holding their partials is indexed by the local
     id of dimension 0 alone."""
     if group <= 1:
@@ -471,7 +471,7 @@ class OpenCLTarget(Target):
         self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes
         self.preferred_local = PREFERRED_LOCAL_SIZE
         self.min_groups = GROUPS_PER_COMPUTE_UNIT * max(info.max_compute_units, 1)
-        # the optimizer's defaults for this device (jit/opt): a GPU shares long reduces across work-groups
+        # the optimizer's defaults for this device (jit/codegen/opt): a GPU shares long reduces across work-groups
         self.default_opts = GPU_OPTS if info.device_type & CL_DEVICE_TYPE_GPU else DEFAULT_OPTS
 
     def __repr__(self) -> str:
@@ -498,7 +498,7 @@ class OpenCLTarget(Target):
         local_size = group_local_size(global_size, group, self.max_group, self.max_items, self.preferred_local,
                                       self.min_groups)
         meta: dict[str, Any] = {"global_size": global_size, "local_size": local_size, "group": group}
-        if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/opt/search.py)
+        if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/codegen/opt/search.py)
             meta["local_request"] = tuple(requested)
         return render_kernel(self.language, name, sink), meta
 

@@ -13,7 +13,7 @@ model from ``ADRENO_MODELS``. Adreno's own compiler and KGSL submission cannot b
 
 ``images`` (``QCOM:images``, ``QCOM:630:images`` or ``DRIVEPACK_QCOM_IMAGES=1``; off by default): capture binds the
 weights that only conv/matmul (reduce) kernels read as ``image2d_t`` of RGBA float texels, read with
-``read_imagef`` (jit/passes/images.py); the command buffer records each image's shape. Eager runs keep buffers.
+``read_imagef`` (jit/codegen/passes/images.py); the command buffer records each image's shape. Eager runs keep buffers.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import os
 import sys
 from dataclasses import dataclass, replace
 
-from jit.dtype import DType, dtypes
-from jit.errors import UnsupportedOp
+from jit.common.dtype import DType, dtypes
+from jit.common.errors import UnsupportedOp
 from targets.base import TargetLimits
 from targets.opencl import GPU_OPTS, OPENCL_LANGUAGE, OpenCLDeviceError, OpenCLTarget, list_devices
 
@@ -31,7 +31,7 @@ IMAGES_ENV = "DRIVEPACK_QCOM_IMAGES"
 DEFAULT_MODEL = "630"
 
 # float32 and float16 native (cl_khr_fp16 on every Adreno 6xx); int64 is decomposed into 32-bit words by
-# jit/passes/long_decomp.py (Adreno has no 64-bit integer ALU); no float64; bfloat16/fp8 emulated
+# jit/codegen/passes/long_decomp.py (Adreno has no 64-bit integer ALU); no float64; bfloat16/fp8 emulated
 QCOM_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.uint8, dtypes.uint16, dtypes.uint32,
     dtypes.float16, dtypes.float32})

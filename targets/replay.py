@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from jit.dtype import dtypes, to_numpy
-from jit.errors import DrivepackError, UnsupportedOp
+from jit.common.dtype import dtypes, to_numpy
+from jit.common.errors import DrivepackError, UnsupportedOp
 from targets.base import Program, Target
 from targets.cmdbuf import BufferSpec, CommandBuffer
 
@@ -216,6 +216,6 @@ def kernel_flags(target: Target, program: Program) -> str:
 def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str) -> Replay:
     """The replay engine of ``target`` (a Target or a device name) built from a command buffer and weights."""
     if isinstance(target, str):
-        from jit.device import Device  # only for a name; a Target instance needs nothing from jit
+        from targets.registry import Device  # only for a name; a Target instance needs nothing from jit
         target = Device[target]
     return engine_for(target)(cmdbuf, weights, target)

@@ -22,7 +22,7 @@ from typing import Any
 import cffi
 import numpy as np
 
-from jit.helpers import prod
+from jit.common.helpers import prod
 from targets.base import Buffer, Program, Target
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
 from targets.opencl import (

@@ -62,7 +62,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(autouse=True)
 def on_device(request: pytest.FixtureRequest) -> Iterator[str | None]:
     """Runs the test with ``Device.DEFAULT`` set to the matrix device (tests outside the matrix: untouched)."""
-    from jit.device import Device
+    from targets.registry import Device
 
     device = getattr(request, "param", None)
     if device is None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from jit.device import Device
-from jit.dtype import DType, dtypes
-from jit.helpers import Context
+from jit.common.dtype import DType, dtypes
+from jit.common.helpers import Context
 from targets.cpu import CPU_DTYPES, CPUTarget
+from targets.registry import Device
 
 
 class CPUWithout(CPUTarget):

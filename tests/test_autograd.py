@@ -1,4 +1,4 @@
-"""Reverse-mode autodiff (jit/autograd.py): exact small cases, every rule against central finite differences,
+"""Reverse-mode autodiff (jit/frontend/autograd.py): exact small cases, every rule against central finite differences,
 and random op chains (hypothesis) against finite differences.
 
 Finite differences run batched: each function under test maps a (B, *shape) float64 tensor to (B, ...) and
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jit.autograd import compute_gradients, pm_gradient
-from jit.dtype import dtypes
-from jit.tensor import Tensor
-from jit.uop import GroupOp, Ops, UOp
+from jit.common.dtype import dtypes
+from jit.frontend.autograd import compute_gradients, pm_gradient
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import GroupOp, Ops, UOp
 
 Fn = Callable[[Tensor], Tensor]
 H = 1e-6

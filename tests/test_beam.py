@@ -1,4 +1,4 @@
-"""BEAM search and tuning files (jit/opt/search.py, jit/opt/tuning.py) and ``drivepack package --tune/--tuning``."""
+"""BEAM search and tuning files (jit/codegen/opt/search.py, tuning.py) and ``drivepack package --tune/--tuning``."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ import numpy as np
 import onnx
 import pytest
 
-from jit.device import Device
-from jit.helpers import Context
-from jit.opt import target_default_opts
-from jit.opt.options import DEFAULT_OPTS, OptOptions
-from jit.opt.search import (
+from jit.codegen.opt import target_default_opts
+from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
+from jit.codegen.opt.search import (
     CONFIRM_ROUNDS,
     SearchError,
     applied_options,
@@ -29,18 +27,20 @@ from jit.opt.search import (
     random_arrays,
     use_tuning,
 )
-from jit.opt.tuning import TuningEntry, TuningError, TuningTable, device_fingerprint, kernel_key, load, loads
-from jit.passes.cast_const import pm_cast_const
-from jit.passes.pipeline import commit_dtypes
-from jit.passes.symbolic import pm_symbolic
+from jit.codegen.opt.tuning import TuningEntry, TuningError, TuningTable, device_fingerprint, kernel_key, load, loads
+from jit.codegen.passes.cast_const import pm_cast_const
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.rewrite import graph_rewrite
 from jit.realize import compile_uops
-from jit.rewrite import graph_rewrite
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
+from jit.schedule.kernels import create_schedule
 from packager.build import BuildOptions, build_package
 from packager.cli import main
 from packager.synthetic import gemm_model
 from targets.base import Program
+from targets.registry import Device
 from tests.helpers import float_accumulators
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def _pre_opt_sink(out: Tensor, device: str = "CPU"):
 _KEY_SCRIPT = """
 import numpy as np
 from tests.test_beam import _matmul, _pre_opt_sink
-from jit.opt.tuning import kernel_key
+from jit.codegen.opt.tuning import kernel_key
 print(kernel_key(_pre_opt_sink(_matmul())))
 """
 

@@ -47,7 +47,7 @@ def _conv_case(channels: int, size: int) -> tuple:
     from onnx import TensorProto, helper
 
     from jit.capture import capture_onnx
-    from jit.onnx import load_onnx
+    from jit.onnx.loader import load_onnx
     rng = np.random.default_rng(0)
     shape = [1, channels, size, size]
     w = numpy_helper.from_array(rng.standard_normal((channels, channels, 3, 3)).astype(np.float32), "w")

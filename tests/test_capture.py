@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
 from jit.capture import Captured, CaptureError, capture, jit
-from jit.errors import DrivepackError
+from jit.common.errors import DrivepackError
+from jit.frontend import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
+from jit.frontend.tensor import Tensor
 from jit.realize import _memory
-from jit.tensor import Tensor
 from targets.cmdbuf import CommandBuffer
 
 RNG = np.random.default_rng(7)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jit.capture import capture
-from jit.errors import DrivepackError
+from jit.common.errors import DrivepackError
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
 
 SCALE_C = "void scale(float* restrict data0, const float* restrict data1, float s) {\n" \
@@ -40,7 +40,7 @@ def test_handmade_round_trip_is_exact() -> None:
 
 def test_captured_round_trip_is_exact() -> None:
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
-    from jit.tensor import Tensor
+    from jit.frontend.tensor import Tensor
     weight = Tensor(w)
 
     def fn(x: Tensor) -> dict[str, Tensor]:

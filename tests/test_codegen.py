@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from jit.device import Device, DeviceError
-from jit.helpers import Context
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
 from jit.realize import compile_uops
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
+from jit.schedule.kernels import create_schedule
+from targets.registry import Device, DeviceError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,14 +97,14 @@ def test_device_default_can_be_overridden() -> None:
         assert "TPU" in str(e)
     else:  # pragma: no cover
         raise AssertionError("unknown device accepted")
-    out = run_py("from jit.device import Device; print(Device.DEFAULT)", DEV="CPU")
+    out = run_py("from targets.registry import Device; print(Device.DEFAULT)", DEV="CPU")
     assert out.stdout.strip() == "CPU"
 
 
 def test_second_process_compiles_nothing(tmp_path: Path) -> None:
     code = """
         import numpy as np
-        from jit.tensor import Tensor
+        from jit.frontend.tensor import Tensor
         import targets.cpu as cpu
         x = Tensor(np.arange(10, dtype=np.float32))
         print((x * 2.5 + 1).sum().item(), cpu.cc_invocations)
@@ -118,7 +118,7 @@ def test_second_process_compiles_nothing(tmp_path: Path) -> None:
 
 def test_debug_flags_print_kernels_and_source(tmp_path: Path) -> None:
     code = """
-        from jit.tensor import Tensor
+        from jit.frontend.tensor import Tensor
         print((Tensor([1.0, 2.0, 3.0]) * 4).tolist())
     """
     d2 = run_py(code, DEBUG="2").stdout

@@ -1,4 +1,4 @@
-"""Materialized conv padding (jit/nn_ops.py ``_materialize_pad``): a big padded conv reads its zero-padded input
+"""Materialized conv padding (nn_ops ``_materialize_pad``): a big padded conv reads its zero-padded input
 from a buffer of its own, written by an elementwise copy kernel, so the conv kernel's loads carry no mask.
 
 Checked on the scheduled kernel graphs (structure, not timing), against a float64 numpy reference and
@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from jit import nn_ops
 from jit.capture import capture
-from jit.onnx import load_onnx
-from jit.schedule import ScheduledKernel, create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, UOp, toposort
+from jit.frontend import nn_ops
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, UOp, toposort
+from jit.onnx.loader import load_onnx
+from jit.schedule.kernels import ScheduledKernel, create_schedule
 from tests.test_nn_ops import norm_pads, rand, ref_conv, tup
 
 # (input shape, weight shape, groups, stride, dilation, padding): every case is above the threshold

@@ -4,8 +4,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jit.dtype import ALL_DTYPES, commit_weak, dtypes, from_numpy, least_upper_dtype, to_dtype, to_numpy, truncate_const
-from jit.errors import DTypeError
+from jit.common.dtype import (
+    ALL_DTYPES,
+    commit_weak,
+    dtypes,
+    from_numpy,
+    least_upper_dtype,
+    to_dtype,
+    to_numpy,
+    truncate_const,
+)
+from jit.common.errors import DTypeError
 
 
 def test_every_dtype_round_trips_through_numpy() -> None:

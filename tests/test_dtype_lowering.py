@@ -11,19 +11,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jit.dtype import DType, PtrDType, dtypes
-from jit.errors import CompileError, DTypeError
-from jit.helpers import Context
-from jit.lower import KernelInfo, lower_kernel
-from jit.passes.cast_const import pm_cast_const
-from jit.passes.commit_weak import pm_commit_weak
-from jit.passes.dtype_policy import DTypePolicy, aggregate_policies, decide_policy, parse_emulated
-from jit.passes.lower_weak import pm_lower_weak
-from jit.passes.pipeline import commit_dtypes
+from jit.codegen.passes.cast_const import pm_cast_const
+from jit.codegen.passes.commit_weak import pm_commit_weak
+from jit.codegen.passes.dtype_policy import DTypePolicy, aggregate_policies, decide_policy, parse_emulated
+from jit.codegen.passes.lower_weak import pm_lower_weak
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.dtype import DType, PtrDType, dtypes
+from jit.common.errors import CompileError, DTypeError
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.rewrite import graph_rewrite
+from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.realize import compile_uops, dtype_policy_report, schedule_dtype_policy
-from jit.rewrite import graph_rewrite
-from jit.tensor import Tensor
-from jit.uop import GroupOp, Ops, UOp, toposort
+from jit.schedule.lower import KernelInfo, lower_kernel
 from targets.cpu import CPU_DTYPES
 from tests.dtype_modes import CPUNoInt64, CPUWithout, cpu_target, mode
 
@@ -165,7 +165,7 @@ WEAK_TABLE: list[Row] = [
     ("where(c, 1, 2).exp(): weak int -> weak float", lambda i: i.c.where(1, 2).exp(),
      {"WHERE": {"int32"}, "CAST": {"float32"}, "EXP": {"float32"}}, D.weakfloat,
      Ulp1(np.exp(W12.astype(np.float64)).astype(np.float32))),
-    # divided by 3: a power of two would become an exact multiply (jit/passes/symbolic.py)
+    # divided by 3: a power of two would become an exact multiply (jit/codegen/passes/symbolic.py)
     ("where(c, 1, 2) / 3", lambda i: i.c.where(1, 2) / 3,
      {"WHERE": {"int32"}, "CAST": {"float32"}, "FDIV": {"float32"}}, D.weakfloat, W12.astype(np.float32) / 3),
     ("where(c, 1, 2).sum()", lambda i: i.c.where(1, 2).sum(), {"WHERE": {"int32"}, "REDUCE": {"int32"}},
@@ -287,7 +287,7 @@ def test_symbolic_never_folds_a_weak_node_before_commit() -> None:
 
 # --- pipeline order ---------------------------------------------------------------------------------------
 def test_pipeline_documents_its_order() -> None:
-    import jit.passes.pipeline as pl
+    import jit.codegen.pipeline as pl
     doc = pl.__doc__ or ""
     stages = ["commit_weak", "lower_weak", "float_emulation", "long_decomp", "cast_const", "unroll"]
     positions = [doc.index(s) for s in stages]

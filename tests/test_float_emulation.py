@@ -10,10 +10,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jit.dtype import DType, dtypes, to_numpy
-from jit.helpers import Context
+from jit.common.dtype import DType, dtypes, to_numpy
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
 from jit.realize import compile_uops
-from jit.tensor import Tensor
 from tests.dtype_modes import HALF_MODES, mode
 
 NARROW: tuple[DType, ...] = (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3fn, dtypes.fp8e5m2,
@@ -77,9 +77,9 @@ def in_mode(request: pytest.FixtureRequest) -> Iterator[DType]:
 def exact_nans(*ds: DType) -> bool:
     """False when a conversion runs natively in float16 hardware, which quiets signaling NaNs (numpy keeps
     them); every emulated conversion matches numpy / ml_dtypes NaN bits exactly."""
-    from jit.device import Device
-    from jit.helpers import EMULATED_DTYPES
-    from jit.passes.dtype_policy import parse_emulated
+    from jit.codegen.passes.dtype_policy import parse_emulated
+    from jit.common.helpers import EMULATED_DTYPES
+    from targets.registry import Device
 
     native_half = dtypes.float16 in Device["CPU"].supported_dtypes() and \
         dtypes.float16 not in parse_emulated(str(EMULATED_DTYPES.value))

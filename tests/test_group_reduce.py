@@ -1,4 +1,4 @@
-"""Group reduces (jit/opt/group.py): on OpenCL, each output's reduce shared by one work-group through local memory.
+"""Group reduces (codegen/opt/group.py): on OpenCL, each output's reduce shared by one work-group through local memory.
 
 PoCL is a CPU device, so OPENCL keeps them off by default (``default_opts``); these tests turn them on through the
 target's defaults, the way a GPU device and the QCOM profile have them, and check the rendered kernel, its launch
@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 
 from jit.capture import capture
-from jit.device import Device
-from jit.errors import CompileError
-from jit.opt import DEFAULT_OPTS, OptOptions, optimize_kernel, target_default_opts
-from jit.opt.group import GROUP_MAX_OUTPUTS, plan_group
-from jit.opt.search import _neighbours
-from jit.passes.pipeline import commit_dtypes
+from jit.codegen.opt import DEFAULT_OPTS, OptOptions, optimize_kernel, target_default_opts
+from jit.codegen.opt.group import GROUP_MAX_OUTPUTS, plan_group
+from jit.codegen.opt.search import _neighbours
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.errors import CompileError
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, toposort
 from jit.realize import compile_uops
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, toposort
+from jit.schedule.kernels import create_schedule
 from targets.opencl import CL_DEVICE_TYPE_GPU, GPU_OPTS, group_local_size
+from targets.registry import Device
 
 pytestmark = pytest.mark.cpu_only  # the OPENCL device is chosen per test; nothing here runs per device
 RNG = np.random.default_rng(11)

@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jit.dtype import DType, dtypes
-from jit.errors import CompileError
-from jit.helpers import Context
+from jit.common.dtype import DType, dtypes
+from jit.common.errors import CompileError
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
 from jit.realize import compile_uops
-from jit.tensor import Tensor
 from tests.dtype_modes import LONG_MODES, mode
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
@@ -116,7 +116,7 @@ UNARY: dict[str, UnOp] = {
 
 
 def dtypes_np(name: str) -> np.dtype:
-    from jit.dtype import to_numpy
+    from jit.common.dtype import to_numpy
     return to_numpy(dtypes.from_name(name))
 
 

@@ -1,4 +1,4 @@
-"""Blocked weights for matrix-vector products (jit/nn_ops.py ``_matvec_block_columns``): a single-row product
+"""Blocked weights for matrix-vector products (jit/frontend/nn_ops.py ``_matvec_block_columns``): a single-row product
 with a large weight-only matrix stores it as contiguous (columns/64, k, 64) blocks, zero-padded to whole blocks,
 so each 64-wide output tile streams one block; a capture folds that layout into the stored weights.
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit import nn_ops
 from jit.capture import capture
-from jit.tensor import Tensor
+from jit.frontend import nn_ops
+from jit.frontend.tensor import Tensor
 from tests.test_nn_ops import rand
 
 BLOCK = nn_ops.MATVEC_BLOCK

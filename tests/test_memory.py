@@ -4,9 +4,9 @@ import gc
 
 import numpy as np
 
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import UOp
 from jit.realize import live_buffer_count
-from jit.tensor import Tensor
-from jit.uop import UOp
 
 
 def _one_step(i: int) -> float:

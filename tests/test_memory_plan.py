@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jit.errors import DrivepackError
-from jit.memory_plan import (
+from jit.common.errors import DrivepackError
+from jit.schedule.memory_plan import (
     Lifetime,
     MemoryPlan,
     MemoryPlanError,

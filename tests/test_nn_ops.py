@@ -1,4 +1,4 @@
-"""Composite nn ops (jit/nn_ops.py) against straightforward numpy references written here."""
+"""Composite nn ops (jit/frontend/nn_ops.py) against straightforward numpy references written here."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from jit.errors import ShapeError
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
+from jit.common.errors import ShapeError
+from jit.frontend.tensor import Tensor
+from jit.schedule.kernels import create_schedule
 
 RTOL, ATOL = 1e-4, 1e-4
 Pads = list[tuple[int, int]]
@@ -323,7 +323,7 @@ def test_max_pool_int_dtype() -> None:
 
 LARGE_POOL_CASES = [
     # (input shape, kernel, stride, padding, ceil_mode): at least PAD_MATERIALIZE_MIN_MACS window elements, so the
-    # last dim is read from a phase copy (jit/nn_ops.py _phase_split_max)
+    # last dim is read from a phase copy (jit/frontend/nn_ops.py _phase_split_max)
     ((1, 64, 112, 112), 3, 2, 1, False),  # resnet's stem pool
     ((2, 32, 121, 135), 3, 2, 1, True),  # odd sizes: the copy's last phase is shorter
     ((1, 64, 260, 131), (2, 3), (2, 3), 0, False),  # stride 3 in the last dim

@@ -1,4 +1,4 @@
-"""ONNX handlers of jit/onnx_ops/{extra,recurrent}.py on cases the node conformance suite does not cover
+"""ONNX handlers of jit/onnx/ops/{extra,recurrent}.py on cases the node conformance suite does not cover
 (directions, sequence lengths, padding modes, odd lengths), checked against onnx's reference evaluator."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from jit.errors import UnsupportedOp
-from jit.onnx import load_onnx
+from jit.common.errors import UnsupportedOp
+from jit.onnx.loader import load_onnx
 
 RNG = np.random.default_rng(0)
 
@@ -216,7 +216,7 @@ def test_loop_needs_a_known_condition() -> None:
     got = load_onnx(m)(feeds)["vf"].numpy()  # the condition reads given data: known at load
     np.testing.assert_array_equal(got, [3.0, 3.0])  # (the reference evaluator never runs a loop without cond)
     with pytest.raises(UnsupportedOp, match="condition"):
-        from jit.tensor import Tensor
+        from jit.frontend.tensor import Tensor
         load_onnx(m)({"v0": Tensor(feeds["v0"]), "x": Tensor(feeds["x"])})
 
 

@@ -7,9 +7,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from jit.errors import UnsupportedOp
-from jit.onnx import OnnxError, load_onnx
-from jit.uop import Ops
+from jit.common.errors import UnsupportedOp
+from jit.ir.uop import Ops
+from jit.onnx.loader import OnnxError, load_onnx
 
 
 def make(nodes: list[onnx.NodeProto], inputs: list[tuple[str, int, list[int]]], outputs: list[str],
@@ -94,7 +94,7 @@ def test_unsupported_attribute_fails_at_load() -> None:
 def test_constants_an_op_creates_live_on_the_model_device() -> None:
     """Regression: ConstantOfShape built its tensor on the default device (CPU) for a model loaded on OPENCL,
     and the next kernel launched a CPU kernel on OpenCL memory."""
-    from jit.device import Device
+    from targets.registry import Device
 
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     nodes = [helper.make_node("ConstantOfShape", ["shape"], ["c"],

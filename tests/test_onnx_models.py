@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from jit.onnx import load_onnx
+from jit.onnx.loader import load_onnx
 from packager.samples import policy_model, sample_inputs, vision_model
 from tests.onnx_conformance.conformance import compare, run_case
 

@@ -1,4 +1,4 @@
-"""ONNX reduce / indexing / quantization handlers (jit/onnx_ops/reduce.py, indexing.py) on cases the node
+"""ONNX reduce / indexing / quantization handlers (jit/onnx/ops/reduce.py, indexing.py) on cases the node
 conformance suite does not cover, checked against onnx's reference evaluator."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from jit.errors import UnsupportedOp
-from jit.onnx import load_onnx
+from jit.common.errors import UnsupportedOp
+from jit.onnx.loader import load_onnx
 from tests.helpers import single_op_model
 
 RNG = np.random.default_rng(0)

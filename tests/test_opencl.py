@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 import targets.opencl as cl
-from jit import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
-from jit.device import Device, DeviceError
-from jit.dtype import dtypes
-from jit.errors import CompileError
-from jit.helpers import Context
+from jit.common.dtype import dtypes
+from jit.common.errors import CompileError
+from jit.common.helpers import Context
+from jit.frontend import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
+from jit.frontend.tensor import Tensor
 from jit.realize import compile_uops
-from jit.tensor import Tensor
 from targets.base import Program
+from targets.registry import Device, DeviceError
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.opencl
@@ -223,7 +223,7 @@ def test_compile_cache_across_processes(tmp_path: Path) -> None:
     script = textwrap.dedent("""
         import numpy as np
         import targets.opencl as cl
-        from jit.tensor import Tensor
+        from jit.frontend.tensor import Tensor
         x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6), device="OPENCL")
         out = ((x * 0.731).sin() + x.sum(1, keepdim=True)).numpy()
         print(cl.cl_builds, float(out.sum()))

@@ -10,21 +10,21 @@ import numpy as np
 import pytest
 
 from jit.capture import capture
-from jit.device import Device
-from jit.helpers import Context
-from jit.opt import target_peel_dims
-from jit.opt.options import OptOptions
-from jit.opt.search import local_size_choices, use_tuning
-from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
-from jit.passes.cast_const import pm_cast_const
-from jit.passes.pipeline import commit_dtypes
-from jit.passes.symbolic import pm_symbolic
+from jit.codegen.opt import target_peel_dims
+from jit.codegen.opt.options import OptOptions
+from jit.codegen.opt.search import local_size_choices, use_tuning
+from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
+from jit.codegen.passes.cast_const import pm_cast_const
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.rewrite import graph_rewrite
 from jit.realize import _compiled, compile_uops
-from jit.rewrite import graph_rewrite
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
+from jit.schedule.kernels import create_schedule
 from targets.cstyle import UNROLL_HINT_TRIPS
 from targets.opencl import opencl_vector_width, valid_local_size
+from targets.registry import Device
 
 RNG = np.random.default_rng(3)
 X = RNG.standard_normal((1, 4, 12, 16), dtype=np.float32)

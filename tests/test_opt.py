@@ -1,4 +1,4 @@
-"""The kernel optimizer (jit/opt) and CPU threads: tiling plans, tiled results, NOOPT, stats, OpenMP, fork."""
+"""The kernel optimizer (jit/codegen/opt) and CPU threads: tiling plans, tiled results, NOOPT, stats, OpenMP, fork."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jit.device import Device
-from jit.errors import CompileError
-from jit.helpers import Context
-from jit.opt import plan_tiles
-from jit.passes.pipeline import commit_dtypes, rewrite_kernel
+from jit.codegen.opt import plan_tiles
+from jit.codegen.pipeline import commit_dtypes, rewrite_kernel
+from jit.common.errors import CompileError
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
 from jit.realize import compile_uops, device_buffer
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
+from jit.schedule.kernels import create_schedule
 from targets.cpu import CPUTarget
+from targets.registry import Device
 from tests.helpers import float_accumulators
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_forked_child_runs_parallel_kernels_after_the_parent_did() -> None:
     # libgomp's thread pool does not survive fork: without the target's fork hook the child hangs
     code = textwrap.dedent("""
         import os, numpy as np
-        from jit.tensor import Tensor
+        from jit.frontend.tensor import Tensor
         a = np.arange(256 * 256, dtype=np.float32).reshape(256, 256) / 65536
         ref = a @ (a + 1)
         np.testing.assert_allclose(Tensor(a).matmul(Tensor(a)).numpy(), a @ a, rtol=1e-4)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from jit.opt import OptOptions, optimize_kernel, plan_tiles, tile_kernel, unroll_small_loops
-from jit.passes.pipeline import commit_dtypes
-from jit.passes.symbolic import pm_symbolic
-from jit.passes.unroll import unroll_small_ranges
-from jit.rewrite import graph_rewrite
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import UOp
+from jit.codegen.opt import OptOptions, optimize_kernel, plan_tiles, tile_kernel, unroll_small_loops
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.codegen.passes.unroll import unroll_small_ranges
+from jit.codegen.pipeline import commit_dtypes
+from jit.frontend.tensor import Tensor
+from jit.ir.rewrite import graph_rewrite
+from jit.ir.uop import UOp
+from jit.schedule.kernels import create_schedule
 
 
 def _ast(out: Tensor) -> UOp:

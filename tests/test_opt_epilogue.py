@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, toposort
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, toposort
+from jit.schedule.kernels import create_schedule
 
 
 def _reduce_count(ast) -> int:

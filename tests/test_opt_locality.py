@@ -1,19 +1,19 @@
-"""jit/opt/locality.py: an outer output axis whose loads walk cache lines opens its line-sized part innermost."""
+"""codegen/opt/locality.py: an outer output axis whose loads walk cache lines opens its line-sized part innermost."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jit.helpers import Context
-from jit.opt import OptOptions, OptOptionsError, optimize_kernel
-from jit.opt.locality import split_for_line_reuse
-from jit.opt.split import split_divmod_ranges
-from jit.passes.pipeline import commit_dtypes
+from jit.codegen.opt import OptOptions, OptOptionsError, optimize_kernel
+from jit.codegen.opt.locality import split_for_line_reuse
+from jit.codegen.opt.split import split_divmod_ranges
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, UOp, toposort
 from jit.realize import compile_uops
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, UOp, toposort
+from jit.schedule.kernels import create_schedule
 
 
 def _blocked_transform(seed: int = 0) -> tuple[Tensor, np.ndarray]:

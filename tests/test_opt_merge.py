@@ -1,18 +1,18 @@
-"""Short output rows: merged output axes (jit/opt/merge.py), rows no tile width divides, and kernels whose
+"""Short output rows: merged output axes (jit/codegen/opt/merge.py), rows no tile width divides, and kernels whose
 epilogue adds a second reduce (resnet's projection shortcut) are tiled, with the results of the plain kernel."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from jit.helpers import Context
-from jit.opt import optimize_kernel, plan_tiles
-from jit.opt.merge import merge_output_dims
-from jit.passes.pipeline import commit_dtypes
+from jit.codegen.opt import optimize_kernel, plan_tiles
+from jit.codegen.opt.merge import merge_output_dims
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, UOp
 from jit.realize import compile_uops
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, UOp
+from jit.schedule.kernels import create_schedule
 from tests.helpers import float_accumulators
 from tests.test_opt import _conv_reference
 

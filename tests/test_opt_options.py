@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit.errors import DrivepackError
-from jit.helpers import Context
-from jit.opt import OptOptions, OptOptionsError, optimize_kernel, plan_tiles
-from jit.passes.pipeline import commit_dtypes
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, toposort
+from jit.codegen.opt import OptOptions, OptOptionsError, optimize_kernel, plan_tiles
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.errors import DrivepackError
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, toposort
+from jit.schedule.kernels import create_schedule
 
 
 def _matmul_ast():

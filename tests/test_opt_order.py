@@ -1,18 +1,18 @@
-"""jit/opt/order.py: a tiled conv whose input outgrows L2 opens its output-channel blocks innermost."""
+"""jit/codegen/opt/order.py: a tiled conv whose input outgrows L2 opens its output-channel blocks innermost."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jit.helpers import Context
-from jit.opt import OptOptions, optimize_kernel
-from jit.opt.order import REREAD_BYTES
-from jit.passes.pipeline import commit_dtypes
+from jit.codegen.opt import OptOptions, optimize_kernel
+from jit.codegen.opt.order import REREAD_BYTES
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, UOp, toposort
 from jit.realize import compile_uops
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, UOp, toposort
+from jit.schedule.kernels import create_schedule
 
 
 def _conv(cin: int, size: int, cout: int = 16) -> tuple[Tensor, np.ndarray, np.ndarray]:

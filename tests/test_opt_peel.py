@@ -1,20 +1,20 @@
-"""jit/opt/peel.py: the masked ends of an elementwise kernel's innermost loop become straight-line copies."""
+"""jit/codegen/opt/peel.py: the masked ends of an elementwise kernel's innermost loop become straight-line copies."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from jit.opt import OptOptions, optimize_kernel
-from jit.opt.peel import peel_masked_row
-from jit.passes.pipeline import commit_dtypes
-from jit.passes.symbolic import pm_symbolic
+from jit.codegen.opt import OptOptions, optimize_kernel
+from jit.codegen.opt.peel import peel_masked_row
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.codegen.pipeline import commit_dtypes
+from jit.codegen.stats import range_deps
+from jit.frontend.tensor import Tensor
+from jit.ir.rewrite import graph_rewrite
+from jit.ir.uop import Ops, UOp, toposort
 from jit.realize import compile_uops
-from jit.rewrite import graph_rewrite
-from jit.schedule import create_schedule
-from jit.stats import range_deps
-from jit.tensor import Tensor
-from jit.uop import Ops, UOp, toposort
+from jit.schedule.kernels import create_schedule
 
 
 def _ast(t: Tensor, device: str = "CPU") -> UOp:

@@ -1,4 +1,4 @@
-"""jit/opt/select.py: the small axes an elementwise kernel selects pieces by (cat / stack) are unrolled, so each
+"""jit/codegen/opt/select.py: the small axes an elementwise kernel selects pieces by (cat / stack) are unrolled, so each
 copy computes only its own piece."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit.opt import OptOptions, optimize_kernel
-from jit.opt.select import MAX_COPIES, selector_axes, unroll_selector_axes
-from jit.passes.pipeline import commit_dtypes
-from jit.passes.symbolic import pm_symbolic
+from jit.codegen.opt import OptOptions, optimize_kernel
+from jit.codegen.opt.select import MAX_COPIES, selector_axes, unroll_selector_axes
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.codegen.pipeline import commit_dtypes
+from jit.frontend.tensor import Tensor
+from jit.ir.rewrite import graph_rewrite
+from jit.ir.uop import Ops, UOp, toposort
 from jit.realize import compile_uops
-from jit.rewrite import graph_rewrite
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, UOp, toposort
+from jit.schedule.kernels import create_schedule
 
 
 def _ast(t: Tensor) -> UOp:
@@ -25,7 +25,7 @@ def _ast(t: Tensor) -> UOp:
 
 def _stack(x: Tensor, pieces: int) -> Tensor:
     """``pieces`` different sums of shifted slices of x (n, k) stacked along a new leading axis: a transform
-    with constant coefficients, as jit/winograd.py builds its input transform (powers of two: exact whether or
+    with constant coefficients, as jit/frontend/winograd.py builds its input transform (powers of two: exact whether or
     not the C compiler fuses the multiply and the subtract)."""
     n, k = x.shape
     terms = [(x.shrink(((0, n), (p, p + 1))) * float(2 ** p) - x.shrink(((0, n), (k - 1 - p, k - p)))).reshape(1, n)

@@ -1,16 +1,16 @@
-"""jit/opt/split.py: an innermost output row read only through // d and % d becomes two ranges."""
+"""jit/codegen/opt/split.py: an innermost output row read only through // d and % d becomes two ranges."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from jit.opt import OptOptions, plan_tiles
-from jit.opt.split import split_divmod_ranges
-from jit.passes.pipeline import commit_dtypes
+from jit.codegen.opt import OptOptions, plan_tiles
+from jit.codegen.opt.split import split_divmod_ranges
+from jit.codegen.pipeline import commit_dtypes
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, toposort
 from jit.realize import compile_uops
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, toposort
+from jit.schedule.kernels import create_schedule
 
 
 def _tile_rows(seed: int = 0) -> tuple[Tensor, np.ndarray]:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jit.errors import DrivepackError
+from jit.common.errors import DrivepackError
 from packager.build import BuildOptions, build_package
 from packager.container import (
     FORMAT_VERSION,

@@ -18,19 +18,19 @@ import onnx
 import pytest
 
 import targets.qcom as qcom
-from jit import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
 from jit.capture import capture_onnx
-from jit.device import Device
-from jit.dtype import dtypes, image_shape
-from jit.errors import CompileError
-from jit.onnx import load_onnx
-from jit.passes.images import weights_to_images
+from jit.codegen.passes.images import weights_to_images
+from jit.common.dtype import dtypes, image_shape
+from jit.common.errors import CompileError
+from jit.frontend import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
+from jit.frontend.tensor import Tensor
+from jit.onnx.loader import load_onnx
 from jit.realize import compile_uops, schedule_dtype_policy
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
+from jit.schedule.kernels import create_schedule
 from packager.environment import device_for
 from packager.samples import float16_model, policy_model, sample_inputs, vision_model
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer
+from targets.registry import Device
 from tests.test_onnx_models import DATA, dummy_input
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,8 +147,8 @@ def test_vehicle_images_option_picks_the_image_device() -> None:
 def test_dev_qcom_announces_the_stand_in_once(target: qcom.QCOMTarget) -> None:
     code = textwrap.dedent("""
         import numpy as np
-        from jit.device import Device
-        from jit.tensor import Tensor
+        from targets.registry import Device
+        from jit.frontend.tensor import Tensor
         assert Device.DEFAULT == "QCOM"
         print((Tensor(np.arange(4, dtype=np.float32)) * 2).numpy().tolist())
         print((Tensor(np.arange(4, dtype=np.float32)) + 1).numpy().tolist())
@@ -160,7 +160,7 @@ def test_dev_qcom_announces_the_stand_in_once(target: qcom.QCOMTarget) -> None:
     lines = [ln for ln in r.stderr.splitlines() if "QCOM" in ln]
     if not target.on_adreno:
         assert len(lines) == 1 and "no Adreno GPU found" in lines[0], r.stderr
-    from jit.device import _TARGETS
+    from targets.registry import _TARGETS
     assert next(iter(_TARGETS)) == "CPU" and "QCOM" in _TARGETS
 
 

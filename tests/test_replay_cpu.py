@@ -9,7 +9,7 @@ import pytest
 
 import targets.cpu as cpu
 from jit.capture import Captured, capture
-from jit.tensor import Tensor
+from jit.frontend.tensor import Tensor
 from targets.cmdbuf import CommandBuffer
 from targets.replay import ReplayError, make_replay
 from targets.replay_cpu import CPUReplay, driver_source

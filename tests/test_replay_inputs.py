@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from jit.capture import capture
-from jit.errors import DrivepackError
-from jit.tensor import Tensor
+from jit.common.errors import DrivepackError
+from jit.frontend.tensor import Tensor
 from targets.replay import InputError
 
 

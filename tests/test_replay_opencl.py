@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from jit.capture import Captured, capture
-from jit.device import Device
-from jit.tensor import Tensor
+from jit.frontend.tensor import Tensor
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar
+from targets.registry import Device
 from targets.replay import make_replay
 from targets.replay_opencl import COMMAND_BUFFER_EXT, OpenCLReplay, khr_functions
 from tests.test_capture import shift_history

@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from jit.dtype import dtypes
-from jit.passes.symbolic import pm_symbolic
-from jit.rewrite import PatternMatcher, UPat, graph_rewrite
-from jit.uop import Ops, UOp
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.common.dtype import dtypes
+from jit.ir.rewrite import PatternMatcher, UPat, graph_rewrite
+from jit.ir.uop import Ops, UOp
 
 
 def test_hand_built_matcher_folds_two_plus_two() -> None:
@@ -87,7 +87,7 @@ def test_division_by_a_power_of_two_becomes_an_exact_multiply() -> None:
 
 
 def test_division_by_a_power_of_two_matches_numpy_bit_for_bit() -> None:
-    from jit.tensor import Tensor
+    from jit.frontend.tensor import Tensor
     x = np.array([1.0, 255.0, -3.5, np.inf, -np.inf, np.nan, -0.0, 1e-38, 3e38, 1.4e-45], np.float32)
     for c in (128.0, 0.5, 2.0 ** -100, 2.0 ** 100):
         got = (Tensor(x) / c).numpy()

@@ -9,13 +9,13 @@ import struct
 import numpy as np
 import pytest
 
-import jit.helpers as helpers
+import jit.common.helpers as helpers
 from jit.capture import Captured, capture
-from jit.device import Device
-from jit.memory_plan import Lifetime, MemoryPlan, MemoryPlanError, check_plan, plan_memory
-from jit.streams import MIN_SEGMENT_COST, dependencies, find_segments, pack, segment_lifetime
-from jit.tensor import Tensor
+from jit.frontend.tensor import Tensor
+from jit.schedule.memory_plan import Lifetime, MemoryPlan, MemoryPlanError, check_plan, plan_memory
+from jit.schedule.streams import MIN_SEGMENT_COST, dependencies, find_segments, pack, segment_lifetime
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec, Scalar, Segment
+from targets.registry import Device
 
 BIG = MIN_SEGMENT_COST  # one kernel's cost that alone makes a segment worth a fork
 

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jit.dtype import dtypes
-from jit.errors import DTypeError, ShapeError
-from jit.tensor import Tensor
+from jit.common.dtype import dtypes
+from jit.common.errors import DTypeError, ShapeError
+from jit.frontend.tensor import Tensor
 from tests.helpers import check_tensor
 
 NP_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,

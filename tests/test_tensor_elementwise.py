@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jit.dtype import dtypes
-from jit.errors import DTypeError, ShapeError
-from jit.tensor import Tensor
+from jit.common.dtype import dtypes
+from jit.common.errors import DTypeError, ShapeError
+from jit.frontend.tensor import Tensor
 from tests.helpers import check_tensor, rand_array
 
 ALL_NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jit.dtype import dtypes
-from jit.errors import AxisError, DTypeError, ShapeError
-from jit.tensor import Tensor
+from jit.common.dtype import dtypes
+from jit.common.errors import AxisError, DTypeError, ShapeError
+from jit.frontend.tensor import Tensor
 from tests.helpers import check_tensor
 
 

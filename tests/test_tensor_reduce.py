@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jit.dtype import dtypes
-from jit.errors import AxisError, ShapeError
-from jit.tensor import Tensor
+from jit.common.dtype import dtypes
+from jit.common.errors import AxisError, ShapeError
+from jit.frontend.tensor import Tensor
 from tests.helpers import check_tensor, rand_array
 
 TOL = {np.dtype(np.float16): (5e-3, 5e-3), np.dtype(np.float32): (1e-5, 1e-5), np.dtype(np.float64): (1e-12, 1e-12)}

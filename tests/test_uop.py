@@ -4,8 +4,8 @@ import gc
 
 import pytest
 
-from jit.dtype import dtypes
-from jit.uop import GroupOp, Ops, UOp, UOpArgError
+from jit.common.dtype import dtypes
+from jit.ir.uop import GroupOp, Ops, UOp, UOpArgError
 
 
 def test_equal_specs_are_the_same_object() -> None:

@@ -1,4 +1,4 @@
-"""Tile rows as vector types (jit/opt/vectorize.py, the renderer's vector spelling): which kernels get vectors, that
+"""Tile rows as vector types (codegen/opt/vectorize.py, the renderer's vector spelling): which kernels get vectors, that
 contiguous and stride-2 loads become vector loads, and that every vectorized kernel computes what the scalar
 copies compute."""
 
@@ -9,18 +9,18 @@ import math
 import numpy as np
 import pytest
 
-from jit import nn_ops
-from jit.device import Device
-from jit.dtype import dtypes
-from jit.opt import OptOptions, plan_tiles
-from jit.opt.search import use_tuning
-from jit.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
-from jit.opt.vectorize import choose_lanes
-from jit.passes.pipeline import commit_dtypes
+from jit.codegen.opt import OptOptions, plan_tiles
+from jit.codegen.opt.search import use_tuning
+from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
+from jit.codegen.opt.vectorize import choose_lanes
+from jit.codegen.pipeline import commit_dtypes
+from jit.common.dtype import dtypes
+from jit.frontend import nn_ops
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, UOp
 from jit.realize import compile_uops
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.uop import Ops, UOp
+from jit.schedule.kernels import create_schedule
+from targets.registry import Device
 from tests.test_beam import _pre_opt_sink
 from tests.test_opt import _conv_reference
 

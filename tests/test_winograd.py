@@ -1,4 +1,4 @@
-"""Winograd convs (jit/winograd.py), F(2,3) / F(4,3) for stride 1 and their F(m,2)-based stride-2 form: numerics
+"""Winograd convs (frontend/winograd.py), F(2,3) / F(4,3) for stride 1 and their F(m,2)-based stride-2 form: numerics
 against a float64 numpy conv, capture-time folding of the weight transform, the WINO setting (dispatch from conv2d,
 parsing, the kernel cache key)."""
 
@@ -10,12 +10,10 @@ import numpy as np
 import pytest
 
 from jit.capture import capture
-from jit.errors import ShapeError
-from jit.helpers import WINO, Context
-from jit.realize import _settings_key
-from jit.schedule import create_schedule
-from jit.tensor import Tensor
-from jit.winograd import (
+from jit.common.errors import ShapeError
+from jit.common.helpers import WINO, Context
+from jit.frontend.tensor import Tensor
+from jit.frontend.winograd import (
     WinogradSettingError,
     auto_tile,
     conv_matrices,
@@ -27,6 +25,8 @@ from jit.winograd import (
     spare_tiles,
     winograd_conv2d,
 )
+from jit.realize import _settings_key
+from jit.schedule.kernels import create_schedule
 
 # Tolerance, relative to the largest output magnitude. A float32 direct 3x3 conv over C channels is off from the
 # exact result by a few eps * sqrt(9 C) of the output scale (~1e-6 here). Winograd adds the rounding of its

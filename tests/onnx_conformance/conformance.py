@@ -62,7 +62,7 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float = 1e-3, atol: float =
 
 def run_case(case_dir: Path) -> str | None:
     """None if the case passes, else the reason it fails (one line)."""
-    from jit.onnx import load_onnx
+    from jit.onnx.loader import load_onnx
     try:
         model, sets = load_case(case_dir)
         runner = load_onnx(model)
@@ -87,8 +87,8 @@ def run_cases(case_dirs: list[Path], device: str | None = None) -> dict[str, str
     so a target with a costly per-build overhead (PoCL: ~0.3 s per clBuildProgram) builds once per chunk.
     A case whose graph fails to build fails alone; if the joint realize fails, each case is realized alone
     to find the ones at fault."""
-    from jit.onnx import load_onnx
-    from jit.tensor import Tensor
+    from jit.frontend.tensor import Tensor
+    from jit.onnx.loader import load_onnx
 
     reasons: dict[str, str | None] = {}
     pending: dict[str, list[tuple[list[Tensor], list[np.ndarray]]]] = {}

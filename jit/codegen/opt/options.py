@@ -1,0 +1,126 @@
+"""The optimizer's knobs, explicit and frozen: what ``optimize_kernel(sink, opts)`` may do to one kernel.
+
+``OptOptions()`` (every field at its default) is the heuristic default the packager uses when nothing else is
+asked for; a search (BEAM) or a tuning file builds other instances. The fields are stable: a tuning file stores
+them by name (``to_dict`` / ``from_dict``), so renaming one breaks stored tunings.
+
+What holds: every instance accepted by ``__post_init__`` yields a kernel with the same results as NOOPT (the
+options change loop structure and code size, never arithmetic order within one output's reduction), except
+``group_reduce``: a reduce shared by a work-group adds in a different order, so float sums agree within rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from jit.common.errors import DrivepackError
+
+
+class OptOptionsError(DrivepackError, ValueError):
+    """An ``OptOptions`` field with a value the optimizer cannot use."""
+
+
+def _check_factors(name: str, value: object) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                               for v in value):
+        raise OptOptionsError(f"OptOptions.{name}: expected a tuple of positive ints, got {value!r}")
+
+
+def _check_positive(name: str, value: object, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise OptOptionsError(f"OptOptions.{name}: expected an int >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OptOptions:
+    """Per-kernel optimizer choices (all defaults = the built-in heuristic).
+
+    * ``tile``: register-tile reduce kernels (matmul, conv) at all.
+    * ``inner_upcasts``: widths tried, widest first, for the contiguous output axis (a tile row).
+    * ``reuse_upcasts``: heights tried in order for the reuse axis (conv output channel, matmul row); 3 and 5
+      serve row counts no power of two divides (the policy's 25).
+    * ``strided_tile``: (row width, reuse height) tried first when the reduce reads the tile row at a stride > 1
+      (a stride-2 conv: each row of inputs is two vector loads and a shuffle, so more output channels share it);
+      ``()``: no special case.
+    * ``channel_vector``: when the output row is too short for vectors (not a multiple of this), the tile row
+      (and its vectors) runs across the innermost output axis that the reduce's loads read contiguously (conv
+      output channels over channels-last weights), this many wide; 0: never.
+    * ``wide_upcasts``: wider tile rows tried first when the kernel has no reuse axis (a matrix-vector product):
+      more accumulators in flight hide the add latency that one short row cannot.
+    * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
+    * ``fill_tile``: a tile of fewer elements than this doubles its reuse height (up to 8 rows) while the height
+      divides the axis and the tile stays under ``max_upcast``: a one-vector row 4 high is 4 accumulators, too few
+      to hide the FMA latency (resnet's 56-wide rows: 8 wide, now 8 high); 0: never.
+    * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
+    * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it).
+    * ``unroll``: unroll small loops of kernels that are not tiled, and the small axes an elementwise kernel
+      selects pieces by (jit/codegen/opt/select.py).
+    * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not
+      vectorized otherwise, leaving an unmasked interior loop (jit/codegen/opt/peel.py).
+    * ``line_reuse``: on loop targets, split an outer output axis read at ``c // d`` and contiguously at ``c % d``
+      and open its ``c % d`` part innermost, where the loops inside it move that load by whole cache lines
+      (Winograd's output transform; jit/codegen/opt/locality.py).
+    * ``threads``: let the CPU renderer share the outermost output loops over threads (OpenMP).
+    * ``vectorize``: render a tile row as explicit vector types where the language declares them.
+    * ``group_reduce``: on targets with local memory (OpenCL), this many work-items share each output's reduce
+      in kernels with few outputs and a long reduce (jit/codegen/opt/group.py), instead of register tiles; 0: never (the
+      default: GPU targets turn it on in their ``default_opts``; on a CPU OpenCL device it only costs).
+    * ``local_size``: work-group size on targets that launch work-groups (OpenCL), one entry per launch
+      dimension; ``()`` lets the target choose. A size that does not divide the launch or exceeds the kernel's
+      limits is replaced by the target's own choice (a tuning file never makes a launch invalid).
+    """
+
+    tile: bool = True
+    inner_upcasts: tuple[int, ...] = (16, 8, 4)
+    reuse_upcasts: tuple[int, ...] = (4, 3, 5, 2)
+    wide_upcasts: tuple[int, ...] = (64, 32)
+    strided_tile: tuple[int, ...] = (8, 8)
+    channel_vector: int = 8
+    max_upcast: int = 80
+    fill_tile: int = 64
+    min_reduce_trips: int = 2
+    min_outputs: int = 256
+    unroll: bool = True
+    peel: bool = True
+    line_reuse: bool = True
+    threads: bool = True
+    vectorize: bool = True
+    group_reduce: int = 0
+    local_size: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("tile", "unroll", "peel", "line_reuse", "threads", "vectorize"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
+        _check_factors("inner_upcasts", self.inner_upcasts)
+        _check_factors("reuse_upcasts", self.reuse_upcasts)
+        _check_factors("wide_upcasts", self.wide_upcasts)
+        _check_factors("strided_tile", self.strided_tile)
+        if len(self.strided_tile) not in (0, 2):
+            raise OptOptionsError(f"OptOptions.strided_tile: expected () or (width, height), got {self.strided_tile!r}")
+        _check_factors("local_size", self.local_size)
+        _check_positive("max_upcast", self.max_upcast)
+        _check_positive("fill_tile", self.fill_tile, minimum=0)
+        _check_positive("group_reduce", self.group_reduce, minimum=0)
+        _check_positive("channel_vector", self.channel_vector, minimum=0)
+        _check_positive("min_reduce_trips", self.min_reduce_trips)
+        _check_positive("min_outputs", self.min_outputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able fields (tuples as lists), for a tuning file."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OptOptions:
+        """The options stored by ``to_dict``; unknown names are refused (a typo must not silently mean default)."""
+        if not isinstance(data, dict):
+            raise OptOptionsError(f"OptOptions: expected a dict of fields, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise OptOptionsError(f"OptOptions: expected fields among {sorted(known)}, got unknown {unknown}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+DEFAULT_OPTS = OptOptions()

@@ -1,0 +1,204 @@
+"""Register tiling of reduce kernels: upcast output axes so each reduce-loop pass updates a tile of outputs.
+
+Before: a kernel graph (SINK of STOREs) with REDUCEs over their reduce RANGEs and one RANGE per output axis
+(kind "global"), the last of which is the contiguous output axis. After: each upcast axis ``r`` of size ``n``
+is a RANGE of size ``n // u`` (same id), and every STORE is copied ``u`` times with ``r`` replaced by
+``r' * u + c`` for ``c`` in ``0..u-1``; the copies' REDUCEs share the same reduce RANGEs, so the renderer runs
+them in one loop with ``u_inner * u_reuse`` accumulators: a load that does not depend on an upcast axis is
+read once per tile instead of once per output. Every output element is still stored exactly once with the
+same value (each copy evaluates the original expression at one index of the tile, and each accumulator sums
+its own terms in the original order).
+
+Axes: the *inner* axis is the contiguous output axis (so a tile row is a contiguous run of loads and
+stores the C compiler vectorises); the *reuse* axis is another output axis that some load of the reduce body
+does not depend on while depending on the inner axis (a conv's output channel: the input window is shared
+by every channel of the tile; a matmul's row: the row of B is shared by every row of the tile).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.codegen.stats import range_deps
+from jit.ir.rewrite import graph_rewrite
+from jit.ir.uop import Ops, UOp, toposort
+
+# fill_tile stops doubling a reuse height here: 8 rows of one 4-lane vector are 8 accumulators, 16 would spill
+MAX_FILL_HEIGHT = 8
+# vector accumulators a channel-vector tile may hold (AVX2 has 16 vector registers; a broadcast and a load need 2)
+MAX_VECTOR_ACCUMULATORS = 14
+# a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
+# trips a row of 4 that vectorizes as it is costs less than the scattered stores (Winograd's output transform)
+CHANNEL_MIN_TRIPS = 32
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Which output ranges to upcast and by how much: ``((range, factor), ...)``, inner axis first."""
+
+    upcasts: tuple[tuple[UOp, int], ...]
+
+
+def _size(r: UOp) -> int:
+    return int(r.src[0].arg)
+
+
+def _first_divisor(n: int, options: tuple[int, ...]) -> int | None:
+    return next((u for u in options if n % u == 0 and n // u >= 1 and n >= u), None)
+
+
+def _row_stride(idx: UOp, row: UOp, deps: dict[UOp, frozenset[UOp]]) -> int | None:
+    """How far apart in memory ``idx`` reads for consecutive ``row`` values (0: independent of it), or None when
+    ``idx`` is not affine in ``row``."""
+    if row not in deps[idx]:
+        return 0
+    if idx is row:
+        return 1
+    if idx.op is Ops.ADD:
+        parts = [_row_stride(s, row, deps) for s in idx.src]
+        return None if None in parts else sum(p for p in parts if p is not None)
+    if idx.op is Ops.MUL and (const := next((s for s in idx.src if s.op is Ops.CONST), None)) is not None:
+        inner = _row_stride(idx.src[1] if idx.src[0] is const else idx.src[0], row, deps)
+        return None if inner is None else inner * int(const.arg)
+    return None
+
+
+def _reads_lanes_contiguously(idx: UOp, axis: UOp, lanes: int) -> bool:
+    """Whether address ``idx`` is ``base + lane`` once ``axis`` is split into blocks of ``lanes``: ``axis =
+    block * lanes + lane`` substituted and simplified (a channel-blocked weight's ``(c // 8) * K + c % 8`` folds)."""
+    ids = [u.arg[0] for u in toposort([idx]) if u.op is Ops.RANGE]
+    block = UOp(Ops.RANGE, axis.dtype, (axis.src[0].const_like(_size(axis) // lanes),), (max(ids) + 1, "global"))
+    lane = UOp(Ops.RANGE, axis.dtype, (axis.src[0].const_like(lanes),), (max(ids) + 2, "vector"))
+    split = graph_rewrite(idx.substitute({axis: block * lanes + lane}), pm_symbolic, name="lane split")
+    return _row_stride(split, lane, range_deps(split)) == 1
+
+
+def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, frozenset[UOp]],
+                         opts: OptOptions) -> UOp | None:
+    """The innermost output axis (not the row) that ``opts.channel_vector`` divides and that every load depending
+    on it reads in contiguous runs of that many (a conv's output channels over channel-blocked weights), or None."""
+    for cand in reversed(outer):
+        reads = [ld for ld in loads if cand in deps[ld]]
+        if reads and _size(cand) % opts.channel_vector == 0 and \
+                all(_reads_lanes_contiguously(ld.src[0].src[1], cand, opts.channel_vector) for ld in reads):
+            return cand
+    return None
+
+
+def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
+    """The tile plan for ``sink``, or None when it is not a reduce kernel worth tiling (one STORE; every reduce
+    long enough: a conv's epilogue may add a second reduce, resnet's projection shortcut, which is tiled alike)."""
+    nodes = toposort([sink])
+    reduces = [u for u in nodes if u.op is Ops.REDUCE]
+    if not reduces or len(sink.src) != 1:
+        return None
+    trips = min(math.prod(_size(r) for r in red.src[1:]) for red in reduces)
+    if trips < opts.min_reduce_trips:
+        return None
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs:
+        return None
+    inner = outs[-1]
+    deps = range_deps(sink)
+    loads = [u for u in toposort([red.src[0] for red in reduces]) if u.op is Ops.LOAD]
+    inner_upcasts, reuse_upcasts = opts.inner_upcasts, opts.reuse_upcasts
+    if opts.strided_tile and any((_row_stride(ld.src[0].src[1], inner, deps) or 0) > 1 for ld in loads):
+        inner_upcasts, reuse_upcasts = (opts.strided_tile[0], *inner_upcasts), (opts.strided_tile[1], *reuse_upcasts)
+    u_inner = _first_divisor(_size(inner), inner_upcasts)
+    if u_inner is None:
+        # a row no width divides (resnet's 14, 7 and 7x7 = 49): its widest divisor up to the widest width
+        u_inner = max(d for d in range(1, min(_size(inner), max(inner_upcasts)) + 1) if _size(inner) % d == 0)
+    if u_inner == 1:
+        return None
+    if opts.channel_vector and u_inner % opts.channel_vector and (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS) and \
+            (across := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
+        # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
+        # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
+        u_row = max(d for d in range(1, opts.max_upcast // opts.channel_vector + 1) if _size(inner) % d == 0)
+        # two channel vectors when the row leaves room: 7 accumulators cannot hide the FMA latency, 14 can
+        # (resnet50 146 vs 151-157 ms); more would spill on 16 vector registers. Not where a reduce runs over
+        # several ranges (a stride-2 3x3 conv's channels, kernel rows and column phases): GCC unrolls the short
+        # inner loops and then spills the 14 inside them (resnet50's 512-channel one 4.3 vs 3.7 ms with 7)
+        pair = 2 * u_row <= MAX_VECTOR_ACCUMULATORS and _size(across) % (2 * opts.channel_vector) == 0 and \
+            all(len(red.src) == 2 for red in reduces)
+        return TilePlan(((across, opts.channel_vector * (2 if pair else 1)), (inner, u_row)))
+    upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
+    for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
+        shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
+        u_reuse = _first_divisor(_size(cand), tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast))
+        if shared and u_reuse is not None:
+            while u_inner * u_reuse < opts.fill_tile and u_reuse < MAX_FILL_HEIGHT and \
+                    u_inner * u_reuse * 2 <= opts.max_upcast and _size(cand) % (u_reuse * 2) == 0:
+                u_reuse *= 2
+            upcasts.append((cand, u_reuse))
+            break
+    if len(upcasts) == 1:  # nothing to share across rows (a matrix-vector product): more independent accumulators
+        wide = _first_divisor(_size(inner), tuple(u for u in opts.wide_upcasts if u_inner < u <= opts.max_upcast))
+        upcasts[0] = (inner, wide or u_inner)
+    return TilePlan(tuple(upcasts))
+
+
+def plan_vector_row(sink: UOp, opts: OptOptions = DEFAULT_OPTS, width: int = 0) -> TilePlan | None:
+    """An elementwise kernel's innermost output axis upcast by ``width`` (the language's vector lanes), so the
+    renderer computes it as one vector per copy; None for reduce kernels (``plan_tiles``' business), small kernels
+    (fewer than ``min_outputs``) and rows ``width`` does not divide."""
+    nodes = toposort([sink])
+    if width < 2 or not opts.vectorize or any(u.op is Ops.REDUCE for u in nodes):
+        return None
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    if not outs or _size(outs[-1]) % width or math.prod(_size(r) for r in outs) < opts.min_outputs:
+        return None
+    return TilePlan(((outs[-1], width),))
+
+
+def tile_copies(root: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]) -> list[UOp]:
+    """``root.substitute(m)`` for every ``m`` in ``mappings`` (each maps exactly ``keys``), walking the graph once:
+    only the nodes that depend on a key are rebuilt per copy, the rest are shared by every copy as they are."""
+    dependent: set[UOp] = set(keys)
+    order: list[UOp] = []
+    for node in root.toposort():
+        if node not in dependent and any(s in dependent for s in node.src):
+            dependent.add(node)
+            order.append(node)
+    if root not in dependent:
+        return [root] * len(mappings)
+    out = []
+    for mapping in mappings:
+        done = dict(mapping)
+        for node in order:
+            done[node] = node.replace(src=tuple(done.get(s, s) for s in node.src))
+        out.append(done[root])
+    return out
+
+
+def lane_range(sink: UOp, lanes: int) -> UOp:
+    """A fresh RANGE of kind "vector" over ``lanes`` (an id no range of ``sink`` has): the renderer computes every
+    value depending on it as one value of a vector type instead of running a loop."""
+    ids = [u.arg[0] for u in toposort([sink]) if u.op is Ops.RANGE]
+    size = next(u for u in toposort([sink]) if u.op is Ops.RANGE).src[0].const_like(lanes)
+    return UOp(Ops.RANGE, size.dtype, (size,), (max(ids) + 1, "vector"))
+
+
+def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
+    """``sink`` with every upcast of ``plan`` applied, in one substitution per tile element; the copies are ordered
+    with the inner axis fastest (adjacent STOREs are adjacent in memory). The index arithmetic ``r' * u + c`` is
+    left for the symbolic pass that the pipeline runs right after the optimizer (running it here too would walk
+    the 16x-copied bodies twice).
+
+    ``lanes`` > 1 (a divisor of the inner upcast): the inner axis becomes ``r' * u + c * lanes + v`` with ``v`` a
+    vector range (``lane_range``) and ``u // lanes`` copies ``c``, so each copy is one vector of ``lanes`` outputs;
+    the values of every output are the same expressions as with plain copies."""
+    keys = tuple(rng for rng, _ in plan.upcasts)
+    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(_size(rng) // u),), rng.arg) for rng, u in plan.upcasts]
+    mappings: list[dict[UOp, UOp]] = [{}]
+    for i, (rng, outer, (_, u)) in enumerate(zip(keys, outers, plan.upcasts, strict=True)):  # inner axis first
+        if i == 0 and lanes > 1:
+            lane = lane_range(sink, lanes)
+            mappings = [{rng: outer * u + lane + c * lanes if c else outer * u + lane} for c in range(u // lanes)]
+            continue
+        mappings = [{**m, rng: outer * u + c if c else outer * u} for c in range(u) for m in mappings]
+    stores = [copy for s in sink.src for copy in tile_copies(s, keys, mappings)]
+    return sink.replace(src=tuple(stores))

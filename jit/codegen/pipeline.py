@@ -1,0 +1,94 @@
+"""The codegen pipeline: the fixed, documented order of passes from a lowered kernel to renderable code.
+
+``full_rewrite_to_sink(sink, target)`` runs, in this order:
+
+1. symbolic (on concrete nodes only) + index simplification + ``commit_weak``, together to a fixed point:
+   folding can remove a consumer and so change what a weak node must be, and committing a width turns weak
+   constants into foldable ones;
+2. ``lower_weak`` + index simplification, *without* symbolic: every weak node still left gets the default
+   width of its kind;
+3. the dtype policy for this kernel and target, then dtype decomposition: ``float_emulation`` (float16,
+   bfloat16, fp8 as float32 over integer bits), then ``long_decomp`` (int64/uint64 as 32-bit words);
+4. ``cast_const``: the final commit of any weak constant still bare, including ones a decomposition built;
+5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/opt: register tiling of reduce kernels,
+   unrolling of small loops in the rest), then symbolic again.
+
+``rewrite_kernel`` returns the same graph together with the kernel's ``DTypePolicy``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jit.codegen.opt import optimize_for_target, target_default_opts
+from jit.codegen.opt.search import kernel_options, with_options
+from jit.codegen.passes.cast_const import pm_cast_const
+from jit.codegen.passes.commit_weak import pm_commit_weak
+from jit.codegen.passes.dtype_policy import DTypePolicy, decide_policy
+from jit.codegen.passes.float_emulation import emulate_floats
+from jit.codegen.passes.guards import skip_weak
+from jit.codegen.passes.index_simplify import pm_index_simplify
+from jit.codegen.passes.long_decomp import decompose_longs
+from jit.codegen.passes.lower_weak import pm_lower_weak
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.common.dtype import DType
+from jit.common.helpers import EMULATED_DTYPES, NOOPT
+from jit.ir.rewrite import graph_rewrite
+from jit.ir.uop import UOp
+from targets.base import Target
+
+# symbolic never sees a weak node: folding `weak 2 * weak 3` or `x + weak 0` before the width is known would
+# fix the result at the weak type's own precision (weakfloat folds in float64, weakint wraps at 32 bits)
+pm_weak_fixpoint = skip_weak(pm_symbolic) + pm_index_simplify + pm_commit_weak
+# No symbolic here, on purpose: symbolic builds its results with the dtype of the node it rewrites
+# (`const_like`, `UOp.const(x.dtype, ...)`), so running it while weak nodes are being lowered re-creates weak
+# constants (a fold of a not-yet-lowered `weak 2 * weak 3` is a new weak CONST) that this same stage must then
+# lower again, and the outcome would depend on which rule reached a node first. Index arithmetic is all int32
+# already, so index simplification is safe to keep.
+pm_weak_lowering = pm_lower_weak + pm_index_simplify
+
+
+@dataclass(frozen=True)
+class RewrittenKernel:
+    """A kernel graph ready for the renderer, and the dtype decisions taken for it."""
+
+    sink: UOp
+    dtype_policy: DTypePolicy
+
+
+def commit_dtypes(sink: UOp) -> UOp:
+    """Stages 1 and 2: every weak dtype committed (useful on its own to inspect weak-type decisions)."""
+    sink = graph_rewrite(sink, pm_weak_fixpoint, name="commit weak")
+    return graph_rewrite(sink, pm_weak_lowering, name="lower weak")
+
+
+def decompose_dtypes(sink: UOp, policy: DTypePolicy, supported: frozenset[DType]) -> UOp:
+    """Stage 3: emulate what the policy marks emulated (floats first: they may leave int64 CASTs behind).
+    ``supported`` is the target's declared set (an emulation may compute in a dtype the kernel did not use)."""
+    sink = emulate_floats(sink, policy.float_emulated)
+    if policy.long_emulated:
+        sink = decompose_longs(sink, supported - policy.emulated_dtypes)
+    return sink
+
+
+def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
+    """Every codegen pass in order, and the kernel's dtype policy (computed afresh for this kernel)."""
+    sink = commit_dtypes(sink)
+    supported = frozenset(target.supported_dtypes())
+    policy = decide_policy(sink, target.name, supported, str(EMULATED_DTYPES.value))
+    sink = decompose_dtypes(sink, policy, supported)
+    sink = graph_rewrite(sink, pm_cast_const, name="cast const")
+    sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
+    if not NOOPT:
+        opts = kernel_options(sink, target)  # a tuning file's or BEAM search's choice; None: the default
+        optimized = optimize_for_target(sink, opts or target_default_opts(target), target)
+        if optimized is not sink:  # an unchanged kernel is already simplified: the walk would find nothing
+            sink = graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing")
+        if opts is not None:
+            sink = with_options(sink, opts)  # the target reads launch choices (work-group size) from the SINK
+    return RewrittenKernel(sink, policy)
+
+
+def full_rewrite_to_sink(sink: UOp, target: Target) -> UOp:
+    """Every codegen pass in order; the result only holds ops and dtypes the target's renderer accepts."""
+    return rewrite_kernel(sink, target).sink

@@ -1,0 +1,55 @@
+"""FLOPs and bytes of a lowered kernel, counted from its graph (not estimated from the model)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from jit.ir.uop import GroupOp, Ops, UOp, toposort
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    flops: int
+    bytes: int
+    global_size: tuple[int, ...]
+
+
+def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """For every node, the RANGEs it is evaluated under (a REDUCE is evaluated outside its own ranges)."""
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for node in toposort([sink]):
+        if node.op is Ops.RANGE:
+            deps[node] = frozenset((node,))
+        elif node.op is Ops.REDUCE:
+            deps[node] = deps[node.src[0]] - frozenset(node.src[1:])
+        else:
+            deps[node] = frozenset().union(*(deps[s] for s in node.src))
+    return deps
+
+
+def _trips(ranges: frozenset[UOp]) -> int:
+    return math.prod(int(r.src[0].arg) for r in ranges)
+
+
+def kernel_stats(sink: UOp) -> KernelStats:
+    """Operations and bytes as the rendered kernel executes them: a value is evaluated once per iteration of
+    every output loop (the renderer places values inside all of them) and of the reduce loops it depends on."""
+    deps = range_deps(sink)
+    outer = frozenset(u for u in deps if u.op is Ops.RANGE and u.arg[1] == "global")
+    deps = {n: r | outer for n, r in deps.items()}
+    flops = nbytes = 0
+    for node in deps:
+        if node.op in GroupOp.ALU and node.op not in GroupOp.Comparison and node.op is not Ops.WHERE:
+            # index arithmetic is not work the model asked for
+            if node.dtype.is_float:  # type: ignore[union-attr]
+                flops += _trips(deps[node]) * (2 if node.op is Ops.MULACC else 1)
+        elif node.op is Ops.REDUCE:
+            flops += _trips(deps[node.src[0]])
+        elif node.op is Ops.LOAD:
+            nbytes += _trips(deps[node]) * node.dtype.itemsize  # type: ignore[union-attr]
+        elif node.op is Ops.STORE:
+            nbytes += _trips(deps[node]) * node.src[1].dtype.itemsize  # type: ignore[union-attr]
+    glob = tuple(int(r.src[0].arg) for r in sorted((u for u in deps if u.op is Ops.RANGE and u.arg[1] == "global"),
+                                                    key=lambda r: r.arg[0]))
+    return KernelStats(flops, nbytes, glob or (1,))

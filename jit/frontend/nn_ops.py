@@ -1,0 +1,582 @@
+"""Composite neural-net ops (matmul, conv, pooling, normalization, softmax), attached to Tensor at import.
+
+Every op here is a composition of existing Tensor methods and tensor-level UOps (movement ops, WINDOW,
+reductions, ALU), so the scheduler sees one graph it can fuse: a matmul or a convolution with its bias is
+a single reduce kernel. numpy never computes a result here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from jit.codegen.opt.options import DEFAULT_OPTS
+from jit.common.dtype import DType, dtypes, least_upper_dtype
+from jit.common.errors import AxisError, ShapeError
+from jit.frontend.tensor import Tensor, broadcast_shape
+from jit.ir.uop import Ops, UOp
+
+IntOrTuple = int | Sequence[int]
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+def _tuple(v: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
+    """An int repeated ``n`` times, or a length-``n`` sequence as a tuple."""
+    if isinstance(v, int):
+        return (v,) * n
+    out = tuple(int(x) for x in v)
+    if len(out) != n:
+        raise ShapeError(f"{what}: expected an int or {n} values, got {tuple(v)}")
+    return out
+
+
+def _pads(padding: Any, n: int, what: str) -> tuple[tuple[int, int], ...]:
+    """Per-dim (begin, end) from an int, ``n`` symmetric values, ``n`` pairs, or flat ONNX pads (begins, ends)."""
+    if isinstance(padding, int):
+        return ((padding, padding),) * n
+    pads = list(padding)
+    if pads and isinstance(pads[0], (tuple, list)):
+        if len(pads) != n:
+            raise ShapeError(f"{what}: expected {n} (begin, end) pairs, got {len(pads)}")
+        return tuple((int(b), int(e)) for b, e in pads)
+    if len(pads) == n:
+        return tuple((int(p), int(p)) for p in pads)
+    if len(pads) == 2 * n:
+        return tuple((int(pads[i]), int(pads[i + n])) for i in range(n))
+    raise ShapeError(f"{what}: expected an int, {n} values or {2 * n} ONNX pads, got {tuple(pads)}")
+
+
+def _window(t: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """(*lead, *spatial) -> (*lead, *out, *kernel) sliding windows over the trailing len(kernel) dims."""
+    for n, k, d in zip(t.shape[-len(kernel):], kernel, dilation, strict=True):
+        if d * (k - 1) + 1 > n:
+            raise ShapeError(f"window: kernel {kernel} (dilation {dilation}) is larger than the padded input "
+                             f"{t.shape[-len(kernel):]}")
+    return t._new(UOp(Ops.WINDOW, t.dtype, (t.uop,), (kernel, stride, dilation)))
+
+
+def _acc_dtype(d: DType) -> DType | None:
+    """Accumulate narrow floats in float32 (their rounding per add is too coarse); None: Tensor.sum's default."""
+    return dtypes.float32 if d.is_float and d.itemsize < 4 else None
+
+
+def _sum_as(t: Tensor, axes: tuple[int, ...], out_dtype: DType) -> Tensor:
+    """Sum over ``axes`` (dropped) and cast back to ``out_dtype``, as numpy's matmul/einsum return it."""
+    return t.sum(axes, dtype=_acc_dtype(out_dtype)).cast(out_dtype)
+
+
+# --- matmul ------------------------------------------------------------------------------------------
+def matmul(self: Tensor, other: Tensor) -> Tensor:
+    """numpy ``matmul``: 1-D operands, batch broadcasting; one fused multiply-reduce kernel."""
+    if not isinstance(other, Tensor):
+        other = Tensor(other, device=self.device)
+    if self.ndim == 0 or other.ndim == 0:
+        raise ShapeError(f"matmul: operands expected rank >= 1, got shapes {self.shape} and {other.shape}")
+    a = self.reshape(1, *self.shape) if self.ndim == 1 else self
+    b = other.reshape(*other.shape, 1) if other.ndim == 1 else other
+    k = a.shape[-1]
+    if b.shape[-2] != k:
+        raise ShapeError(f"matmul: shapes {self.shape} and {other.shape} are incompatible "
+                         f"(contraction sizes {k} and {b.shape[-2]})")
+    try:
+        batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    except ShapeError:
+        raise ShapeError(f"matmul: shapes {self.shape} and {other.shape} have incompatible batch dims "
+                         f"{a.shape[:-2]} and {b.shape[:-2]}") from None
+    n, m = a.shape[-2], b.shape[-1]
+    out_dtype = least_upper_dtype(a.dtype, b.dtype)
+    cols = _matvec_block_columns(n * math.prod(a.shape[:-2]), b, k, m)
+    if cols:
+        b = _blocked_columns(b, cols)
+    cols = cols or m
+    # (..., n, 1, k) * (..., 1, m, k): both operands read along k contiguously, reduced in one kernel
+    prod = a.reshape(*a.shape[:-1], 1, k) * b.transpose(-1, -2).reshape(*b.shape[:-2], 1, cols, k)
+    out = _sum_as(prod, (-1,), out_dtype)
+    if cols != m:  # the padded product is a kernel of its own: fused with the shrink, its row would not tile by 64
+        out = out.contiguous().shrink((*[None] * (out.ndim - 1), (0, m)))
+    assert out.shape == (*batch, n, m)
+    if self.ndim == 1:
+        out = out.reshape(*out.shape[:-2], m)
+    if other.ndim == 1:
+        out = out.reshape(*out.shape[:-1])
+    return out
+
+
+# A matrix-vector product tiles its output row 64 wide (OptOptions.wide_upcasts). Read in place, each reduce step
+# of one tile takes 256 bytes from a row 4*m bytes long; stored as (m/64, k, 64) blocks, each tile streams one
+# contiguous block: 3.3x faster at the policy's 3204x512 (0.42 -> 0.13 ms on 2 threads).
+MATVEC_BLOCK = DEFAULT_OPTS.wide_upcasts[0]
+MATVEC_MIN_WEIGHTS = 1 << 16
+MATVEC_MAX_PAD = 1 / 8  # zero columns added to fill the last block, as a share of m
+
+
+def _matvec_block_columns(rows: int, b: Tensor, k: int, m: int) -> int:
+    """The column count (m rounded up to whole blocks) a matrix-vector product with weight matrix ``b`` stores its
+    weights blocked at, or 0 to read ``b`` as it is: only a single-row product with a large 2-D weight-only
+    ``b`` (a capture folds the copy into the stored weights; for an activation it would be a copy per call)."""
+    padded = -(-m // MATVEC_BLOCK) * MATVEC_BLOCK
+    if rows != 1 or b.ndim != 2 or m < MATVEC_BLOCK or k * m < MATVEC_MIN_WEIGHTS:
+        return 0
+    return padded if padded - m <= m * MATVEC_MAX_PAD and _weight_only(b) else 0
+
+
+def _weight_only(t: Tensor) -> bool:
+    """Whether every buffer ``t`` reads already holds data (weights), as opposed to a capture's input placeholders,
+    which no kernel has written yet."""
+    from jit.realize import holds_data
+    return all(holds_data(u) for u in t.uop.toposort() if u.op is Ops.BUFFER)
+
+
+def _blocked_columns(b: Tensor, columns: int) -> Tensor:
+    """``b`` (k, m) zero-padded to ``columns`` and stored as contiguous (columns/64, k, 64) blocks, read back as
+    (k, columns)."""
+    k, m = b.shape
+    padded = b.pad(((0, 0), (0, columns - m))) if columns > m else b
+    blocks = padded.reshape(k, columns // MATVEC_BLOCK, MATVEC_BLOCK).permute(1, 0, 2).contiguous()
+    return blocks.permute(1, 0, 2).reshape(k, columns)
+
+
+def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``self @ weight.T + bias`` with weight (out_features, in_features), as torch.nn.functional.linear."""
+    out = self.matmul(weight.T if weight.ndim == 2 else weight)
+    return out + bias if bias is not None else out
+
+
+def gemm(self: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0,
+         trans_a: bool = False, trans_b: bool = False) -> Tensor:
+    """ONNX Gemm: ``alpha * A' @ B' + beta * C`` with A, B 2-D and C broadcast to the result."""
+    if self.ndim != 2 or b.ndim != 2:
+        raise ShapeError(f"gemm: A and B expected 2-D, got shapes {self.shape} and {b.shape}")
+    out = (self.T if trans_a else self).matmul(b.T if trans_b else b)
+    if alpha != 1.0:
+        out = out * alpha
+    if c is not None and beta != 0.0:
+        out = out + (c * beta if beta != 1.0 else c)
+    return out
+
+
+# --- convolution -------------------------------------------------------------------------------------
+# A conv whose multiply-adds (output elements x Cin/groups x kernel elements) reach this reads its padded input
+# from a buffer of its own. 2**20 is far below the sample vision model's smallest padded conv (1.4e7) and far
+# above every conv of the ONNX node conformance tests (the largest, test_convtranspose_3d, does 22,680), so those
+# keep their single kernel.
+PAD_MATERIALIZE_MIN_MACS = 1 << 20
+
+
+def _materialize_pad(pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...], out_elements: int,
+                     cin_per_group: int) -> bool:
+    """Whether a conv's zero-padded input is worth its own copy kernel (Tensor.contiguous on the PAD).
+
+    Read lazily, a PAD lowers to a select and clamped indices on every input load of the conv's reduce
+    (``valid ? in[clamp(i)] : 0``); the C compiler then cannot vectorize the reduce's inner loops. Realized, the
+    padded input is a plain buffer (a cheap elementwise kernel writes the zero border once, after whatever
+    elementwise work precedes the pad, so the padded zeros are exactly the PAD's) and the conv's loads are plain
+    contiguous ones. Worth it when there is padding, the window has more than one element (a 1x1 window reads
+    each input element once: the mask costs no more than the copy would) and the conv is large enough that the
+    extra kernel's launch and pass over memory are small against its work (``PAD_MATERIALIZE_MIN_MACS``).
+
+    Decided here rather than by a scheduler rule on any PAD read through a WINDOW: the conv knows its work and
+    pooling reads a window once per output anyway. Capture treats the copy like any kernel: an activation in
+    the arena when it reads an input, folded into a weight when the conv input is weight-only.
+    """
+    if not any(b or e for b, e in pads) or math.prod(kernel) <= 1:
+        return False
+    return out_elements * cin_per_group * math.prod(kernel) >= PAD_MATERIALIZE_MIN_MACS
+
+
+CHANNELS_LAST_MIN_MACS = 1 << 20
+CHANNEL_VECTOR = DEFAULT_OPTS.channel_vector  # the block the optimizer vectorizes short rows across
+
+
+def _channels_last_weights(row: int, cout_per_group: int, macs: int) -> bool:
+    """Whether a conv stores its weights channel-blocked ((Cout/8, Cin, *k, 8), read back through a permute): when
+    its output rows do not split into vectors (resnet's 14 and 7), the optimizer vectorizes across output channels
+    instead (codegen/opt/tiling.py), which needs each tap's weights for 8 consecutive channels side by side. ``row`` is
+    what the optimizer tiles: the last output dim, or all of them for a 1x1 stride-1 unpadded conv (its rows merge,
+    jit/codegen/opt/merge.py). The copy is weight-only work: a capture folds it into the stored weights."""
+    return row % CHANNEL_VECTOR != 0 and cout_per_group % CHANNEL_VECTOR == 0 and macs >= CHANNELS_LAST_MIN_MACS
+
+
+def _phase_rows(x: Tensor, s: int, fill: float | int) -> Tensor:
+    """``x`` (..., W) copied as (..., s, ceil(W / s)): each row's s phases side by side, ``x[..., p::s]`` at
+    ``[..., p, :]`` (the end filled with ``fill``, which no valid output reads), materialized."""
+    width = x.shape[-1]
+    per_phase = -(-width // s)
+    padded = x.pad(((0, 0),) * (x.ndim - 1) + ((0, per_phase * s - width),), value=fill)
+    phases = padded.reshape(*padded.shape[:-1], per_phase, s)
+    return phases.permute(*range(phases.ndim - 2), phases.ndim - 1, phases.ndim - 2).contiguous()
+
+
+def _phase_inputs(x: Tensor, s: int, kw: int, out_w: int, fill: float | int) -> list[tuple[int, int, Tensor]]:
+    """For a window of ``kw`` taps at stride ``s`` over the last dim of the padded ``x``: per phase p, its tap count
+    and the inputs it reads, ``x[..., p::s]`` from one phase copy (``_phase_rows``) as (..., W'). Each is exactly
+    as wide as the ``out_w`` outputs need (a shrink of a reduce's output would make it a kernel of its own instead
+    of fusing with the other phases)."""
+    phases = _phase_rows(x, s, fill)
+    views = []
+    for p in range(min(s, kw)):
+        taps = -(-(kw - p) // s)
+        x_p = phases.shrink([None] * (phases.ndim - 2) + [(p, p + 1), (0, out_w + taps - 1)])
+        views.append((p, taps, x_p.reshape(*x_p.shape[:-2], x_p.shape[-1])))
+    return views
+
+
+def _phase_split_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int, st: tuple[int, ...],
+                      dl: tuple[int, ...], out_sp: tuple[int, ...]) -> Tensor:
+    """A conv whose last dim has stride s > 1, over its already padded input ``x``, as the sum of s stride-1 convs
+    in that dim, one per phase: ``x[..., p::s]`` convolved with the taps ``weight[..., p::s]``.
+
+    Why: read directly, consecutive outputs of a row read inputs s apart, which a vector load cannot do (the
+    renderer's two loads and a shuffle per row, or a gather). Here one copy kernel writes the padded input
+    with each row's phases side by side (``(..., W) -> (..., s, W / s)``: the copy the padding needed anyway),
+    and every phase's conv reads its rows contiguously. The phase convs' reduces fuse into one kernel (each
+    with its own tile of accumulators); the weight slices are weight-only work, folded at capture.
+    """
+    s, kw = st[-1], weight.shape[-1]
+    out: Tensor | None = None
+    for p, taps, x_p in _phase_inputs(x, s, kw, out_sp[-1], 0):
+        w_p = weight.shrink([None] * (weight.ndim - 1) + [(p, p + (taps - 1) * s + 1)])
+        w_p = w_p.stride([1] * (weight.ndim - 1) + [s]) if taps > 1 else w_p
+        conv_p = conv2d(x_p, w_p, None, groups, (*st[:-1], 1), dl, 0)
+        out = conv_p if out is None else out + conv_p
+    assert out is not None
+    return out + bias.reshape(1, -1, *(1,) * (x.ndim - 2)) if bias is not None else out
+
+
+def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: IntOrTuple = 1,
+           dilation: IntOrTuple = 1, padding: Any = 0) -> Tensor:
+    """N-d convolution (cross-correlation): input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel).
+
+    ``padding`` is an int, one value per spatial dim, (begin, end) pairs, or flat ONNX pads
+    (begin..., end...) for asymmetric padding. Conv and bias compute in one reduce kernel.
+    """
+    from jit.frontend.winograd import (  # WINO: 3x3 convs by Winograd (jit/frontend/winograd.py)
+        pick_tile,
+        winograd_conv2d,
+    )
+    if tile := pick_tile(self, weight, groups, stride, dilation, padding):
+        return winograd_conv2d(self, weight, bias, padding, tile, _tuple(stride, 2, "conv stride")[0])
+    nd = weight.ndim - 2
+    if nd < 1 or self.ndim != weight.ndim:
+        raise ShapeError(f"conv: input {self.shape} and weight {weight.shape} expected the same rank >= 3")
+    cout, cin_g, *kernel = weight.shape
+    bs, cin = self.shape[:2]
+    if groups < 1 or cin != cin_g * groups or cout % groups:
+        raise ShapeError(f"conv: input channels {cin} expected weight.shape[1] * groups = {cin_g} * {groups} "
+                         f"= {cin_g * groups} (and output channels {cout} divisible by groups), "
+                         f"input {self.shape}, weight {weight.shape}")
+    if bias is not None and bias.shape != (cout,):
+        raise ShapeError(f"conv: bias expected shape ({cout},), got {bias.shape}")
+    st, dl = _tuple(stride, nd, "conv stride"), _tuple(dilation, nd, "conv dilation")
+    pads = _pads(padding, nd, "conv padding")
+    x = self.pad(((0, 0), (0, 0), *pads))
+    win = _window(x, tuple(kernel), st, dl)  # (N, Cin, *out, *k)
+    out_sp = win.shape[2:2 + nd]
+    macs = bs * cout * math.prod(out_sp) * cin_g * math.prod(kernel)
+    if math.prod(kernel) == 1 and max(st) > 1 and macs >= PAD_MATERIALIZE_MIN_MACS:
+        # a strided 1x1 conv (resnet's projection shortcuts) over a subsampled copy: a stride-1 pointwise conv's
+        # rows merge into one long vector row (jit/codegen/opt/merge.py) instead of 28- or 14-wide rows read at stride 2
+        return conv2d(win.reshape(bs, cin, *out_sp).contiguous(), weight, bias, groups)
+    if _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):
+        if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1:
+            return _phase_split_conv(x, weight, bias, groups, st, dl, out_sp)
+        win = _window(x.contiguous(), tuple(kernel), st, dl)
+    g, cout_g = groups, cout // groups
+    ones = (1,) * nd
+    pointwise = math.prod(kernel) == 1 and all(s == 1 for s in st) and not any(b or e for b, e in pads)
+    row = math.prod(out_sp) if pointwise else out_sp[-1]
+    if _channels_last_weights(row, cout_g, macs):
+        # blocks of CHANNEL_VECTOR channels, each block's taps contiguous (Cout/8, Cin, *k, 8): one block's reduce
+        # streams 32-byte steps through memory; plain channels-last (Cin, *k, Cout) steps Cout floats per tap,
+        # which at resnet's 512 (2 KB) lands every tap in the same few cache sets (measured 3x slower)
+        n, v = weight.ndim, CHANNEL_VECTOR
+        blocked = weight.reshape(cout // v, v, *weight.shape[1:]).permute(0, *range(2, n + 1), 1).contiguous()
+        weight = blocked.permute(0, n, *range(1, n)).reshape(weight.shape)
+    xw = win.reshape(bs, g, 1, cin_g, *out_sp, *kernel)
+    ww = weight.reshape(1, g, cout_g, cin_g, *ones, *kernel)
+    out_dtype = least_upper_dtype(self.dtype, weight.dtype)
+    red = (3, *range(4 + nd, 4 + 2 * nd))  # Cin/g and the kernel dims
+    out = _sum_as(xw * ww, red, out_dtype).reshape(bs, cout, *out_sp)
+    return out + bias.reshape(1, cout, *ones) if bias is not None else out
+
+
+def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                     stride: IntOrTuple = 1, dilation: IntOrTuple = 1, padding: Any = 0,
+                     output_padding: IntOrTuple = 0) -> Tensor:
+    """N-d transposed convolution: input (N, Cin, *spatial), weight (Cin, Cout/groups, *kernel) (PyTorch/ONNX).
+
+    Zeros are inserted between input elements (stride), the result is padded by ``dilation*(k-1) - padding``
+    and convolved with the spatially flipped, in/out-swapped weight.
+    """
+    nd = weight.ndim - 2
+    if nd < 1 or self.ndim != weight.ndim:
+        raise ShapeError(f"conv_transpose: input {self.shape} and weight {weight.shape} expected the same "
+                         f"rank >= 3")
+    cin, cout_g, *kernel = weight.shape
+    if groups < 1 or self.shape[1] != cin or cin % groups:
+        raise ShapeError(f"conv_transpose: input channels {self.shape[1]} expected weight.shape[0] = {cin} "
+                         f"(divisible by groups {groups}), input {self.shape}, weight {weight.shape}")
+    st, dl = _tuple(stride, nd, "conv_transpose stride"), _tuple(dilation, nd, "conv_transpose dilation")
+    opad = _tuple(output_padding, nd, "conv_transpose output_padding")
+    pads = _pads(padding, nd, "conv_transpose padding")
+    bs, sp = self.shape[0], self.shape[2:]
+    x = self
+    if any(s > 1 for s in st):
+        # (.., n) -> (.., n, 1) -> pad to (.., n, s) -> (.., n*s) -> keep (n-1)*s+1: zeros between elements
+        x = x.reshape(bs, cin, *[v for n in sp for v in (n, 1)])
+        x = x.pad(((0, 0), (0, 0), *[p for s in st for p in ((0, 0), (0, s - 1))]))
+        x = x.reshape(bs, cin, *[n * s for n, s in zip(sp, st, strict=True)])
+        x = x.shrink(((0, bs), (0, cin), *[(0, (n - 1) * s + 1) for n, s in zip(sp, st, strict=True)]))
+    full = [d * (k - 1) for d, k in zip(dl, kernel, strict=True)]
+    # negative amounts (padding > dilation*(k-1)) crop, which Tensor.pad does with a shrink
+    x = x.pad(((0, 0), (0, 0), *[(f - b, f - e + o) for f, (b, e), o in zip(full, pads, opad, strict=True)]))
+    g, cin_g = groups, cin // groups
+    w = weight.reshape(g, cin_g, cout_g, *kernel).transpose(1, 2).reshape(g * cout_g, cin_g, *kernel)
+    w = w.flip(*range(2, 2 + nd))
+    return conv2d(x, w, bias, groups=groups, stride=1, dilation=dl, padding=0)
+
+
+# --- pooling -----------------------------------------------------------------------------------------
+def _pool_geometry(shape: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
+                   dilation: tuple[int, ...], pads: tuple[tuple[int, int], ...],
+                   ceil_mode: bool) -> list[int]:
+    """Extra end padding per pooled dim that ceil_mode needs (0 without it)."""
+    extra = []
+    for n, k, s, d, (b, e) in zip(shape[-len(kernel):], kernel, stride, dilation, pads, strict=True):
+        span = n + b + e - d * (k - 1) - 1
+        if span < 0:
+            raise ShapeError(f"pool: kernel {kernel} (dilation {dilation}) is larger than the padded input "
+                             f"{shape[-len(kernel):]} with pads {pads}")
+        if not ceil_mode:
+            extra.append(0)
+            continue
+        out = -(-span // s) + 1
+        if (out - 1) * s >= n + b:  # the last window would start in the end padding: drop it (PyTorch/ONNX)
+            out -= 1
+        extra.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (n + b + e)))
+    return extra
+
+
+def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple,
+               padding: Any, nd: int, what: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                                                            tuple[tuple[int, int], ...]]:
+    kernel = _tuple(kernel_size, nd, f"{what} kernel_size") if isinstance(kernel_size, int) else \
+        tuple(int(k) for k in kernel_size)
+    n = len(kernel)
+    if n > x.ndim:
+        raise ShapeError(f"{what}: kernel {kernel} has more dims than the input {x.shape}")
+    st = kernel if stride is None else _tuple(stride, n, f"{what} stride")
+    return kernel, st, _tuple(dilation, n, f"{what} dilation"), _pads(padding, n, f"{what} padding")
+
+
+def _pad_trailing(x: Tensor, pads: Sequence[tuple[int, int]], value: float | int = 0) -> Tensor:
+    return x.pad(((0, 0),) * (x.ndim - len(pads)) + tuple(pads), value=value)
+
+
+def _phase_split_max(x: Tensor, kernel: tuple[int, ...], st: tuple[int, ...], dl: tuple[int, ...],
+                     fill: float | int) -> Tensor:
+    """A max pool whose last dim has stride s > 1, over its already padded input ``x``, as the max of s pools of
+    stride 1 in that dim, one per phase (``_phase_split_conv``'s reasoning: read directly, a row's outputs gather
+    inputs s apart; over one phase copy every phase's window rows are contiguous). The phase pools' reduces fuse
+    into one kernel (realized: left lazy, the max of the two would be recomputed inside every consumer's loads);
+    max is exact in any order, so the result is the same."""
+    s, kw = st[-1], kernel[-1]
+    out_w = (x.shape[-1] - kw) // s + 1
+    out: Tensor | None = None
+    for _, taps, x_p in _phase_inputs(x, s, kw, out_w, fill):
+        win = _window(x_p, (*kernel[:-1], taps), (*st[:-1], 1), dl)
+        pooled = win.max(tuple(range(win.ndim - len(kernel), win.ndim)))
+        out = pooled if out is None else out.maximum(pooled)
+    assert out is not None
+    return out.contiguous()
+
+
+def max_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, dilation: IntOrTuple = 1,
+               padding: Any = 0, ceil_mode: bool = False) -> Tensor:
+    """Max over sliding windows of the trailing len(kernel) dims (2 for an int kernel); pads never win."""
+    kernel, st, dl, pads = _pool_args(self, kernel_size, stride, dilation, padding, 2, "max_pool")
+    extra = _pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
+    low = -math.inf if self.dtype.is_float else self.dtype.min
+    x = _pad_trailing(self, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)], low)
+    win = _window(x, kernel, st, dl)
+    if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1 and win.numel() >= PAD_MATERIALIZE_MIN_MACS:
+        return _phase_split_max(x, kernel, st, dl, low)
+    return win.max(tuple(range(win.ndim - len(kernel), win.ndim)))
+
+
+def avg_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, dilation: IntOrTuple = 1) -> Tensor:
+    """Mean over sliding windows of the trailing len(kernel) dims (2 for an int kernel).
+
+    The divisor counts the explicit padding when ``count_include_pad``, and never counts ceil_mode's extra
+    end padding (PyTorch/ONNX semantics).
+    """
+    kernel, st, dl, pads = _pool_args(self, kernel_size, stride, dilation, padding, 2, "avg_pool")
+    extra = _pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
+    nk = len(kernel)
+    x = self._float_operand()
+    red = tuple(range(x.ndim, x.ndim + nk))  # window dims of the (*lead, *out, *k) result
+    total = _window(_pad_trailing(x, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]), kernel, st, dl)
+    total = total.sum(red)
+    has_pad = any(b or e for b, e in pads)
+    if not any(extra) and (count_include_pad or not has_pad):
+        return total / math.prod(kernel)
+    # the divisor varies by window: pool a mask of the counted cells the same way; it is built at the full
+    # input shape so the count reduce fuses into the sum's kernel instead of becoming a broadcast kernel
+    counted = Tensor.ones(x.shape, dtype=x.dtype, device=x.device)
+    if count_include_pad:
+        counted = _pad_trailing(counted, pads, 1.0)
+        cpads = [(0, e) for e in extra]
+    else:
+        cpads = [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]
+    count = _window(_pad_trailing(counted, cpads), kernel, st, dl).sum(red)
+    return total / count
+
+
+def lp_pool2d(self: Tensor, p: float, kernel_size: IntOrTuple, stride: IntOrTuple | None = None, padding: Any = 0,
+              ceil_mode: bool = False, dilation: IntOrTuple = 1) -> Tensor:
+    """``(sum |x|^p)^(1/p)`` over sliding windows (ONNX LpPool; padding contributes zeros)."""
+    kernel, st, dl, pads = _pool_args(self, kernel_size, stride, dilation, padding, 2, "lp_pool")
+    extra = _pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
+    x = self._float_operand().abs()
+    x = x * x if p == 2 else x.pow(p)
+    win = _window(_pad_trailing(x, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]), kernel, st, dl)
+    s = win.sum(tuple(range(win.ndim - len(kernel), win.ndim)))
+    return s.sqrt() if p == 2 else s.pow(1.0 / p)
+
+
+def _pool_nd(fn: Any, nd: int) -> Any:
+    """A pooling op whose int ``kernel_size`` means ``nd`` dims (max_pool1d, avg_pool3d, ...)."""
+    def pool(self: Tensor, kernel_size: IntOrTuple, *args: Any, **kwargs: Any) -> Tensor:
+        k = (kernel_size,) * nd if isinstance(kernel_size, int) else kernel_size
+        return fn(self, k, *args, **kwargs)
+    pool.__name__ = fn.__name__.replace("2d", f"{nd}d")
+    pool.__doc__ = fn.__doc__
+    return pool
+
+
+def _lp_pool_nd(nd: int) -> Any:
+    def pool(self: Tensor, p: float, kernel_size: IntOrTuple, *args: Any, **kwargs: Any) -> Tensor:
+        k = (kernel_size,) * nd if isinstance(kernel_size, int) else kernel_size
+        return lp_pool2d(self, p, k, *args, **kwargs)
+    pool.__name__ = f"lp_pool{nd}d"
+    pool.__doc__ = lp_pool2d.__doc__
+    return pool
+
+
+def global_avg_pool(self: Tensor) -> Tensor:
+    """Mean over every axis after (N, C), keeping them as size 1."""
+    return self.mean(tuple(range(2, self.ndim)), keepdim=True)
+
+
+def global_max_pool(self: Tensor) -> Tensor:
+    """Max over every axis after (N, C), keeping them as size 1."""
+    return self.max(tuple(range(2, self.ndim)), keepdim=True)
+
+
+# --- softmax and normalization -----------------------------------------------------------------------
+def _shifted(x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
+    """(x - max, max) along ``axis``; a row that is all -inf shifts by 0 so it does not become nan."""
+    x = x._float_operand()
+    m = x.max(axis, keepdim=True)
+    m = m.isinf().where(0.0, m)
+    return x - m, m
+
+
+def softmax(self: Tensor, axis: int = -1) -> Tensor:
+    """``exp(x) / sum(exp(x))`` along ``axis``, shifted by the max so exp cannot overflow."""
+    e = _shifted(self, axis)[0].exp()
+    return e / e.sum(axis, keepdim=True)
+
+
+def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
+    """``x - logsumexp(x)`` along ``axis``."""
+    s = _shifted(self, axis)[0]
+    return s - s.exp().sum(axis, keepdim=True).log()
+
+
+def logsumexp(self: Tensor, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    """``log(sum(exp(x)))`` over ``axis`` without overflow."""
+    if axis is None:
+        axis = tuple(range(self.ndim))
+    s, m = _shifted(self, axis)  # type: ignore[arg-type]
+    out = s.exp().sum(axis, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(axis)
+
+
+def layer_norm(self: Tensor, normalized_shape: IntOrTuple | None = None, weight: Tensor | None = None,
+               bias: Tensor | None = None, eps: float = 1e-5, axis: int | None = None) -> Tensor:
+    """Normalize over the trailing dims: ``normalized_shape`` (PyTorch) or every axis from ``axis`` (ONNX).
+
+    Without either, the last axis. ``weight`` and ``bias`` broadcast against the normalized dims.
+    """
+    if axis is not None:
+        if not -self.ndim <= axis < self.ndim:
+            raise AxisError(f"layer_norm: axis expected in [{-self.ndim}, {self.ndim - 1}], got {axis}")
+        start = axis % self.ndim
+    elif normalized_shape is not None:
+        ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        if self.shape[self.ndim - len(ns):] != ns or len(ns) > self.ndim:
+            raise ShapeError(f"layer_norm: normalized_shape {ns} expected to match the trailing dims of {self.shape}")
+        start = self.ndim - len(ns)
+    else:
+        start = self.ndim - 1
+    axes = tuple(range(start, self.ndim))
+    x = self._float_operand()
+    centered = x - x.mean(axes, keepdim=True)
+    var = (centered * centered).mean(axes, keepdim=True)
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    return out + bias if bias is not None else out
+
+
+def batch_norm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, var: Tensor | None = None,
+               eps: float = 1e-5, invstd: Tensor | None = None, axis: int = 1) -> Tensor:
+    """Inference batch norm: ``(x - mean) * invstd * weight + bias`` with per-channel (``axis``) parameters.
+
+    Give either ``var`` (``invstd = 1/sqrt(var + eps)``) or ``invstd``.
+    """
+    ax = axis % self.ndim
+    c = self.shape[ax]
+    shape = tuple(c if i == ax else 1 for i in range(self.ndim))
+
+    def chan(t: Tensor, what: str) -> Tensor:
+        if t.numel() != c:
+            raise ShapeError(f"batch_norm: {what} expected {c} elements (axis {ax} of {self.shape}), got {t.shape}")
+        return t.reshape(shape)
+
+    if invstd is None:
+        if var is None:
+            raise ShapeError("batch_norm: expected var or invstd, got neither")
+        invstd = (var + eps).rsqrt()
+    scale = chan(invstd, "invstd")
+    if weight is not None:
+        scale = scale * chan(weight, "weight")
+    out = (self._float_operand() - chan(mean, "mean")) * scale
+    return out + chan(bias, "bias") if bias is not None else out
+
+
+# --- attach ------------------------------------------------------------------------------------------
+def _attach() -> None:
+    ops: dict[str, Any] = {
+        "matmul": matmul, "dot": matmul, "linear": linear, "gemm": gemm,
+        "conv2d": conv2d, "conv1d": conv2d, "conv3d": conv2d, "conv": conv2d,
+        "conv_transpose2d": conv_transpose2d, "conv_transpose1d": conv_transpose2d,
+        "conv_transpose3d": conv_transpose2d, "conv_transpose": conv_transpose2d,
+        "max_pool2d": max_pool2d, "avg_pool2d": avg_pool2d, "lp_pool2d": lp_pool2d,
+        "max_pool": max_pool2d, "avg_pool": avg_pool2d, "lp_pool": lp_pool2d,
+        "global_avg_pool": global_avg_pool, "global_max_pool": global_max_pool,
+        "softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp,
+        "layer_norm": layer_norm, "layernorm": layer_norm, "batch_norm": batch_norm, "batchnorm": batch_norm,
+    }
+    for nd in (1, 3):
+        ops[f"max_pool{nd}d"] = _pool_nd(max_pool2d, nd)
+        ops[f"avg_pool{nd}d"] = _pool_nd(avg_pool2d, nd)
+        ops[f"lp_pool{nd}d"] = _lp_pool_nd(nd)
+    for name, fn in ops.items():
+        setattr(Tensor, name, fn)
+
+
+_attach()

@@ -1,3 +1,0 @@
-"""ONNX op handlers, one module per family; importing this package registers them all."""
-
-from jit.onnx_ops import elementwise, extra, indexing, movement, nn, recurrent, reduce  # noqa: F401

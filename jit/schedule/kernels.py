@@ -1,0 +1,227 @@
+"""The scheduler: a tensor-level UOp graph becomes an ordered list of kernels over named buffers.
+
+Kernel boundaries: every realize target, every CONTIGUOUS, and every reduce whose result is needed at an
+index other than the consuming kernel's own output index (read through a movement op, a gather, another
+reduce) or by more than one consumer. Elementwise chains fuse into one kernel, and a reduce whose only
+consumer is the elementwise epilogue of a kernel fuses into that kernel. A reduce's elementwise epilogue that
+reads more than constants (bias, BN, residual add) and that a reduce kernel reads at other indices (the next conv
+or matmul) is a kernel output of its own: it runs once after the producing reduce instead of once per read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from dataclasses import dataclass
+
+from jit.common.dtype import DType, commit_weak
+from jit.ir.uop import GroupOp, Ops, UOp, toposort
+from jit.schedule.lower import LoweringContext, kernel_name, lower_kernel
+
+_uids = itertools.count(1)
+
+# node already computed -> the buffer view holding its value (weak: a dropped graph frees its entry)
+realized: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+
+
+def new_buffer(device: str, dtype: DType, size: int) -> UOp:
+    """A fresh BUFFER node (memory is allocated when a kernel first writes it)."""
+    return UOp(Ops.BUFFER, commit_weak(dtype), (), (next(_uids), device, size))
+
+
+def buffer_view(buf: UOp, shape: tuple[int, ...]) -> UOp:
+    return buf if shape == buf.shape else UOp(Ops.RESHAPE, buf.dtype, (buf,), tuple(shape))
+
+
+def is_view_of_buffer(u: UOp) -> bool:
+    """True when ``u`` is a buffer already laid out contiguously in its own shape (nothing to compute)."""
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+
+@dataclass
+class ScheduledKernel:
+    name: str
+    ast: UOp  # SINK of the lowered kernel, before the codegen passes
+    out_buffer: UOp  # BUFFER written (parameter 0)
+    buffers: list[UOp]  # every BUFFER in parameter order, the output first
+    device: str
+
+
+def _substitute_stopping(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """``root`` with mapped nodes replaced, without walking below a replaced node."""
+    done: dict[UOp, UOp] = {}
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if node in done:
+            continue
+        if node in mapping and node is not root:
+            done[node] = mapping[node]
+            continue
+        if not ready:
+            stack.append((node, True))
+            stack.extend((s, False) for s in node.src if s not in done)
+            continue
+        new_src = tuple(done[s] for s in node.src)
+        done[node] = node if new_src == node.src else node.replace(src=new_src)
+    return done[root]
+
+
+# ops under which each source element is read at most once per output element: a reduce below them can be
+# computed inside the consuming kernel without recomputation (EXPAND and WINDOW re-read, so they break). PAD
+# breaks too: a reduce under it would run at clamped indices for every border element and be thrown away, and a
+# realized pad (conv2d's padded input, jit/frontend/nn_ops.py) must stay a cheap copy of the reduce's buffer
+_KEEPS_DIRECT = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP,
+                                       Ops.STRIDE}
+
+
+def _kernel_region(root: UOp, boundaries: set[UOp]) -> list[tuple[UOp, bool]]:
+    """(node, read at the kernel's own output index) for every node the kernel computing ``root`` reads."""
+    out: list[tuple[UOp, bool]] = []
+    seen: set[tuple[UOp, bool]] = set()
+    stack = [(s, root.op in _KEEPS_DIRECT) for s in root.src]
+    while stack:
+        node, direct = stack.pop()
+        if (node, direct) in seen:
+            continue
+        seen.add((node, direct))
+        out.append((node, direct))
+        if node in boundaries or node.op is Ops.BUFFER:
+            continue
+        if node.op is Ops.GATHER:
+            stack.extend(((node.src[0], False), (node.src[1], direct)))
+        elif node.op in _KEEPS_DIRECT:
+            stack.extend((s, direct) for s in node.src)
+        else:
+            stack.extend((s, False) for s in node.src)
+    return out
+
+
+def _reads_input(u: UOp, boundaries: set[UOp]) -> bool:
+    """Whether ``u`` is more than a constant, possibly viewed through movement ops (a buffer, another kernel's
+    output, or values computed from them)."""
+    while u.op in GroupOp.Movement and u not in boundaries:
+        u = u.src[0]
+    return u.op is not Ops.CONST
+
+
+def _epilogue_walk(node: UOp, boundaries: set[UOp]) -> tuple[set[UOp], list[UOp]]:
+    """The elementwise (and reshape, shrink) nodes under ``node`` that are no kernel outputs (``node`` included),
+    and the sources they read that are not such nodes (reduces, buffers, other movement ops, kernel outputs). A
+    shrink keeps an epilogue one: a Winograd conv's overhanging tiles are shrunk off before its bias."""
+    seen, stack, leaves = set(), [node], []
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for s in n.src:
+            if (s.op in GroupOp.Elementwise or s.op in (Ops.RESHAPE, Ops.SHRINK)) and s not in boundaries:
+                stack.append(s)
+            else:
+                leaves.append(s)
+    return seen, leaves
+
+
+def _reaches_reduce(node: UOp, boundaries: set[UOp]) -> set[UOp] | None:
+    """The elementwise (and reshape) nodes under ``node`` (itself included) when a REDUCE_AXIS boundary is among
+    their sources and so is another input (a bias, BN parameters, a residual): ``node`` is an epilogue that
+    costs loads to recompute. Else None (a bare activation or a NaN-safe max is cheaper to recompute per read
+    than to store in a kernel of its own)."""
+    seen, leaves = _epilogue_walk(node, boundaries)
+    reduced = [s.op is Ops.REDUCE_AXIS and s in boundaries for s in leaves]
+    other = any(not r and _reads_input(s, boundaries) for s, r in zip(leaves, reduced, strict=True))
+    return seen if any(reduced) and other else None
+
+
+def _recomputed_epilogues(boundaries: set[UOp]) -> set[UOp]:
+    """Elementwise epilogues of reduces (bias, BN, activation, residual add) that a reduce kernel reads at
+    other indices than its own: left fused there, each is recomputed on every read (a 3x3 conv reads each input
+    element 9 x output-channels times). Each becomes a kernel output instead, so it runs once as the epilogue of
+    the producing reduce; only the topmost node of each such chain."""
+    out: set[UOp] = set()
+    for k in boundaries:
+        region = _kernel_region(k, boundaries)
+        if k.op is not Ops.REDUCE_AXIS and not any(n.op is Ops.REDUCE_AXIS and n not in boundaries
+                                                   for n, _ in region):
+            continue
+        chains = {n: c for n, direct in region if not direct and n.op in GroupOp.Elementwise
+                  and n not in boundaries and (c := _reaches_reduce(n, boundaries)) is not None}
+        inner = set().union(*(c - {n} for n, c in chains.items())) if chains else set()
+        out |= set(chains) - inner
+    return out
+
+
+def find_boundaries(targets: list[UOp]) -> list[UOp]:
+    """Every node that becomes a kernel output, in execution order."""
+    order = toposort(targets)
+    users: dict[UOp, int] = {}
+    for node in order:
+        for s in node.src:
+            users[s] = users.get(s, 0) + 1
+    base = {t for t in targets if not is_view_of_buffer(t)}
+    base |= {n for n in order if n.op is Ops.CONTIGUOUS}
+    base |= {n for n in order if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1}
+    forced: set[UOp] = set()
+    while True:  # epilogues made outputs change which reduces are read indirectly: close again until stable
+        boundaries = _close_boundaries(base | forced)
+        extra = _recomputed_epilogues(boundaries) - forced
+        if not extra:
+            return [n for n in order if n in boundaries]
+        forced |= extra
+
+
+def _epilogue_of_reduce(node: UOp, boundaries: set[UOp]) -> bool:
+    """Whether elementwise ``node`` computes from a reduce not yet a kernel of its own, through elementwise (and
+    reshape) nodes only: the epilogue of that reduce (and of any other reduce it adds in)."""
+    return any(s.op is Ops.REDUCE_AXIS and s not in boundaries for s in _epilogue_walk(node, boundaries)[1])
+
+
+def _close_boundaries(start: set[UOp]) -> set[UOp]:
+    """``start`` plus every reduce some kernel reads at another index than its own output's. A padded reduce
+    epilogue (a conv's bias + activation, padded for the next conv) becomes a kernel as a whole, its reduces
+    fused into it, instead of each reduce alone with the epilogue recomputed by the pad's reader."""
+    boundaries = set(start)
+    work = list(boundaries)
+    while work:
+        k = work.pop()
+        for node, direct in _kernel_region(k, boundaries):
+            if node.op is Ops.PAD and (epi := node.src[0]) not in boundaries and epi.op in GroupOp.Elementwise \
+                    and _epilogue_of_reduce(epi, boundaries):
+                boundaries.add(epi)
+                work += [epi, k]  # k's region changed: walk it again
+                break
+            if node.op is Ops.REDUCE_AXIS and not direct and node not in boundaries:
+                boundaries.add(node)
+                work.append(node)
+    return boundaries
+
+
+def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKernel], dict[UOp, UOp]]:
+    """Kernels computing ``targets`` in order, and the map from every computed node to its buffer view."""
+    # reuse what earlier realizes computed
+    known = {n: realized[n] for n in toposort(targets) if n in realized}
+    graph = [_substitute_stopping(t, known) if known else t for t in targets]
+    kernels: list[ScheduledKernel] = []
+    views: dict[UOp, UOp] = {}
+    for node in find_boundaries(graph):
+        assert node.shape is not None and isinstance(node.dtype, DType)
+        size = 1
+        for n in node.shape:
+            size *= n
+        buf = new_buffer(device, node.dtype, size)
+        views[node] = buffer_view(buf, node.shape)
+        if size == 0:
+            continue
+        body = _substitute_stopping(node, views)
+        ast, ctx = lower_kernel(body, buf)
+        kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device))
+    becomes: dict[UOp, UOp] = dict(known)
+    for original, rebuilt in zip(targets, graph, strict=True):
+        becomes[original] = views.get(rebuilt, rebuilt)
+    becomes.update(views)
+    return kernels, becomes
+
+
+def _params(ctx: LoweringContext) -> list[UOp]:
+    return [buf for buf, _ in sorted(ctx.params.items(), key=lambda kv: kv[1])]
