@@ -260,3 +260,20 @@ def test_debug2_names_the_emulated_formats(capsys: pytest.CaptureFixture[str]) -
         (Tensor(np.arange(5, dtype=np.float32)).cast(dtypes.fp8e4m3fn).cast(dtypes.float32) + 1).numpy()
     out = capsys.readouterr().out
     assert out.count("emulating fp8e4m3fn as float32 over uint8 bits (unsupported by target CPU)") == 1
+
+
+# (1 << 30) + (1 << 22) + 1 lies just above a bfloat16 tie that float32 cannot see: an int -> float32 -> bfloat16
+# cast rounds twice (down, 0x4e80) where a correctly rounded one rounds up (0x4e81), as ml_dtypes does.
+ROUND_UP_CASES = [(np.int32, (1 << 30) + (1 << 22) + 1, 0x4E81), (np.int32, -((1 << 30) + (1 << 22) + 1), 0xCE81),
+                  (np.uint32, (1 << 31) + (1 << 23) + 1, 0x4F01), (np.int64, (1 << 62) + (1 << 54) + 1, 0x5E81),
+                  (np.uint64, (1 << 63) + (1 << 55) + 1, 0x5F01), (np.int64, (1 << 30) + (1 << 22), 0x4E80)]
+
+
+@pytest.mark.parametrize("emulated", ["", "long"])
+@pytest.mark.parametrize(("npd", "value", "bits"), ROUND_UP_CASES)
+def test_int_to_bfloat16_rounds_once(npd: type, value: int, bits: int, emulated: str) -> None:
+    x = np.array([value, 7, -3 if np.dtype(npd).kind == "i" else 3], dtype=npd)
+    assert int(x.astype(ml_dtypes.bfloat16).view(np.uint16)[0]) == bits  # the reference agrees
+    with Context(EMULATED_DTYPES=emulated):
+        got = Tensor(x).cast(dtypes.bfloat16).numpy()
+    assert_bits(got, x.astype(ml_dtypes.bfloat16))

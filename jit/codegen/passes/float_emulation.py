@@ -15,9 +15,10 @@ ml_dtypes (the others) in both directions, subnormals kept:
   bfloat16 produce a canonical quiet NaN with the sign kept (ml_dtypes);
 - e4m3fn: no inf; overflow, inf and NaN -> 0x7f with the sign (the one NaN pattern per sign);
 - e4m3fnuz / e5m2fnuz: no inf, no -0; overflow, inf and NaN -> 0x80, which decodes to NaN; -0 -> 0;
-- conversions into a format go through float32 (ml_dtypes does the same, so int -> bfloat16 may round
-  twice exactly as ml_dtypes does); float64 -> float16 rounds to odd into float32 first, which makes the two
-  roundings equal to numpy's single one.
+- conversions into a format go through float32, rounded to odd where float32 itself is inexact (float64 ->
+  float16, and every integer wider than 24 bits): the second rounding then equals a direct, correctly rounded
+  one, as numpy and ml_dtypes convert (a plain float32 step would round (1 << 30) + (1 << 22) + 1 to a
+  bfloat16 tie and then down).
 
 Saturating conversion (ONNX ``Cast(saturate=1)``) is a clamp the frontend adds before the CAST.
 
@@ -152,12 +153,30 @@ def round_to_odd_f32(x: UOp) -> UOp:
     return bitcast(select(inexact, bor(toward_zero, 1), fb), F32)
 
 
+def int_round_to_odd_f32(x: UOp) -> UOp:
+    """An integer wider than float32's 24-bit significand as a float32 that a later rounding to <= 22 bits turns
+    into the correctly rounded result: the magnitude is cut to its top 17-24 bits (a shift by a multiple of 8)
+    with every dropped bit ORed into the lowest kept one, which lies below any such rounding position."""
+    unsigned = dtypes.uint64 if x.dtype.itemsize == 8 else U32
+    bits = bitcast(x, unsigned)
+    magnitude = bits if x.dtype.is_unsigned else select(lt(x, 0), bits.const_like(0) - bits, bits)
+    fits = magnitude.const_like(1 << 24)
+    value = magnitude.cast(F32)  # exact below 2**24
+    for shift in range(8, 8 * x.dtype.itemsize - 16, 8):  # the smallest shift whose kept part fits 24 bits wins
+        kept = bor(shr(magnitude, shift), ne(band(magnitude, (1 << shift) - 1), 0).cast(unsigned))
+        scaled = kept.cast(F32) * UOp.const(F32, float(1 << shift))
+        value = select(lt(shr(magnitude, shift - 8), fits), value, scaled)
+    return value if x.dtype.is_unsigned else select(lt(x, 0), -value, value)
+
+
 def to_f32(fmt: FloatFormat, x: UOp) -> UOp:
     """A non-emulated value as the float32 the format's rounding starts from."""
     if x.dtype == F32:
         return x
     if x.dtype == F64 and fmt.dtype == dtypes.float16:
         return round_to_odd_f32(x)
+    if x.dtype.is_int and x.dtype.itemsize >= 4:
+        return int_round_to_odd_f32(x)
     return x.cast(F32)
 
 
