@@ -1,20 +1,7 @@
 """Input/output ABI contract: records, validation, diff, frame geometry.
 
-The public names are re-exported here: ``Abi`` and its records, ``infer_abi`` (ONNX -> Abi), ``load_abi``
-(.onnx / .abi.json / .dpk hook), ``validate`` / ``validate_packed`` (runtime checks), ``diff`` (abi-diff),
-``check_role`` (abi-check), ``load_vehicle`` (vehicles/*.yaml) and ``AbiError``.
+Importers name the module they need (``from abi.records import Abi``): the package itself loads nothing, so
+reading a package's ABI (abi.records) pulls in neither onnx (abi.infer) nor yaml (abi.vehicle). The modules:
+``records`` (Abi and its records), ``infer`` (ONNX -> Abi), ``load`` (.onnx / .abi.json / .dpk), ``validate``
+(runtime checks), ``diff`` (abi-diff), ``check`` (abi-check), ``vehicle`` (vehicles/*.yaml), ``errors``.
 """
-
-from abi.check import check_role, match_role
-from abi.diff import Change, diff
-from abi.errors import AbiError, AbiFileError, AbiIssue, ProfileError
-from abi.infer import infer_abi
-from abi.layout import pack_inputs
-from abi.load import load_abi, save_abi
-from abi.records import Abi, CameraSemantics, HistorySemantics, OutputSpec, TensorSpec
-from abi.validate import validate, validate_packed
-from abi.vehicle import VehicleProfile, load_vehicle
-
-__all__ = ["Abi", "AbiError", "AbiFileError", "AbiIssue", "CameraSemantics", "Change", "HistorySemantics",
-           "OutputSpec", "ProfileError", "TensorSpec", "VehicleProfile", "check_role", "diff", "infer_abi",
-           "load_abi", "load_vehicle", "match_role", "pack_inputs", "save_abi", "validate", "validate_packed"]

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from abi.errors import AbiError, AbiFileError
-from abi.infer import infer_abi
 from abi.records import Abi
 
 # Hook for the package format: suffix -> function reading the ABI embedded in a package file.
@@ -34,6 +33,8 @@ def load_abi(path: str | Path, *, overrides: Mapping[str, Any] | None = None) ->
             raise AbiFileError(str(p), f"not a readable ABI JSON file ({e})") from None
         return Abi.from_dict(data)
     if name.endswith(".onnx"):
+        from abi.infer import infer_abi  # onnx is loaded for an ONNX model only, never for a package
+
         try:
             return infer_abi(p, overrides=overrides)
         except AbiError:

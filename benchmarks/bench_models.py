@@ -55,7 +55,7 @@ from jit.capture import capture_onnx
 from jit.onnx.loader import load_onnx
 from jit.realize import compile_kernels, device_buffer
 from jit.schedule.kernels import create_schedule
-from targets.cpu import cpu_threads
+from targets.cpu_runtime import cpu_threads
 from targets.registry import Device
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

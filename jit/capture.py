@@ -382,7 +382,11 @@ def _constant_buffer(arr: np.ndarray, device: str) -> UOp:
 
 def capture_onnx(model: Any, example_inputs: Mapping[str, Any], target: str | None = None,
                  fold_weights: bool = True) -> Captured:
-    """Capture an OnnxModel (jit/onnx/loader.py) called with its named inputs."""
+    """Capture an OnnxModel (jit/onnx/loader.py) called with its named inputs.
+
+    The inputs are placeholders, known only at replay time: a host op (jit/onnx/host_ops.py) that reads one,
+    or a value computed from one, raises ``HostOpError`` naming the node; host ops on the model's constants run
+    now, and their results are constants of the capture."""
     return capture(lambda **kw: model(kw), example_inputs, target=target, fold_weights=fold_weights)
 
 

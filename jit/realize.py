@@ -91,10 +91,18 @@ def _deep_recursion(limit: int = _RECURSION_LIMIT) -> Iterator[None]:
         sys.setrecursionlimit(old)
 
 
-def _settings_key() -> str:
+def kernel_settings_key() -> str:
     """The run settings a compiled kernel depends on (a kernel compiled under EMULATED_DTYPES=long differs; WINO
     changes the graph a conv builds, kept here so a kernel cached under one value is never reused under another)."""
     return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value};WINO={WINO.value};{tuning_settings_key()}"
+
+
+def clear_compiled_kernels() -> None:
+    """Forget every kernel compiled in this process, so the next run compiles again (under the settings and
+    target defaults in force then)."""
+    _compiled.clear()
+
+
 _names: dict[str, dict[object, int]] = {}  # base name -> kernel graph -> suffix number
 
 
@@ -110,7 +118,7 @@ def unique_name(base: str, key: object) -> str:
 def compile_kernels(kernels: list[ScheduledKernel], target: Target) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
     and the target compiles all new kernels of one call together (one C compiler run on the CPU)."""
-    settings = _settings_key()
+    settings = kernel_settings_key()
     todo: dict[UOp, tuple[str, str, dict, RewrittenKernel]] = {}
     for k in kernels:
         if (target.name, settings, k.ast) in _compiled or k.ast in todo:
@@ -182,7 +190,7 @@ def realize_uops(targets: list[UOp], device: str | None = None) -> dict[UOp, UOp
 def compiled_kernel(target_name: str, name: str) -> CompiledKernel | None:
     """The kernel named ``name`` compiled in this process for target ``target_name`` under the current settings
     (its stats and dtype policy, e.g. for a package manifest); None when there is none."""
-    settings = _settings_key()
+    settings = kernel_settings_key()
     for (tname, tsettings, _), ck in _compiled.items():
         if tname == target_name and tsettings == settings and ck.name == name:
             return ck

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 
-from targets.base import Target
+from targets.base import Runtime
 
 # vehicle profile target name -> device name; qcom takes its Adreno model from the profile's arch
 _VEHICLE_TARGETS = {"cpu": "CPU", "opencl": "OPENCL", "qcom": "QCOM"}
@@ -20,7 +20,7 @@ def device_for(target: str, arch: str | None, images: bool = False) -> str:
     return base
 
 
-def fingerprint(target: Target) -> dict[str, str]:
+def fingerprint(target: Runtime) -> dict[str, str]:
     """What must be equal for two runs of the same kernels to give the same bits: the target, the CPU
     architecture and, per target kind, the C compiler banner or the OpenCL platform, device and driver."""
     out = {"target": target.name, "machine": platform.machine()}
@@ -31,7 +31,7 @@ def fingerprint(target: Target) -> dict[str, str]:
         import os
         import shutil
 
-        from targets.cpu import compiler_identity
+        from targets.cpu_runtime import compiler_identity
 
         out["compiler"] = compiler_identity(os.environ.get("CC") or shutil.which("cc") or "cc")
     return out

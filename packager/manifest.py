@@ -15,7 +15,7 @@ from packager.errors import PackageError
 
 FORMAT_NAME = "drivepack-package"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_TARGETS = ("CPU", "OPENCL", "QCOM")
+TARGETS = ("CPU", "OPENCL", "QCOM")
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def parse_manifest(doc: dict[str, Any], where: str = "manifest") -> Manifest:
     return Manifest(
         raw=doc, drivepack_version=f.str("drivepack_version"), model_name=model.str("name"),
         model_sha256=model.str("sha256", pattern=_SHA256), target_device=target.str("device"),
-        target_name=target.str("name", _TARGETS), vehicle_name=vehicle.str("name"), role=role,
+        target_name=target.str("name", TARGETS), vehicle_name=vehicle.str("name"), role=role,
         budget_mean_ms=vehicle.num("budget_mean_ms"), budget_max_ms=vehicle.num("budget_max_ms"),
         kernels=tuple(entries), kernels_traced=traced, kernels_pruned=pruned, arena_bytes=f.int("arena_bytes"),
         golden_sets=golden.int("sets", 1, 64), outputs=tuple(outputs), checked_on=dict(checked),

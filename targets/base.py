@@ -1,4 +1,8 @@
-"""The interface every target answers, so that the compiler, capture and replay never branch on a name."""
+"""The interfaces every target answers, so that the compiler, capture and replay never branch on a name.
+
+``Runtime`` is the device side (compile a given source with the target's own compiler, allocate, copy, launch):
+what a replay needs, importing no renderer. ``Target`` adds the compiler side (declared dtypes, rendering).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,61 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jit.common.dtype import DType
-from jit.common.errors import CompileError
+from jit.common.errors import CompileError, DrivepackError
+
+
+class CacheLevelError(DrivepackError, ValueError):
+    """A cache description whose size, associativity and line size do not make whole sets."""
+
+
+@dataclass(frozen=True)
+class CacheLevel:
+    """One data cache as the optimizer models it: ``size`` bytes in sets of ``ways`` lines of ``line`` bytes
+    (an address's set is ``address // line % sets``)."""
+
+    size: int
+    ways: int
+    line: int
+
+    def __post_init__(self) -> None:
+        for name in ("size", "ways", "line"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise CacheLevelError(f"CacheLevel.{name}: expected an int >= 1, got {value!r}")
+        if self.size % (self.ways * self.line):
+            raise CacheLevelError(f"CacheLevel: expected size a multiple of ways * line = {self.ways * self.line}, "
+                                  f"got size {self.size}")
+
+    @property
+    def sets(self) -> int:
+        return self.size // (self.ways * self.line)
+
+
+# what the optimizer assumes where a target says nothing: the caches of the machines its heuristics were measured
+# on. L1: 32 KB, 8 ways of 64-byte lines (x86 since Skylake and Zen; jit/frontend/winograd.py's spare tiles).
+# L2: one core's 512 KB, 8 ways (AMD EPYC, Zen 2; jit/codegen/opt/order.py's re-read threshold).
+DEFAULT_L1 = CacheLevel(32 * 1024, 8, 64)
+DEFAULT_L2 = CacheLevel(512 * 1024, 8, 64)
 
 
 @dataclass(frozen=True)
 class TargetLimits:
-    """What a target can launch and how it wants memory laid out."""
+    """What a target can launch, how it wants memory laid out, and the caches its kernels read through.
+
+    ``l1``: the data cache nearest the code (a CPU core's L1d): its sets decide which strides of a kernel's
+    loads collide (Winograd's spare tiles), its line how far a load must move to reach a new line (the
+    optimizer's line-reuse split). ``l2``: the cache behind it (a CPU core's L2; on OpenCL the device's global
+    memory cache): an operand larger than it that a tiled kernel sweeps once per block comes from further away
+    each time (the optimizer's loop order). Both ``DEFAULT_L1`` / ``DEFAULT_L2`` where the target cannot tell.
+    """
 
     max_local_size: int = 1
     max_local_dims: tuple[int, ...] = (1, 1, 1)
     buffer_alignment: int = 64
     images: bool = False  # capture binds conv/matmul weights as image2d_t (jit/codegen/passes/images.py)
     image2d_max: tuple[int, int] = (0, 0)  # (height, width) in texels
+    l1: CacheLevel = DEFAULT_L1
+    l2: CacheLevel = DEFAULT_L2
 
 
 @dataclass
@@ -38,7 +85,7 @@ class Buffer:
 
     __slots__ = ("target", "nbytes", "handle", "__weakref__")
 
-    def __init__(self, target: Target, nbytes: int, handle: Any) -> None:
+    def __init__(self, target: Runtime, nbytes: int, handle: Any) -> None:
         self.target = target
         self.nbytes = nbytes
         self.handle = handle
@@ -47,35 +94,12 @@ class Buffer:
         return f"<Buffer {self.target.name} {self.nbytes} bytes>"
 
 
-class Target(abc.ABC):
-    """A place kernels run: declares dtypes and limits, renders, compiles, allocates, launches, copies."""
+class Runtime(abc.ABC):
+    """A place kernels run: compiles a given source, allocates, copies and launches (no renderer, no compiler
+    IR: a replay runs on this alone)."""
 
     name: str = "?"
     limits: TargetLimits = TargetLimits()
-
-    @abc.abstractmethod
-    def supported_dtypes(self) -> frozenset[DType]:
-        """The dtypes kernels may use natively; every other dtype is emulated or refused.
-
-        The contract: the codegen pipeline (jit/codegen/pipeline.py) decomposes int64/uint64 into 32-bit words
-        and float16/bfloat16/fp8 into float32 compute over integer storage whenever they are missing here, so
-        a target lists only what its language and hardware really do; it must list bool, int32, uint32 and
-        float32 (the emulations compute in them) and uint8/uint16 for emulated narrow-float storage. Any other
-        missing dtype is a CompileError at compile time. ``render`` may assume the graph holds nothing else.
-        """
-
-    def check_dtypes(self, name: str, sink: Any) -> None:
-        """CompileError if kernel ``name`` uses a dtype outside ``supported_dtypes()`` (a pipeline bug guard)."""
-        from jit.codegen.passes.dtype_policy import used_dtypes  # the target layer does not import the compiler at load
-
-        extra = sorted(d.name for d in used_dtypes(sink) - self.supported_dtypes())
-        if extra:
-            raise CompileError(f"{name}: dtypes {extra} reached the {self.name} renderer, which supports "
-                               f"{sorted(d.name for d in self.supported_dtypes())}")
-
-    @abc.abstractmethod
-    def render(self, name: str, sink: Any) -> tuple[str, dict[str, Any]]:
-        """Kernel source for a lowered kernel graph, plus launch metadata (global/local size)."""
 
     @abc.abstractmethod
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
@@ -106,3 +130,31 @@ class Target(abc.ABC):
 
     def synchronize(self) -> None:  # noqa: B027 - synchronous targets have nothing to wait for
         """Wait for every launched kernel to finish."""
+
+
+class Target(Runtime):
+    """A runtime the compiler renders for: declares its dtypes and renders lowered kernel graphs to source."""
+
+    @abc.abstractmethod
+    def supported_dtypes(self) -> frozenset[DType]:
+        """The dtypes kernels may use natively; every other dtype is emulated or refused.
+
+        The contract: the codegen pipeline (jit/codegen/pipeline.py) decomposes int64/uint64 into 32-bit words
+        and float16/bfloat16/fp8 into float32 compute over integer storage whenever they are missing here, so
+        a target lists only what its language and hardware really do; it must list bool, int32, uint32 and
+        float32 (the emulations compute in them) and uint8/uint16 for emulated narrow-float storage. Any other
+        missing dtype is a CompileError at compile time. ``render`` may assume the graph holds nothing else.
+        """
+
+    def check_dtypes(self, name: str, sink: Any) -> None:
+        """CompileError if kernel ``name`` uses a dtype outside ``supported_dtypes()`` (a pipeline bug guard)."""
+        from jit.codegen.passes.dtype_policy import used_dtypes  # the target layer does not import the compiler at load
+
+        extra = sorted(d.name for d in used_dtypes(sink) - self.supported_dtypes())
+        if extra:
+            raise CompileError(f"{name}: dtypes {extra} reached the {self.name} renderer, which supports "
+                               f"{sorted(d.name for d in self.supported_dtypes())}")
+
+    @abc.abstractmethod
+    def render(self, name: str, sink: Any) -> tuple[str, dict[str, Any]]:
+        """Kernel source for a lowered kernel graph, plus launch metadata (global/local size)."""

@@ -1,32 +1,21 @@
-"""The CPU target: kernels rendered to C, compiled by the system C compiler, loaded with cffi.
+"""The CPU target's compiler side: kernels rendered to C by the shared C-style renderer.
 
-Compiled shared objects are cached on disk by a hash of (source, compiler, flags), so a second process
-compiles nothing. The cache lives in ``$DRIVEPACK_CACHE`` or ``~/.cache/drivepack``.
+Compiling, loading (cffi), buffers and launches are the device side's (targets/cpu_runtime.py, which a replay
+uses alone); CPUTarget adds the C flavour, the declared dtypes and ``render``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-import time
-import weakref
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import cffi
-import numpy as np
-
 from jit.common.dtype import DType, dtypes
-from jit.common.errors import CompileError
 from jit.ir.uop import UOp
-from targets.base import Buffer, Program, Target, TargetLimits
-from targets.cstyle import CStyleLanguage, render_kernel_info
+from targets.base import Target, TargetLimits
+from targets.cpu_caches import cpu_caches
+from targets.cpu_runtime import OMP_THREADS_SETUP, CPURuntime
+from targets.cstyle.language import CStyleLanguage
+from targets.cstyle.walk import render_kernel_info
 
 
 def _host_vector_width() -> int:
@@ -39,18 +28,14 @@ def _host_vector_width() -> int:
 
 
 CPU_VECTOR_WIDTH = _host_vector_width()
-
-OMP_THREADS_SYMBOL = "dp_omp_threads"
-# OpenMP: the outermost output loops are split over a team of threads (static schedule: equal chunks, no
-# work-stealing bookkeeping); kernels with the pragma are built with OPENMP_FLAGS, the rest without
+HOST_CACHES = cpu_caches()  # kernels are compiled for this machine (-march=native): sized for its caches too
 
 CPU_LANGUAGE = CStyleLanguage(
     headers=("#include <math.h>", "#include <stdint.h>"),
     type_names={dtypes.bool: "_Bool", dtypes.float16: "_Float16"},
     parallel_for="#pragma omp parallel for collapse({collapse}) num_threads(dp_omp_threads) schedule(static)",
-    # the team size is a variable the target writes after loading (a forked child must drop to 1: libgomp's
-    # thread pool does not survive fork, and a team of more than 1 thread in the child hangs)
-    parallel_setup=f"#ifndef DP_OMP_THREADS\n#define DP_OMP_THREADS\nint {OMP_THREADS_SYMBOL} = 1;\n#endif",
+    # the team size is a variable the runtime writes after loading (targets/cpu_runtime.py)
+    parallel_setup=OMP_THREADS_SETUP,
     # GCC vector extensions; loads and stores go through memcpy, which compiles to one unaligned vector move
     vector_width=CPU_VECTOR_WIDTH,
     vector_type="dp_{name}x{n}",
@@ -65,157 +50,18 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_convert="__builtin_convertvector({x}, {vt})",
     widen_stepwise=True,
 )
-OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
-THREADS_ENV = "DRIVEPACK_CPU_THREADS"
-
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
     dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64})
 
-CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
-                           "-fno-strict-aliasing")
 
-
-# number of times this process ran the C compiler (a warm on-disk cache keeps it at 0)
-cc_invocations = 0
-
-
-def cache_dir() -> Path:
-    root = Path(os.environ.get("DRIVEPACK_CACHE") or Path.home() / ".cache" / "drivepack")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-@cache
-def compiler_identity(cc: str) -> str:
-    """The compiler's version banner: part of the cache key, so a compiler upgrade recompiles."""
-    try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
-    except (OSError, subprocess.CalledProcessError) as e:
-        raise CompileError(f"C compiler: expected a working `{cc}`, got {e}") from None
-
-
-def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
-    return hashlib.sha256("\0".join((source, cc, compiler_identity(cc), *flags)).encode()).hexdigest()
-
-
-def cached_artifact(stem: str, ext: str) -> Path | None:
-    """The cached file holding the kernel named ``stem``: ``stem + ext`` itself, or the batch file that
-    ``stem.ref`` names (kernels compiled together share one file)."""
-    own = cache_dir() / f"{stem}{ext}"
-    if own.exists():
-        return own
-    ref = cache_dir() / f"{stem}.ref"
-    if ref.exists():
-        batch = cache_dir() / ref.read_text().strip()
-        if batch.exists():
-            return batch
-    return None
-
-
-def publish(path: Path, data: bytes | str) -> None:
-    """Write atomically: concurrent test workers may compile the same kernel."""
-    fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(staged, path)
-
-
-def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> list[Path]:
-    """Shared objects for ``sources``; every source not in the cache is compiled in one compiler run."""
-    global cc_invocations
-    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
-    keys = [_cache_key(src, cc, flags) for src in sources]
-    found = {k: cached_artifact(k, ".so") for k in keys}
-    missing = list(dict.fromkeys(src for src, k in zip(sources, keys, strict=True) if found[k] is None))
-    if missing:
-        batch_key = _cache_key("\n".join(missing), cc, flags)
-        out = cache_dir() / f"{batch_key}.so"
-        cc_invocations += 1
-        with tempfile.TemporaryDirectory() as tmp:
-            src_path = Path(tmp) / "kernels.c"
-            src_path.write_text("\n".join(missing))
-            tmp_out = Path(tmp) / "kernels.so"
-            proc = subprocess.run([cc, *flags, str(src_path), "-o", str(tmp_out), "-lm"], capture_output=True,
-                                  text=True)
-            if proc.returncode != 0:
-                raise CompileError(f"C compile failed ({cc} {' '.join(flags)}):\n{proc.stderr}\n--- source ---\n"
-                                   + "\n".join(missing))
-            publish(out, tmp_out.read_bytes())
-        for src in missing:
-            key = _cache_key(src, cc, flags)
-            publish(cache_dir() / f"{key}.ref", out.name)
-            found[key] = out
-    return [found[k] for k in keys]  # type: ignore[misc]
-
-
-def compile_shared(source: str, cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> Path:
-    """Compile ``source`` to a shared object, or return the cached one for the same source and flags."""
-    return compile_shared_many([source], cc, flags)[0]
-
-
-def cpu_threads() -> int:
-    """Threads a CPU kernel may use: ``$DRIVEPACK_CPU_THREADS``, else the cores this process may run on."""
-    raw = os.environ.get(THREADS_ENV)
-    if raw is None:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise CompileError(f"{THREADS_ENV}: expected a positive integer, got {raw!r}")
-    return int(raw)
-
-
-_openmp_runtime: list[ctypes.CDLL] = []
-
-
-def pin_openmp_runtime() -> None:
-    """Load libgomp once, never to be unloaded: when the last kernel library using it is garbage-collected,
-    dlclose would otherwise unmap libgomp under its idle pool threads and the process crashes."""
-    if not _openmp_runtime:
-        name = ctypes.util.find_library("gomp") or "libgomp.so.1"
-        _openmp_runtime.append(ctypes.CDLL(name, mode=os.RTLD_GLOBAL | os.RTLD_NODELETE))
-
-
-def call_if_alive(method: weakref.WeakMethod) -> Any:
-    """A callable that runs ``method`` if its object still exists (fork hooks cannot be unregistered)."""
-    def hook() -> None:
-        bound = method()
-        if bound is not None:
-            bound()
-    return hook
-
-
-class CPUTarget(Target):
-    """Single-process CPU execution; buffers are 64-byte aligned host arrays."""
+class CPUTarget(CPURuntime, Target):
+    """The CPU runtime plus rendering: kernels in C with GCC vector extensions and OpenMP."""
 
     name = "CPU"
-    limits = TargetLimits(max_local_size=1, buffer_alignment=64)
+    # the caches the optimizer sizes loops by: what the OS says about this machine's (targets/cpu_caches.py)
+    limits = TargetLimits(max_local_size=1, buffer_alignment=64, l1=HOST_CACHES.l1, l2=HOST_CACHES.l2)
     language = CPU_LANGUAGE
-
-    def __init__(self, threads: int | None = None) -> None:
-        self._ffi = cffi.FFI()
-        self.compile_count = 0
-        n = cpu_threads() if threads is None else threads
-        if n < 1:
-            raise CompileError(f"CPUTarget.threads: expected a positive integer, got {n}")
-        self.threads = n
-        self._loaded_parallel = False  # whether this process loaded a kernel using the thread pragma
-        os.register_at_fork(after_in_child=call_if_alive(weakref.WeakMethod(self._single_threaded_after_fork)))
-
-    def set_threads(self, n: int) -> None:
-        """Threads every parallel kernel uses when this target launches it from now on."""
-        if n < 1:
-            raise CompileError(f"CPUTarget.threads: expected a positive integer, got {n}")
-        self.threads = n
-
-    @property
-    def lanes(self) -> int:
-        return self.threads
-
-    def _single_threaded_after_fork(self) -> None:
-        # libgomp keeps its thread pool across fork only in the parent: a child that starts a team of more than
-        # one thread waits forever for threads that were not copied, so a forked child runs single-threaded
-        if self._loaded_parallel:
-            self.set_threads(1)
 
     def supported_dtypes(self) -> frozenset[DType]:
         """C with GCC/Clang: every integer width, _Float16, float and double. bfloat16 and the fp8 formats have
@@ -226,61 +72,3 @@ class CPUTarget(Target):
         self.check_dtypes(name, sink)
         rendered = render_kernel_info(self.language, name, sink)
         return rendered.source, {"global_size": (1,), "local_size": None, "openmp": rendered.parallel}
-
-    def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
-        return self.compile_many([(name, source, meta)])[0]
-
-    def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
-        # one compiler run per flag set: single-threaded kernels keep their flags (and cache entries)
-        paths: list[Path | None] = [None] * len(items)
-        for openmp in (False, True):
-            picked = [i for i, (_, _, meta) in enumerate(items) if bool(meta.get("openmp")) == openmp]
-            if picked:
-                flags = CFLAGS + OPENMP_FLAGS if openmp else CFLAGS
-                for i, path in zip(picked, compile_shared_many([items[i][1] for i in picked], flags=flags),
-                                   strict=True):
-                    paths[i] = path
-        return [self._load(name, source, meta, path) for (name, source, meta), path in zip(items, paths, strict=True)]
-
-    def _load(self, name: str, source: str, meta: dict[str, Any], path: Path) -> Program:
-        ffi = cffi.FFI()
-        n_params = source.split(f" {name}(", 1)[1].split(")", 1)[0].count(",") + 1
-        ffi.cdef(f"void {name}({', '.join(['void*'] * n_params)});")
-        if meta.get("openmp"):
-            ffi.cdef(f"extern int {OMP_THREADS_SYMBOL};")
-        if meta.get("openmp"):
-            pin_openmp_runtime()
-        lib = ffi.dlopen(str(path))
-        if meta.get("openmp"):
-            # a caller that runs the kernel without launch() (a C driver) gets this target's count too
-            setattr(lib, OMP_THREADS_SYMBOL, self.threads)
-            self._loaded_parallel = True
-        self.compile_count += 1
-        return Program(name, source, getattr(lib, name), meta=meta | {"lib": lib, "ffi": ffi})
-
-    def allocate(self, nbytes: int) -> Buffer:
-        # over-allocate and slice so the data pointer is aligned
-        align = self.limits.buffer_alignment
-        raw = np.empty(max(nbytes, 1) + align, dtype=np.uint8)
-        offset = (-raw.ctypes.data) % align
-        return Buffer(self, nbytes, raw[offset:offset + max(nbytes, 1)])
-
-    def copyin(self, buf: Buffer, data: memoryview) -> None:
-        buf.handle[:buf.nbytes] = np.frombuffer(data, dtype=np.uint8)
-
-    def copyout(self, buf: Buffer, out: memoryview) -> None:
-        np.frombuffer(out, dtype=np.uint8)[:] = buf.handle[:buf.nbytes]
-
-    def host_view(self, buf: Buffer) -> np.ndarray:
-        """The buffer's bytes, without a copy (host memory on this target)."""
-        return buf.handle[:buf.nbytes]
-
-    def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
-        ffi = self._ffi
-        args = [ffi.cast("void*", b.handle.ctypes.data) for b in bufs]
-        if prog.meta.get("openmp"):
-            # the team size lives in the shared object, which other targets may share: set it per launch
-            setattr(prog.meta["lib"], OMP_THREADS_SYMBOL, self.threads)
-        start = time.perf_counter()
-        prog.handle(*args)
-        return time.perf_counter() - start if wait else None

@@ -3,13 +3,14 @@
 The profile is data: the OpenCL C flavour (no fp64, so integer POW by squaring and no double anywhere), the
 dtypes the GPU computes in (float32 and float16 native; int64 emulated; no float64, bfloat16 or fp8) and the
 limits of each Adreno model. Everything else (binding, buffers, program cache, launches, timing) is the
-OpenCL target's.
+OpenCL target's; the choice of device is targets/qcom_runtime.py's, the device side a QCOM replay uses alone.
 
 ``DEV=QCOM`` picks the first OpenCL device whose name says Adreno; on a machine without one it runs the
 qcom-rendered kernels on the local OpenCL device (device 0 among the platforms ``$DRIVEPACK_CL_PLATFORM``
 selects, PoCL in CI), says so once on stderr, and emulates on top whatever that device lacks: the dtypes
 kernels use natively are the profile's set intersected with the local device's. ``QCOM:640`` picks another
-model from ``ADRENO_MODELS``. Adreno's own compiler and KGSL submission cannot be exercised without the GPU.
+model from ``ADRENO_MODELS`` (targets/adreno_models.py). Adreno's own compiler and KGSL submission cannot be
+exercised without the GPU.
 
 ``images`` (``QCOM:images``, ``QCOM:630:images`` or ``DRIVEPACK_QCOM_IMAGES=1``; off by default): capture binds the
 weights that only conv/matmul (reduce) kernels read as ``image2d_t`` of RGBA float texels, read with
@@ -19,16 +20,15 @@ weights that only conv/matmul (reduce) kernels read as ``image2d_t`` of RGBA flo
 from __future__ import annotations
 
 import os
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from jit.common.dtype import DType, dtypes
 from jit.common.errors import UnsupportedOp
-from targets.base import TargetLimits
-from targets.opencl import GPU_OPTS, OPENCL_LANGUAGE, OpenCLDeviceError, OpenCLTarget, list_devices
+from targets.adreno_models import ADRENO_MODELS
+from targets.opencl import GPU_OPTS, OPENCL_LANGUAGE, OpenCLTarget
+from targets.qcom_runtime import QCOMRuntime, parse_qcom_device
 
 IMAGES_ENV = "DRIVEPACK_QCOM_IMAGES"
-DEFAULT_MODEL = "630"
 
 # float32 and float16 native (cl_khr_fp16 on every Adreno 6xx); int64 is decomposed into 32-bit words by
 # jit/codegen/passes/long_decomp.py (Adreno has no 64-bit integer ALU); no float64; bfloat16/fp8 emulated
@@ -40,85 +40,20 @@ QCOM_DTYPES: frozenset[DType] = frozenset({
 QCOM_LANGUAGE = replace(OPENCL_LANGUAGE, int_pow="loop")
 
 
-@dataclass(frozen=True)
-class QCOMLimits(TargetLimits):
-    """TargetLimits plus what an Adreno adds: the work-group size aimed for and the row pitch alignment of an
-    image2d_t (bytes), which the packager needs once weights go to images."""
-
-    preferred_local_size: int = 128
-    image_pitch_alignment: int = 64
-
-
-@dataclass(frozen=True)
-class AdrenoModel:
-    """One Adreno GPU as its OpenCL driver reports it (clinfo on the device; not measured here)."""
-
-    name: str
-    soc: str
-    max_work_group_size: int = 1024
-    max_work_item_sizes: tuple[int, ...] = (1024, 1024, 1024)
-    # a wave is 64 fibers (wave128 mode doubles it); two waves per group hide latency without spilling
-    preferred_local_size: int = 128
-    buffer_alignment: int = 128  # CL_DEVICE_MEM_BASE_ADDR_ALIGN (1024 bits)
-    image_pitch_alignment: int = 64
-    image2d_max: tuple[int, int] = (16384, 16384)
-
-    def limits(self, images: bool) -> QCOMLimits:
-        return QCOMLimits(max_local_size=self.max_work_group_size, max_local_dims=self.max_work_item_sizes,
-                          buffer_alignment=self.buffer_alignment, images=images,
-                          preferred_local_size=self.preferred_local_size,
-                          image_pitch_alignment=self.image_pitch_alignment, image2d_max=self.image2d_max)
-
-
-ADRENO_MODELS: dict[str, AdrenoModel] = {
-    "630": AdrenoModel("630", "SDM845"),
-    "640": AdrenoModel("640", "SM8150"),
-    "650": AdrenoModel("650", "SM8250", preferred_local_size=256),
-    "660": AdrenoModel("660", "SM8350", preferred_local_size=256),
-}
-
-_announced = False  # the stand-in line is printed once per process
-
-
-def _announce(line: str) -> None:
-    global _announced
-    if not _announced:
-        _announced = True
-        print(line, file=sys.stderr, flush=True)
-
-
-def _local_device_index() -> tuple[int, bool]:
-    """(OpenCL device index, whether it is an Adreno): the first Adreno, else device 0."""
-    devices = list_devices()
-    for _, _, info in devices:
-        if "adreno" in info.name.lower():
-            return info.index, True
-    return 0, False
-
-
-class QCOMTarget(OpenCLTarget):
-    """The Adreno profile over an OpenCL device: a real Adreno when present, the local device otherwise."""
+class QCOMTarget(QCOMRuntime, OpenCLTarget):
+    """The Adreno profile over an OpenCL device (targets/qcom_runtime.py: a real Adreno when present, the local
+    device otherwise): the model's limits, the profile's dtypes and its OpenCL C."""
 
     name = "QCOM"
 
     def __init__(self, device: str = "QCOM", images: bool | None = None) -> None:
-        parts = device.split(":")[1:]
-        if "images" in parts:
-            parts.remove("images")
+        model, named_images = parse_qcom_device(device, ADRENO_MODELS)
+        if named_images:
             images = True
-        model = parts[0] if parts else DEFAULT_MODEL
-        if model not in ADRENO_MODELS or len(parts) > 1:
-            raise OpenCLDeviceError(f"device {device!r}: expected QCOM[:<model>][:images] with a model in "
-                                    f"{sorted(ADRENO_MODELS)}, got {':'.join(parts)!r}", -33)
         if images is None:
             images = os.environ.get(IMAGES_ENV, "0") not in ("", "0")
         self.model = ADRENO_MODELS[model]
-        index, self.on_adreno = _local_device_index()
-        super().__init__(f"OPENCL:{index}")
-        self.name = device
-        if not self.on_adreno:
-            _announce(f"drivepack: QCOM: no Adreno GPU found; running Adreno {model}-rendered OpenCL C on the local "
-                      f"OpenCL device {self.info.name!r} ({self.info.platform}), emulating the dtypes it lacks")
+        super().__init__(device)  # the device that runs the kernels (QCOMRuntime), then OpenCLTarget's rendering
         m = self.model
         if images and not self.info.image_support:
             raise UnsupportedOp(f"{device}: images=True needs an OpenCL device with image support; "

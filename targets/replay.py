@@ -1,7 +1,8 @@
 """Replaying a command buffer: the interface every target's replay engine answers, and input checking.
 
-A replay is built from a CommandBuffer and its weight bytes alone (``make_replay(cmdbuf, weights, target)``);
-it never sees the compiler's objects, so a package file can be replayed without the ONNX front end. Every call
+A replay is built from a CommandBuffer and its weight bytes alone (``make_replay(cmdbuf, weights, target)``) on a
+target's device side (targets.base.Runtime); it never sees the compiler's objects, so a package file is replayed
+without the ONNX front end, the renderer or the compiler's IR. Every call
 checks its inputs by name before anything runs: missing or unexpected names, the device (host numpy arrays
 only), dtype, shape, byte size, C-contiguity and alignment, each failure an InputError naming the input and the
 field (``features_buffer: shape expected (1, 25, 512), got (1, 24, 512)``).
@@ -22,13 +23,14 @@ import numpy as np
 
 from jit.common.dtype import dtypes, to_numpy
 from jit.common.errors import DrivepackError, UnsupportedOp
-from targets.base import Program, Target
+from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer
+from targets.registry import Device
 
-# target class (module.qualname) -> its replay engine (module:class); a subclass uses its nearest base's entry,
-# so the QCOM profile (an OpenCLTarget) replays through the OpenCL engine
-ENGINES: dict[str, str] = {"targets.cpu.CPUTarget": "targets.replay_cpu:CPUReplay",
-                           "targets.opencl.OpenCLTarget": "targets.replay_opencl:OpenCLReplay"}
+# runtime class (module.qualname) -> its replay engine (module:class); a subclass uses its nearest base's entry,
+# so the compiler-facing targets and the QCOM profile (OpenCLRuntime subclasses) replay through these engines
+ENGINES: dict[str, str] = {"targets.cpu_runtime.CPURuntime": "targets.replay_cpu:CPUReplay",
+                           "targets.opencl_runtime.OpenCLRuntime": "targets.replay_opencl:OpenCLReplay"}
 
 
 class InputError(DrivepackError, ValueError):
@@ -97,7 +99,7 @@ class Replay(abc.ABC):
     # kernel targets (the part before ':') whose sources this engine can build
     languages: tuple[str, ...] = ()
 
-    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target) -> None:
+    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime) -> None:
         self.cmdbuf, self.target = cmdbuf, target
         for k in cmdbuf.kernels:
             if k.target.split(":", 1)[0] not in self.languages:
@@ -110,7 +112,7 @@ class Replay(abc.ABC):
         self.output_dtypes = [to_numpy(dtypes.from_name(b.dtype)) for b in self.output_specs]
 
     @staticmethod
-    def default_flags(target: Target, program: Program) -> str:
+    def default_flags(target: Runtime, program: Program) -> str:
         """The compile flags ``target`` built ``program`` with (recorded in its KernelSpec)."""
         return ""
 
@@ -196,7 +198,7 @@ def _weight_bytes(spec: BufferSpec, weights: Mapping[int, Any]) -> np.ndarray:
     return arr
 
 
-def engine_for(target: Target) -> type[Replay]:
+def engine_for(target: Runtime) -> type[Replay]:
     """The replay engine class of ``target``: the ENGINES entry of its class or of its nearest base."""
     for cls in type(target).__mro__:
         engine = ENGINES.get(f"{cls.__module__}.{cls.__qualname__}")
@@ -208,14 +210,14 @@ def engine_for(target: Target) -> type[Replay]:
                         f"{type(target).__name__} {target.name}")
 
 
-def kernel_flags(target: Target, program: Program) -> str:
+def kernel_flags(target: Runtime, program: Program) -> str:
     """The compile flags ``target`` built ``program`` with, as its replay engine records them."""
     return engine_for(target).default_flags(target, program)
 
 
-def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str) -> Replay:
-    """The replay engine of ``target`` (a Target or a device name) built from a command buffer and weights."""
+def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime | str) -> Replay:
+    """The replay engine of ``target`` (a runtime, or a device name: its ``Device.runtime``) built from a command
+    buffer and weights."""
     if isinstance(target, str):
-        from targets.registry import Device  # only for a name; a Target instance needs nothing from jit
-        target = Device[target]
+        target = Device.runtime(target)
     return engine_for(target)(cmdbuf, weights, target)

@@ -22,8 +22,8 @@ from typing import Any
 import cffi
 import numpy as np
 
-import targets.cpu as cpu
-from targets.base import Program, Target
+import targets.cpu_runtime as cpu
+from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, Scalar, parse_arena
 from targets.replay import Replay, ReplayError
 
@@ -55,7 +55,7 @@ class CPUReplay(Replay):
 
     languages = ("CPU",)
 
-    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target) -> None:
+    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime) -> None:
         super().__init__(cmdbuf, weights, target)
         self.slots = self._slot_table()
         source = driver_source(cmdbuf, self.slots)
@@ -91,9 +91,9 @@ class CPUReplay(Replay):
         self.reset_state()
 
     @staticmethod
-    def default_flags(target: Target, program: Program) -> str:
+    def default_flags(target: Runtime, program: Program) -> str:
         # kernels with a thread pragma are built with the target's OpenMP flags as well
-        extra = getattr(cpu, "OPENMP_FLAGS", ()) if program.meta.get("openmp") else ()
+        extra = cpu.OPENMP_FLAGS if program.meta.get("openmp") else ()
         return " ".join((*cpu.CFLAGS, *extra))
 
     def set_threads(self, n: int) -> None:
@@ -149,7 +149,7 @@ class CPUReplay(Replay):
         self._keep[spec.binding][:spec.nbytes] = data
 
 
-def _aligned_copy(target: Target, data: np.ndarray) -> np.ndarray:
+def _aligned_copy(target: Runtime, data: np.ndarray) -> np.ndarray:
     buf = target.allocate(data.nbytes)
     target.copyin(buf, memoryview(data))
     return buf.handle
@@ -216,7 +216,7 @@ def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
     lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), ""]
     symbol = cpu.OMP_THREADS_SYMBOL
     if cmdbuf.segments:
-        lines += ["#include <omp.h>", cpu.CPU_LANGUAGE.parallel_setup, ""]
+        lines += ["#include <omp.h>", cpu.OMP_THREADS_SETUP, ""]
     if cmdbuf.segments or any(f"int {symbol}" in k.source for k in cmdbuf.kernels):
         lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ {symbol} = n; }}", ""]
     lines += ["DP_EXPORT void drivepack_run(void **p) {", *_run_body(cmdbuf, calls)]

@@ -3,89 +3,51 @@
 Every buffer is created once: inputs, outputs, weights (written once), states, and the arena (one cl_mem, each
 arena binding a sub-buffer of it). Every dispatch gets its own cl_kernel with all arguments set up front, so
 nothing is set per call. Where the device offers ``cl_khr_command_buffer`` (PoCL does), all dispatches are
-recorded once into a command buffer (entry points fetched with clGetExtensionFunctionAddressForPlatform) and a
-replay is: write the inputs into the buffers the recording uses (there is no mutable dispatch to rebind them),
-one ``clEnqueueCommandBufferKHR``, read each output straight into a fresh numpy array, ``clFinish``. Without
+recorded once into a command buffer (entry points fetched with clGetExtensionFunctionAddressForPlatform, their
+types declared by the one libOpenCL binding, targets/cl_binding.py) and a replay is: write the inputs into the
+buffers the recording uses (there is no mutable dispatch to rebind them), one ``clEnqueueCommandBufferKHR``,
+read each output straight into a fresh numpy array, ``clFinish``. Without
 the extension the same dispatches are enqueued one by one. Every call finishes before it returns, so the
 command buffer (recorded without simultaneous use) is never pending when it is enqueued again.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import weakref
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
-import cffi
 import numpy as np
 
 from jit.common.helpers import prod
-from targets.base import Buffer, Program, Target
-from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
-from targets.opencl import (
+from targets.base import Buffer, Program, Runtime
+from targets.cl_binding import (
+    CL_BUFFER_CREATE_TYPE_REGION,
+    CL_FALSE,
     CL_MEM_READ_WRITE,
     CL_PROFILING_COMMAND_END,
     CL_PROFILING_COMMAND_START,
+    COMMAND_BUFFER_EXT,
     OpenCLError,
-    OpenCLTarget,
-    _checked_create,
-    _cl,
     check,
+    checked_create,
+    libopencl,
 )
+from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
+from targets.opencl_runtime import OpenCLRuntime
 from targets.replay import Replay, ReplayError
 
-COMMAND_BUFFER_EXT = "cl_khr_command_buffer"
-CL_BUFFER_CREATE_TYPE_REGION = 0x1220
-CL_FALSE = 0
-
-# the extension's types and entry points (cl_khr_command_buffer 0.9.x), declared on top of targets/opencl.py's
-# binding so that its handles (cl_mem, cl_kernel, cl_command_queue) are the same cffi types here
-_EXT_CDEF = """
-typedef struct _cl_command_buffer_khr* cl_command_buffer_khr;
-typedef cl_uint cl_sync_point_khr;
-typedef struct _cl_mutable_command_khr* cl_mutable_command_khr;
-void* clGetExtensionFunctionAddressForPlatform(cl_platform_id, const char*);
-cl_mem clCreateSubBuffer(cl_mem, cl_bitfield, cl_uint, const void*, cl_int*);
-typedef cl_command_buffer_khr (*clCreateCommandBufferKHR_fn)(cl_uint, const cl_command_queue*, const cl_bitfield*,
-                                                              cl_int*);
-typedef cl_int (*clCommandNDRangeKernelKHR_fn)(cl_command_buffer_khr, cl_command_queue, const cl_bitfield*,
-                                               cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*,
-                                               cl_uint, const cl_sync_point_khr*, cl_sync_point_khr*,
-                                               cl_mutable_command_khr*);
-typedef cl_int (*clFinalizeCommandBufferKHR_fn)(cl_command_buffer_khr);
-typedef cl_int (*clEnqueueCommandBufferKHR_fn)(cl_uint, cl_command_queue*, cl_command_buffer_khr, cl_uint,
-                                               const cl_event*, cl_event*);
-typedef cl_int (*clReleaseCommandBufferKHR_fn)(cl_command_buffer_khr);
-"""
 _KHR_FUNCTIONS = ("clCreateCommandBufferKHR", "clCommandNDRangeKernelKHR", "clFinalizeCommandBufferKHR",
                   "clEnqueueCommandBufferKHR", "clReleaseCommandBufferKHR")
 
 
-@cache
-def _ext() -> tuple[cffi.FFI, Any]:
-    """A binding of libOpenCL that shares targets/opencl.py's types and adds the extension declarations."""
-    base_ffi, _ = _cl()
-    ffi = cffi.FFI()
-    ffi.include(base_ffi)
-    ffi.cdef(_EXT_CDEF)
-    names = [os.environ["DRIVEPACK_OPENCL_LIB"]] if os.environ.get("DRIVEPACK_OPENCL_LIB") else []
-    for name in [*names, "libOpenCL.so.1", "libOpenCL.so"]:
-        try:
-            return ffi, ffi.dlopen(name)
-        except OSError:
-            continue
-    raise ReplayError("OPENCL replay: expected libOpenCL.so.1, found none")  # _cl() found it: unreachable
-
-
 def khr_functions(platform: Any) -> dict[str, Any]:
     """The cl_khr_command_buffer entry points of ``platform``; ReplayError naming one the driver lacks."""
-    ffi, ext = _ext()
+    ffi, lib = libopencl()
     out = {}
     for name in _KHR_FUNCTIONS:
-        address = ext.clGetExtensionFunctionAddressForPlatform(platform, name.encode())
+        address = lib.clGetExtensionFunctionAddressForPlatform(platform, name.encode())
         if address == ffi.NULL:
             raise ReplayError(f"{COMMAND_BUFFER_EXT}: entry point {name} expected from the platform, got NULL")
         out[name] = ffi.cast(f"{name}_fn", address)
@@ -111,13 +73,12 @@ class OpenCLReplay(Replay):
 
     languages = ("OPENCL", "QCOM")
 
-    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target,
+    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime,
                  use_command_buffer: bool | None = None) -> None:
         super().__init__(cmdbuf, weights, target)
-        assert isinstance(target, OpenCLTarget)  # ENGINES maps only OpenCLTarget and its subclasses here
+        assert isinstance(target, OpenCLRuntime)  # ENGINES maps only OpenCLRuntime and its subclasses here
         self.cl = target
-        self.ffi, self.ext = _ext()
-        self.lib = _cl()[1]  # the core entry points; ``ext`` adds the sub-buffer and extension ones
+        self.ffi, self.lib = libopencl()
         device_align = target.info.base_addr_align_bytes
         if cmdbuf.arena_bytes and cmdbuf.alignment % max(device_align, 1):
             raise ReplayError(f"cmdbuf.alignment: expected a multiple of the device's {device_align} bytes "
@@ -144,7 +105,7 @@ class OpenCLReplay(Replay):
         self.reset_state()
 
     @staticmethod
-    def default_flags(target: Target, program: Program) -> str:
+    def default_flags(target: Runtime, program: Program) -> str:
         return str(getattr(target, "build_options", ""))
 
     def has_command_buffer(self) -> bool:
@@ -168,8 +129,8 @@ class OpenCLReplay(Replay):
         for b in cb.of_kind("arena"):
             off, size = parse_arena(b.binding)
             region = self.ffi.new("size_t[2]", [off, size])
-            sub = _checked_create(f"clCreateSubBuffer({b.binding})", self.ext.clCreateSubBuffer, self._arena.handle,
-                                  CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, region)
+            sub = checked_create(f"clCreateSubBuffer({b.binding})", self.lib.clCreateSubBuffer, self._arena.handle,
+                                 CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, region)
             self._mems[b.binding] = sub
             subs.append(sub)
         weakref.finalize(self, _release_mems, self.lib, subs).atexit = False
@@ -182,7 +143,7 @@ class OpenCLReplay(Replay):
         for i, d in enumerate(self.cmdbuf.dispatches):
             spec = self.cmdbuf.kernels[d.kernel]
             program = self._programs[d.kernel].handle.program
-            k = _checked_create(f"clCreateKernel({spec.entry})", lib.clCreateKernel, program, spec.entry.encode())
+            k = checked_create(f"clCreateKernel({spec.entry})", lib.clCreateKernel, program, spec.entry.encode())
             made.append(k)
             for arg, binding in enumerate(d.bindings):
                 check(f"dispatches[{i}] clSetKernelArg({spec.entry}, {arg})",

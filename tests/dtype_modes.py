@@ -45,7 +45,7 @@ def cpu_target(target: CPUTarget) -> Iterator[CPUTarget]:
             Device._instances[key] = old
 
 
-_TARGETS: dict[str, CPUTarget] = {}
+TARGETS: dict[str, CPUTarget] = {}
 
 
 @contextlib.contextmanager
@@ -61,7 +61,7 @@ def mode(name: str) -> Iterator[None]:
             yield
     elif name in ("no-int64", "no-float16"):
         cls = CPUNoInt64 if name == "no-int64" else CPUNoFloat16
-        target = _TARGETS.setdefault(name, cls())
+        target = TARGETS.setdefault(name, cls())
         with cpu_target(target):
             yield
     else:

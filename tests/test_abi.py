@@ -9,9 +9,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from abi import Abi, AbiError, TensorSpec, infer_abi, pack_inputs, validate, validate_packed
 from abi.diff import diff
-from abi.records import HistorySemantics
+from abi.errors import AbiError
+from abi.infer import infer_abi
+from abi.layout import pack_inputs
+from abi.records import Abi, HistorySemantics, TensorSpec
+from abi.validate import validate, validate_packed
 from packager.samples import POLICY_INPUTS, POLICY_OUTPUT_SLICES, VISION_OUTPUT_SLICES, policy_model, vision_model
 
 

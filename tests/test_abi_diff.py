@@ -9,10 +9,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from abi import Abi, AbiError, OutputSpec, TensorSpec, pack_inputs, validate
 from abi.diff import BREAKING, COMPATIBLE, diff, is_breaking
-from abi.layout import pack_offsets
-from abi.records import CameraSemantics, HistorySemantics
+from abi.errors import AbiError
+from abi.layout import pack_inputs, pack_offsets
+from abi.records import Abi, CameraSemantics, HistorySemantics, OutputSpec, TensorSpec
+from abi.validate import validate
 
 NAMES = ["a", "b", "c", "d", "e", "f"]
 DTYPES = ["uint8", "float32", "float16", "int32"]

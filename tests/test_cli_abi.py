@@ -8,7 +8,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from abi import infer_abi, save_abi
+from abi.infer import infer_abi
+from abi.load import save_abi
 from abi.vehicle import VEHICLES_DIR
 from packager.cli import main
 from packager.samples import policy_model, vision_model

@@ -105,7 +105,7 @@ def test_second_process_compiles_nothing(tmp_path: Path) -> None:
     code = """
         import numpy as np
         from jit.frontend.tensor import Tensor
-        import targets.cpu as cpu
+        import targets.cpu_runtime as cpu
         x = Tensor(np.arange(10, dtype=np.float32))
         print((x * 2.5 + 1).sum().item(), cpu.cc_invocations)
     """

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from abi import AbiError, infer_abi, validate
+from abi.errors import AbiError
 from abi.frames import CHANNEL_BYTES, MODEL_FRAME_BYTES, frame_channels, nv12_geometry, nv12_planes, pack_frames
+from abi.infer import infer_abi
+from abi.validate import validate
 from packager.samples import vision_model
 
 

@@ -13,14 +13,16 @@ import pytest
 from jit.capture import capture
 from jit.codegen.opt import DEFAULT_OPTS, OptOptions, optimize_kernel, target_default_opts
 from jit.codegen.opt.group import GROUP_MAX_OUTPUTS, plan_group
-from jit.codegen.opt.search import _neighbours
+from jit.codegen.opt.search import neighbours
 from jit.codegen.pipeline import commit_dtypes
 from jit.common.errors import CompileError
 from jit.frontend.tensor import Tensor
 from jit.ir.uop import Ops, toposort
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
-from targets.opencl import CL_DEVICE_TYPE_GPU, GPU_OPTS, group_local_size
+from targets.cl_binding import CL_DEVICE_TYPE_GPU
+from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS
+from targets.opencl_runtime import group_local_size
 from targets.registry import Device
 
 pytestmark = pytest.mark.cpu_only  # the OPENCL device is chosen per test; nothing here runs per device
@@ -102,7 +104,7 @@ def test_only_targets_with_local_memory_group() -> None:
 def test_defaults_follow_the_device_type() -> None:
     cl = Device["OPENCL"]
     is_gpu = bool(cl.info.device_type & CL_DEVICE_TYPE_GPU)
-    assert target_default_opts(cl) == (GPU_OPTS if is_gpu else DEFAULT_OPTS)
+    assert target_default_opts(cl) == (GPU_OPTS if is_gpu else CPU_DEVICE_OPTS)
     assert target_default_opts(Device["QCOM"]) == GPU_OPTS  # an Adreno profile, whatever stands in for it
     assert target_default_opts(Device["CPU"]) == DEFAULT_OPTS
 
@@ -115,6 +117,6 @@ def test_work_group_is_one_outputs_items() -> None:
 
 
 def test_beam_moves_include_group_sizes_only_with_local_memory() -> None:
-    cl_moves = {o.group_reduce for o in _neighbours(DEFAULT_OPTS, Device["OPENCL"], (64,))}
-    cpu_moves = {o.group_reduce for o in _neighbours(DEFAULT_OPTS, Device["CPU"], (64,))}
+    cl_moves = {o.group_reduce for o in neighbours(DEFAULT_OPTS, Device["OPENCL"], (64,))}
+    cpu_moves = {o.group_reduce for o in neighbours(DEFAULT_OPTS, Device["CPU"], (64,))}
     assert {16, 32, 64} <= cl_moves and cpu_moves == {0}

@@ -1,5 +1,6 @@
-"""ONNX handlers of jit/onnx/ops/{extra,recurrent}.py on cases the node conformance suite does not cover
-(directions, sequence lengths, padding modes, odd lengths), checked against onnx's reference evaluator."""
+"""ONNX handlers of jit/onnx/ops/{recurrent,sampling,detection,nn,spectral,linalg,ml}.py on cases the node
+conformance suite does not cover (directions, sequence lengths, padding modes, odd lengths), checked against onnx's
+reference evaluator."""
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from jit.common.errors import UnsupportedOp
 from jit.ir.uop import Ops
-from jit.onnx.loader import OnnxError, load_onnx
+from jit.onnx.loader import load_onnx
+from jit.onnx.registry import OnnxError
 
 
 def make(nodes: list[onnx.NodeProto], inputs: list[tuple[str, int, list[int]]], outputs: list[str],

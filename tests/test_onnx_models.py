@@ -48,7 +48,7 @@ def _dataset_cases(kind: str) -> list[Path]:
 @pytest.mark.parametrize("case", _dataset_cases("pytorch-converted") + _dataset_cases("pytorch-operator"),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_pytorch_data_sets(case: Path) -> None:
-    assert run_case(case) is None
+    assert run_case(case).reason is None
 
 
 @pytest.mark.parametrize("make", [vision_model, policy_model], ids=["vision", "policy"])

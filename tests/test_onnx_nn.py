@@ -1,5 +1,5 @@
-"""ONNX nn handlers (jit/onnx/ops/nn.py) on cases the node conformance suite does not cover, checked
-against onnx's reference evaluator."""
+"""ONNX nn handlers (jit/onnx/ops/nn.py, attention.py, linalg.py, quantize.py) on cases the node conformance
+suite does not cover, checked against onnx's reference evaluator."""
 
 from __future__ import annotations
 

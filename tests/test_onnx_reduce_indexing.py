@@ -1,5 +1,5 @@
-"""ONNX reduce / indexing / quantization handlers (jit/onnx/ops/reduce.py, indexing.py) on cases the node
-conformance suite does not cover, checked against onnx's reference evaluator."""
+"""ONNX reduce / indexing / quantization handlers (jit/onnx/ops/reduce.py, indexing.py,
+quantize.py) on cases the node conformance suite does not cover, checked against onnx's reference evaluator."""
 
 from __future__ import annotations
 

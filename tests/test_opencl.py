@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import targets.cl_binding as cllib
 import targets.opencl as cl
+import targets.opencl_runtime as clrt
 from jit.common.dtype import dtypes
 from jit.common.errors import CompileError
 from jit.common.helpers import Context
-from jit.frontend import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
 from jit.frontend.tensor import Tensor
 from jit.realize import compile_uops
 from targets.base import Program
@@ -45,7 +46,7 @@ def both(fn, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # --- discovery and declared dtypes -------------------------------------------------------------------------
 
 def test_device_discovery(target: cl.OpenCLTarget) -> None:
-    devices = cl.list_devices()
+    devices = cllib.list_devices()
     assert devices and devices[0][2].name == target.info.name
     assert target.info.max_work_group_size >= 1 and len(target.info.max_work_item_sizes) >= 1
     assert target.limits.max_local_size == target.info.max_work_group_size
@@ -63,17 +64,17 @@ def test_declared_dtypes_follow_extensions(target: cl.OpenCLTarget) -> None:
 
 
 def test_platform_selection(monkeypatch: pytest.MonkeyPatch, target: cl.OpenCLTarget) -> None:
-    monkeypatch.setenv(cl.PLATFORM_ENV, target.info.platform[:8].lower())
+    monkeypatch.setenv(cllib.PLATFORM_ENV, target.info.platform[:8].lower())
     assert cl.OpenCLTarget("OPENCL").info.name == target.info.name
-    monkeypatch.setenv(cl.PLATFORM_ENV, "no such platform")
-    with pytest.raises(cl.OpenCLDeviceError, match="no such platform"):
+    monkeypatch.setenv(cllib.PLATFORM_ENV, "no such platform")
+    with pytest.raises(cllib.OpenCLDeviceError, match="no such platform"):
         cl.OpenCLTarget("OPENCL")
 
 
 def test_missing_device_is_typed() -> None:
     with pytest.raises(DeviceError, match=r"OPENCL:7.*index below") as e:
         Device["OPENCL:7"]
-    assert isinstance(e.value, cl.OpenCLError) and e.value.code_name == "CL_DEVICE_NOT_FOUND"
+    assert isinstance(e.value, cllib.OpenCLError) and e.value.code_name == "CL_DEVICE_NOT_FOUND"
     with pytest.raises(DeviceError):
         Tensor([1.0], device="opencl:7")
 
@@ -156,20 +157,20 @@ def test_rendered_source_and_global_size(target: cl.OpenCLTarget) -> None:
 
 
 def test_choose_local_size_respects_limits() -> None:
-    assert cl.choose_local_size((1024, 8), 4096, (4096, 4096)) == (256, 1)
-    assert cl.choose_local_size((50, 40, 9), 1024, (1024, 1024, 64)) == (50, 5, 1)
-    assert cl.choose_local_size((7, 3), 16, (4, 16)) == (1, 3)  # 7 is prime and above the per-dim limit
-    assert cl.choose_local_size((1000,), 64, (64,), preferred=256) == (50,)
-    assert cl.choose_local_size((12, 12), 8, (8, 8)) == (6, 1)
+    assert clrt.choose_local_size((1024, 8), 4096, (4096, 4096)) == (256, 1)
+    assert clrt.choose_local_size((50, 40, 9), 1024, (1024, 1024, 64)) == (50, 5, 1)
+    assert clrt.choose_local_size((7, 3), 16, (4, 16)) == (1, 3)  # 7 is prime and above the per-dim limit
+    assert clrt.choose_local_size((1000,), 64, (64,), preferred=256) == (50,)
+    assert clrt.choose_local_size((12, 12), 8, (8, 8)) == (6, 1)
 
 
 def test_choose_local_size_leaves_enough_work_groups_for_the_compute_units() -> None:
     """Regression: a register-tiled conv launched (2, 16, 24) items as 3 groups of 256 on 2 compute units."""
-    assert cl.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024)) == (2, 16, 8)
-    local = cl.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024), min_groups=8)
+    assert clrt.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024)) == (2, 16, 8)
+    local = clrt.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024), min_groups=8)
     assert local == (2, 16, 2) and 2 * 16 * 24 // np.prod(local) >= 8
-    assert cl.choose_local_size((4,), 1024, (1024,), min_groups=8) == (1,)  # fewer items than groups asked for
-    assert Device["OPENCL"].min_groups == cl.GROUPS_PER_COMPUTE_UNIT * Device["OPENCL"].info.max_compute_units
+    assert clrt.choose_local_size((4,), 1024, (1024,), min_groups=8) == (1,)  # fewer items than groups asked for
+    assert Device["OPENCL"].min_groups == clrt.GROUPS_PER_COMPUTE_UNIT * Device["OPENCL"].info.max_compute_units
 
 
 def test_nolocals_and_timing(target: cl.OpenCLTarget) -> None:
@@ -198,7 +199,7 @@ def test_syntax_error_has_build_log(target: cl.OpenCLTarget) -> None:
     with pytest.raises(CompileError) as e:
         target.compile("broken", src, {"global_size": (1,)})
     err = e.value
-    assert isinstance(err, cl.OpenCLBuildError) and err.code_name == "CL_BUILD_PROGRAM_FAILURE"
+    assert isinstance(err, cllib.OpenCLBuildError) and err.code_name == "CL_BUILD_PROGRAM_FAILURE"
     assert "error" in err.build_log.lower() and err.build_log in str(err)
     assert "CL_BUILD_PROGRAM_FAILURE" in str(err)
 
@@ -212,7 +213,7 @@ def test_out_of_range_local_size(target: cl.OpenCLTarget) -> None:
     prog = target.compile("k2", src, {"global_size": (l0, l1)})
     buf = target.allocate(4 * l0 * l1)
     prog.local_size = (l0, l1)
-    with pytest.raises(cl.OpenCLError, match="CL_INVALID_WORK_GROUP_SIZE") as e:
+    with pytest.raises(cllib.OpenCLError, match="CL_INVALID_WORK_GROUP_SIZE") as e:
         target.launch(prog, [buf])
     assert e.value.code == -54
 
@@ -222,11 +223,11 @@ def test_out_of_range_local_size(target: cl.OpenCLTarget) -> None:
 def test_compile_cache_across_processes(tmp_path: Path) -> None:
     script = textwrap.dedent("""
         import numpy as np
-        import targets.opencl as cl
+        import targets.opencl_runtime as clrt
         from jit.frontend.tensor import Tensor
         x = Tensor(np.arange(24, dtype=np.float32).reshape(4, 6), device="OPENCL")
         out = ((x * 0.731).sin() + x.sum(1, keepdim=True)).numpy()
-        print(cl.cl_builds, float(out.sum()))
+        print(clrt.cl_builds, float(out.sum()))
     """)
     env = {**os.environ, "DRIVEPACK_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env.pop("DEV", None)
@@ -264,7 +265,7 @@ def test_batched_build_and_binary_cache(target: cl.OpenCLTarget, tmp_path: Path,
 def test_broken_kernel_in_a_batch_is_named(target: cl.OpenCLTarget) -> None:
     good = ("fine_k", "__kernel void fine_k(__global float* a) { a[0] = 2.0f; }\n", {"global_size": (1,)})
     bad = ("bad_k", "__kernel void bad_k(__global float* a) { a[0] = undefined_name; }\n", {"global_size": (1,)})
-    with pytest.raises(cl.OpenCLBuildError) as e:
+    with pytest.raises(cllib.OpenCLBuildError) as e:
         target.compile_many([good, bad])
     assert "bad_k" in e.value.source and "fine_k" not in e.value.source
     assert "undefined_name" in e.value.build_log

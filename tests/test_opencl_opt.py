@@ -11,6 +11,7 @@ import pytest
 
 from jit.capture import capture
 from jit.codegen.opt import target_peel_dims
+from jit.codegen.opt.hints import UNROLL_HINT_TRIPS
 from jit.codegen.opt.options import OptOptions
 from jit.codegen.opt.search import local_size_choices, use_tuning
 from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
@@ -20,10 +21,10 @@ from jit.codegen.pipeline import commit_dtypes
 from jit.common.helpers import Context
 from jit.frontend.tensor import Tensor
 from jit.ir.rewrite import graph_rewrite
-from jit.realize import _compiled, compile_uops
+from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
-from targets.cstyle import UNROLL_HINT_TRIPS
-from targets.opencl import opencl_vector_width, valid_local_size
+from targets.opencl import opencl_vector_width
+from targets.opencl_runtime import valid_local_size
 from targets.registry import Device
 
 RNG = np.random.default_rng(3)
@@ -127,10 +128,10 @@ def test_cpu_opencl_parks_the_first_phase_of_a_strided_conv_without_changing_a_b
     rng = np.random.default_rng(9)
     x, w = rng.standard_normal((1, 16, 32, 64), dtype=np.float32), rng.standard_normal((32, 16, 3, 3), np.float32)
     target = Device["OPENCL"]
-    assert target.language.park_accumulators  # PoCL: a CPU device
+    assert target.default_opts.park_accumulators  # PoCL: a CPU device
 
     def conv() -> tuple[str, np.ndarray]:
-        _compiled.clear()  # the same kernel graph, rendered again under the language as it is now
+        clear_compiled_kernels()  # the same kernel graph, compiled again with the target's defaults as they are now
         out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), stride=2, padding=1).relu()
         return compile_uops([out.uop], "OPENCL")[-1].program.source, out.numpy()
 
@@ -139,13 +140,13 @@ def test_cpu_opencl_parks_the_first_phase_of_a_strided_conv_without_changing_a_b
     slots = re.findall(rf"park_float{n}\[(\d+)\] = acc", src)
     assert f"volatile float{n} park_float{n}[{len(slots)}];" in src and slots
     assert all(f"park_float{n}[{k}]+acc" in src for k in slots)  # each read back once, when the sum is formed
-    plain_language = target.language
-    target.language = dataclasses.replace(plain_language, park_accumulators=False)
+    defaults = target.default_opts
+    target.default_opts = dataclasses.replace(defaults, park_accumulators=False)
     try:
         src_plain, plain = conv()
     finally:
-        target.language = plain_language
-        _compiled.clear()
+        target.default_opts = defaults
+        clear_compiled_kernels()
     assert "park_" not in src_plain
     np.testing.assert_array_equal(parked, plain)
     want = np.maximum(Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy(), 0)

@@ -14,6 +14,7 @@ from jit.frontend.tensor import Tensor
 from jit.ir.uop import Ops, UOp, toposort
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
+from targets.base import DEFAULT_L1, CacheLevel
 
 
 def _blocked_transform(seed: int = 0) -> tuple[Tensor, np.ndarray]:
@@ -43,7 +44,7 @@ def test_channels_sharing_a_line_open_innermost() -> None:
     y, want = _blocked_transform()
     ast = _ast(y)
     assert _loop_sizes(ast) == [32, 14, 4]
-    found = split_for_line_reuse(ast, launch_dims=0)
+    found = split_for_line_reuse(ast, launch_dims=0, line_bytes=64)
     assert found is not None and int(found[1].src[0].arg) == 16
     assert _loop_sizes(optimize_kernel(ast, OptOptions(), 8))[-1] == 16  # the 16 channels of a line, innermost
     assert _loop_sizes(optimize_kernel(ast, OptOptions(line_reuse=False), 8))[-1] != 16
@@ -77,7 +78,18 @@ def test_other_kernels_keep_their_order(case: str) -> None:
         t = (Tensor(m).reshape(32, 14, 1, 6) * Tensor(rng.standard_normal((1, 1, 4, 6), dtype=np.float32))).sum(-1)
     kernels, _ = create_schedule([t.uop], "CPU")
     ast = split_divmod_ranges(commit_dtypes(kernels[-1].ast))
-    assert split_for_line_reuse(ast, launch_dims) is None
+    assert split_for_line_reuse(ast, launch_dims, 64) is None
+
+
+def test_the_line_is_the_targets_l1_line() -> None:
+    """With 512-byte lines a tile's step in M (6 x 16 floats, 384 bytes) stays within one line: nothing to split;
+    optimize_kernel takes the line from the L1 it is given."""
+    y, _ = _blocked_transform()
+    ast = _ast(y)
+    assert split_for_line_reuse(ast, 0, 512) is None
+    wide = CacheLevel(512 * 64, 1, 512)
+    assert _loop_sizes(optimize_kernel(ast, OptOptions(), 8, l1=wide))[-1] != 16
+    assert _loop_sizes(optimize_kernel(ast, OptOptions(), 8, l1=DEFAULT_L1))[-1] == 16
 
 
 def test_line_reuse_option_is_checked_and_stored() -> None:

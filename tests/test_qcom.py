@@ -22,13 +22,15 @@ from jit.capture import capture_onnx
 from jit.codegen.passes.images import weights_to_images
 from jit.common.dtype import dtypes, image_shape
 from jit.common.errors import CompileError
-from jit.frontend import nn_ops  # noqa: F401 - attaches conv2d & co. to Tensor
 from jit.frontend.tensor import Tensor
 from jit.onnx.loader import load_onnx
 from jit.realize import compile_uops, schedule_dtype_policy
 from jit.schedule.kernels import create_schedule
 from packager.environment import device_for
 from packager.samples import float16_model, policy_model, sample_inputs, vision_model
+from targets.adreno_models import ADRENO_MODELS, QCOMLimits
+from targets.base import DEFAULT_L1, DEFAULT_L2
+from targets.cl_binding import OpenCLDeviceError
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer
 from targets.registry import Device
 from tests.test_onnx_models import DATA, dummy_input
@@ -67,22 +69,32 @@ def test_profile_dtypes_and_limits(target: qcom.QCOMTarget) -> None:
     if not target.on_adreno and dtypes.float16 not in local:  # PoCL: fp16 emulated here, native on Adreno
         assert dtypes.float16 not in target.supported_dtypes()
     lim = target.limits
-    assert isinstance(lim, qcom.QCOMLimits) and lim.images is False
+    assert isinstance(lim, QCOMLimits) and lim.images is False
     assert lim.max_local_size <= 1024 and target.max_group <= 1024
     assert lim.buffer_alignment % 128 == 0 and lim.image_pitch_alignment == 64
     assert lim.preferred_local_size == 128 and target.preferred_local == 128
-    a630 = qcom.ADRENO_MODELS["630"]
+    a630 = ADRENO_MODELS["630"]
     assert (a630.max_work_group_size, a630.max_work_item_sizes, a630.soc) == (1024, (1024, 1024, 1024), "SDM845")
-    assert {"630", "640", "650", "660"} <= qcom.ADRENO_MODELS.keys()
+    assert {"630", "640", "650", "660"} <= ADRENO_MODELS.keys()
     assert "Adreno 630" in repr(target)
+
+
+def test_each_model_declares_its_caches(target: qcom.QCOMTarget) -> None:
+    """Every model's caches are data (not the stand-in device's): 630 and 640 a 128 KB L2, the rest the
+    defaults where no figure is public."""
+    want_l2 = {"630": 128 * 1024, "640": 128 * 1024, "650": DEFAULT_L2.size, "660": DEFAULT_L2.size}
+    for name, model in ADRENO_MODELS.items():
+        assert model.l1 == DEFAULT_L1 and model.l2.size == want_l2[name]
+        assert (model.limits(images=False).l1, model.limits(images=False).l2) == (model.l1, model.l2)
+    assert (target.limits.l1, target.limits.l2) == (DEFAULT_L1, ADRENO_MODELS["630"].l2)
 
 
 def test_other_models_and_bad_names() -> None:
     t = Device["QCOM:650"]
     assert isinstance(t, qcom.QCOMTarget) and t.model.name == "650" and t.preferred_local == 256
-    with pytest.raises(qcom.OpenCLDeviceError, match=r"QCOM\[:<model>\]\[:images\].*'999'"):
+    with pytest.raises(OpenCLDeviceError, match=r"QCOM\[:<model>\]\[:images\].*'999'"):
         qcom.QCOMTarget("QCOM:999")
-    with pytest.raises(qcom.OpenCLDeviceError, match="'640:650'"):
+    with pytest.raises(OpenCLDeviceError, match="'640:650'"):
         qcom.QCOMTarget("QCOM:640:650")
 
 
@@ -160,8 +172,8 @@ def test_dev_qcom_announces_the_stand_in_once(target: qcom.QCOMTarget) -> None:
     lines = [ln for ln in r.stderr.splitlines() if "QCOM" in ln]
     if not target.on_adreno:
         assert len(lines) == 1 and "no Adreno GPU found" in lines[0], r.stderr
-    from targets.registry import _TARGETS
-    assert next(iter(_TARGETS)) == "CPU" and "QCOM" in _TARGETS
+    from targets.registry import TARGETS
+    assert next(iter(TARGETS)) == "CPU" and "QCOM" in TARGETS
 
 
 # --- Tensor programs on QCOM against the CPU target ---------------------------------------------------------

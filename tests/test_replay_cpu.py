@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-import targets.cpu as cpu
+import targets.cpu_runtime as cpu
 from jit.capture import Captured, capture
 from jit.frontend.tensor import Tensor
 from targets.cmdbuf import CommandBuffer

@@ -10,10 +10,11 @@ import pytest
 
 from jit.capture import Captured, capture
 from jit.frontend.tensor import Tensor
+from targets.cl_binding import COMMAND_BUFFER_EXT
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar
 from targets.registry import Device
 from targets.replay import make_replay
-from targets.replay_opencl import COMMAND_BUFFER_EXT, OpenCLReplay, khr_functions
+from targets.replay_opencl import OpenCLReplay, khr_functions
 from tests.test_capture import shift_history
 from tests.test_replay_cpu import inputs, small
 

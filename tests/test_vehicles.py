@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from abi import ProfileError, infer_abi, load_vehicle
 from abi.check import check_role, match_role, passed
+from abi.errors import ProfileError
+from abi.infer import infer_abi
 from abi.schema import SchemaDefinitionError, check
-from abi.vehicle import VEHICLES_DIR, available_vehicles
+from abi.vehicle import VEHICLES_DIR, available_vehicles, load_vehicle
 from packager.samples import policy_model, vision_model
 
 COMMA3X = (VEHICLES_DIR / "comma3x.yaml").read_text()

@@ -5,6 +5,7 @@ parsing, the kernel cache key)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,8 +26,10 @@ from jit.frontend.winograd import (
     spare_tiles,
     winograd_conv2d,
 )
-from jit.realize import _settings_key
+from jit.realize import kernel_settings_key
 from jit.schedule.kernels import create_schedule
+from targets.base import DEFAULT_L1, CacheLevel
+from targets.registry import Device
 
 # Tolerance, relative to the largest output magnitude. A float32 direct 3x3 conv over C channels is off from the
 # exact result by a few eps * sqrt(9 C) of the output scale (~1e-6 here). Winograd adds the rounding of its
@@ -190,7 +193,7 @@ def test_setting_changes_the_kernel_cache_key() -> None:
     keys = set()
     for value in ("0", "2", "4", "auto"):
         with Context(WINO=value):
-            keys.add(_settings_key())
+            keys.add(kernel_settings_key())
     assert len(keys) == 4
 
 
@@ -224,7 +227,7 @@ def test_planes_4kb_apart_are_padded_before_going_channels_last() -> None:
     """Planes a multiple of 4 KB apart (the vision model's 32x64) put a pixel's channels in one L1 set, 2 KB apart
     (its 16x32) in two: when the channels outnumber what those sets hold (8 ways each), the channels-last copy
     reads a padded copy (planes 34x66, 18x34) instead of the input."""
-    assert [plane_sets(b) for b in (8192, 4096, 2048, 1024, 12544, 784)] == [1, 1, 2, 4, 16, 64]
+    assert [plane_sets(b, DEFAULT_L1) for b in (8192, 4096, 2048, 1024, 12544, 784)] == [1, 1, 2, 4, 16, 64]
     copies = {}
     for cin, h, w in ((16, 32, 64), (8, 32, 64), (32, 16, 32), (16, 16, 32), (16, 30, 60)):
         x, wt = Tensor(rand(1, cin, h, w, seed=9)), Tensor(rand(8, cin, 3, 3, seed=10))
@@ -241,12 +244,25 @@ def test_planes_4kb_apart_are_padded_before_going_channels_last() -> None:
 def test_planes_a_multiple_of_4kb_get_spare_tiles() -> None:
     """V's planes (one per transform point) 24 KB apart put a tile's 36 stores in one L1 set: one spare tile per
     plane spreads them; planes that already spread, or that no spare tile spreads (256 channels), get none."""
-    assert spare_tiles(1, 128, 48, 36) == 1  # vision's 48 channels of 8 x 16 tiles
-    assert spare_tiles(1, 32, 48, 81) == 1  # its stride-2 conv's 81 points
-    assert spare_tiles(2, 128, 48, 36) == 1
-    assert spare_tiles(1, 17, 16, 36) == 0
-    assert spare_tiles(1, 16, 256, 36) == 0
+    assert spare_tiles(1, 128, 48, 36, DEFAULT_L1) == 1  # vision's 48 channels of 8 x 16 tiles
+    assert spare_tiles(1, 32, 48, 81, DEFAULT_L1) == 1  # its stride-2 conv's 81 points
+    assert spare_tiles(2, 128, 48, 36, DEFAULT_L1) == 1
+    assert spare_tiles(1, 17, 16, 36, DEFAULT_L1) == 0
+    assert spare_tiles(1, 16, 256, 36, DEFAULT_L1) == 0
     x, wt = rand(1, 48, 32, 64, seed=11), rand(16, 48, 3, 3, seed=12)
     y = winograd_conv2d(Tensor(x), Tensor(wt), padding=1)
     assert "E_6_6_129_48" in kernel_names(y)  # the transform writes 128 tiles and one spare per plane
     assert_close(y.numpy(), conv_ref(x, wt, np.zeros(16, np.float32), (1, 1, 1, 1)), 4)
+
+
+def test_spare_tiles_follow_the_devices_l1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An L1 of 8 sets of 64 ways holds a tile's 36 stores in one set: no spare tile, there or in the graph that
+    a conv on a device with that L1 builds."""
+    deep = CacheLevel(32 * 1024, 64, 64)
+    assert spare_tiles(1, 128, 48, 36, DEFAULT_L1) == 1 and spare_tiles(1, 128, 48, 36, deep) == 0
+    assert plane_sets(24 * 1024, deep) == 1 and plane_sets(24 * 1024 + 64, deep) == 8
+    cpu = Device["CPU"]
+    monkeypatch.setattr(cpu, "limits", replace(cpu.limits, l1=deep))
+    x, wt = Tensor(rand(1, 48, 32, 64, seed=11)), Tensor(rand(16, 48, 3, 3, seed=12))
+    names = kernel_names(winograd_conv2d(x, wt, padding=1))
+    assert "E_6_6_128_48" in names and "E_6_6_129_48" not in names

@@ -10,8 +10,11 @@
 3. the dtype policy for this kernel and target, then dtype decomposition: ``float_emulation`` (float16,
    bfloat16, fp8 as float32 over integer bits), then ``long_decomp`` (int64/uint64 as 32-bit words);
 4. ``cast_const``: the final commit of any weak constant still bare, including ones a decomposition built;
-5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/opt: register tiling of reduce kernels,
-   unrolling of small loops in the rest), then symbolic again.
+5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/codegen/opt: register tiling of reduce kernels,
+   unrolling of small loops in the rest), then symbolic again;
+6. ``finish_kernel``, under NOOPT too: the optimizer's steps that shape how the renderer spells loops, addresses
+   and accumulators (unroll hints, base pointers, parked accumulators), where the kernel's options turn them on
+   (the target's ``default_opts`` when no tuning chose any).
 
 ``rewrite_kernel`` returns the same graph together with the kernel's ``DTypePolicy``.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jit.codegen.opt import optimize_for_target, target_default_opts
+from jit.codegen.opt import finish_kernel, optimize_for_target, target_default_opts
 from jit.codegen.opt.search import kernel_options, with_options
 from jit.codegen.passes.cast_const import pm_cast_const
 from jit.codegen.passes.commit_weak import pm_commit_weak
@@ -79,13 +82,15 @@ def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
     sink = decompose_dtypes(sink, policy, supported)
     sink = graph_rewrite(sink, pm_cast_const, name="cast const")
     sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
+    # a tuning file's or BEAM search's choice, else the target's default
+    opts = (None if NOOPT else kernel_options(sink, target)) or target_default_opts(target)
     if not NOOPT:
-        opts = kernel_options(sink, target)  # a tuning file's or BEAM search's choice; None: the default
-        optimized = optimize_for_target(sink, opts or target_default_opts(target), target)
+        optimized = optimize_for_target(sink, opts, target)
         if optimized is not sink:  # an unchanged kernel is already simplified: the walk would find nothing
             sink = graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing")
-        if opts is not None:
-            sink = with_options(sink, opts)  # the target reads launch choices (work-group size) from the SINK
+    # the SINK records the options: the target reads launch choices (work-group size) from it, the renderer whether
+    # accumulators are parked
+    sink = with_options(finish_kernel(sink, opts), opts)
     return RewrittenKernel(sink, policy)
 
 

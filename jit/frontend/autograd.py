@@ -3,7 +3,8 @@
 Before: ``root`` is a tensor-level graph (the ops in docs/architecture.md), ``grad`` has ``root``'s shape and
 dtype, and ``targets`` are nodes of that graph (or not: an unreached target gets zeros).
 After: one gradient UOp per target, with the target's shape and dtype, built from the same tensor-level ops
-(so it is lazy, fuses and realizes like any Tensor); nothing is computed here.
+(so it is lazy, fuses and realizes like any Tensor); nothing is computed here. ``Tensor.gradient`` and
+``Tensor.backward`` (``TENSOR_METHODS``, attached by jit/frontend/__init__.py) are the Tensor-level entry points.
 
 The rules are data: ``pm_gradient`` maps a node (captured as ``ret``, with the gradient of that node as
 ``ctx``) to a tuple holding one gradient per source, None for a source that gets no gradient. Conventions:
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from jit.common.dtype import DType
 from jit.common.errors import ShapeError, UnsupportedOp
-from jit.frontend.tensor import Tensor  # no cycle: jit.frontend.tensor imports this module only inside Tensor.gradient
+from jit.frontend.tensor import Tensor, live_tensors
 from jit.ir.rewrite import PatternMatcher, UPat
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 
@@ -256,3 +258,24 @@ def compute_gradients(root: UOp, grad: UOp, targets: list[UOp]) -> list[UOp]:
         assert t.shape is not None and isinstance(t.dtype, DType)
         out.append(_t(grads[base]).reshape(t.shape).uop if base in grads else Tensor.zeros(t.shape, dtype=t.dtype).uop)
     return out
+
+
+def gradient(self: Tensor, *targets: Tensor, grad: Tensor | None = None) -> list[Tensor]:
+    """d(self)/d(target) for each target; ``self`` must be a scalar unless ``grad`` is given."""
+    if grad is None:
+        if self.numel() != 1:
+            raise ShapeError(f"gradient: expected a scalar loss, got shape {self.shape} (pass grad=)")
+        grad = Tensor.ones(self.shape, dtype=self.dtype, device=self.device)
+    grads = compute_gradients(self.uop, grad.uop, [t.uop for t in targets])
+    return [Tensor(g, device=self.device) for g in grads]
+
+
+def backward(self: Tensor, grad: Tensor | None = None) -> Tensor:
+    """Set ``.grad`` on every tensor with ``requires_grad`` that this one depends on."""
+    want = [t for t in list(live_tensors) if t.requires_grad]
+    for t, g in zip(want, gradient(self, *want, grad=grad), strict=True):
+        t.grad = g if t.grad is None else t.grad + g
+    return self
+
+
+TENSOR_METHODS: dict[str, Any] = {"gradient": gradient, "backward": backward}

@@ -1,8 +1,9 @@
-"""Composite neural-net ops (matmul, conv, pooling, normalization, softmax), attached to Tensor at import.
+"""Composite neural-net ops (matmul, conv, pooling, normalization, softmax): Tensor methods built from others.
 
 Every op here is a composition of existing Tensor methods and tensor-level UOps (movement ops, WINDOW,
 reductions, ALU), so the scheduler sees one graph it can fuse: a matmul or a convolution with its bias is
-a single reduce kernel. numpy never computes a result here.
+a single reduce kernel. numpy never computes a result here. jit/frontend/__init__.py attaches
+``TENSOR_METHODS`` (``Tensor.conv2d``, ...).
 """
 
 from __future__ import annotations
@@ -14,48 +15,14 @@ from typing import Any
 from jit.codegen.opt.options import DEFAULT_OPTS
 from jit.common.dtype import DType, dtypes, least_upper_dtype
 from jit.common.errors import AxisError, ShapeError
-from jit.frontend.tensor import Tensor, broadcast_shape
-from jit.ir.uop import Ops, UOp
-
-IntOrTuple = int | Sequence[int]
+from jit.frontend.movement import window
+from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geometry, spatial_pads
+from jit.frontend.tensor import Tensor
+from jit.frontend.winograd import pick_tile, winograd_conv2d  # WINO: 3x3 convs by Winograd
+from jit.ir.uop import Ops
 
 
 # --- helpers -----------------------------------------------------------------------------------------
-def _tuple(v: IntOrTuple, n: int, what: str) -> tuple[int, ...]:
-    """An int repeated ``n`` times, or a length-``n`` sequence as a tuple."""
-    if isinstance(v, int):
-        return (v,) * n
-    out = tuple(int(x) for x in v)
-    if len(out) != n:
-        raise ShapeError(f"{what}: expected an int or {n} values, got {tuple(v)}")
-    return out
-
-
-def _pads(padding: Any, n: int, what: str) -> tuple[tuple[int, int], ...]:
-    """Per-dim (begin, end) from an int, ``n`` symmetric values, ``n`` pairs, or flat ONNX pads (begins, ends)."""
-    if isinstance(padding, int):
-        return ((padding, padding),) * n
-    pads = list(padding)
-    if pads and isinstance(pads[0], (tuple, list)):
-        if len(pads) != n:
-            raise ShapeError(f"{what}: expected {n} (begin, end) pairs, got {len(pads)}")
-        return tuple((int(b), int(e)) for b, e in pads)
-    if len(pads) == n:
-        return tuple((int(p), int(p)) for p in pads)
-    if len(pads) == 2 * n:
-        return tuple((int(pads[i]), int(pads[i + n])) for i in range(n))
-    raise ShapeError(f"{what}: expected an int, {n} values or {2 * n} ONNX pads, got {tuple(pads)}")
-
-
-def _window(t: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-    """(*lead, *spatial) -> (*lead, *out, *kernel) sliding windows over the trailing len(kernel) dims."""
-    for n, k, d in zip(t.shape[-len(kernel):], kernel, dilation, strict=True):
-        if d * (k - 1) + 1 > n:
-            raise ShapeError(f"window: kernel {kernel} (dilation {dilation}) is larger than the padded input "
-                             f"{t.shape[-len(kernel):]}")
-    return t._new(UOp(Ops.WINDOW, t.dtype, (t.uop,), (kernel, stride, dilation)))
-
-
 def _acc_dtype(d: DType) -> DType | None:
     """Accumulate narrow floats in float32 (their rounding per add is too coarse); None: Tensor.sum's default."""
     return dtypes.float32 if d.is_float and d.itemsize < 4 else None
@@ -251,12 +218,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     ``padding`` is an int, one value per spatial dim, (begin, end) pairs, or flat ONNX pads
     (begin..., end...) for asymmetric padding. Conv and bias compute in one reduce kernel.
     """
-    from jit.frontend.winograd import (  # WINO: 3x3 convs by Winograd (jit/frontend/winograd.py)
-        pick_tile,
-        winograd_conv2d,
-    )
     if tile := pick_tile(self, weight, groups, stride, dilation, padding):
-        return winograd_conv2d(self, weight, bias, padding, tile, _tuple(stride, 2, "conv stride")[0])
+        return winograd_conv2d(self, weight, bias, padding, tile, int_tuple(stride, 2, "conv stride")[0])
     nd = weight.ndim - 2
     if nd < 1 or self.ndim != weight.ndim:
         raise ShapeError(f"conv: input {self.shape} and weight {weight.shape} expected the same rank >= 3")
@@ -268,10 +231,10 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
                          f"input {self.shape}, weight {weight.shape}")
     if bias is not None and bias.shape != (cout,):
         raise ShapeError(f"conv: bias expected shape ({cout},), got {bias.shape}")
-    st, dl = _tuple(stride, nd, "conv stride"), _tuple(dilation, nd, "conv dilation")
-    pads = _pads(padding, nd, "conv padding")
+    st, dl = int_tuple(stride, nd, "conv stride"), int_tuple(dilation, nd, "conv dilation")
+    pads = spatial_pads(padding, nd, "conv padding")
     x = self.pad(((0, 0), (0, 0), *pads))
-    win = _window(x, tuple(kernel), st, dl)  # (N, Cin, *out, *k)
+    win = window(x, tuple(kernel), st, dl)  # (N, Cin, *out, *k)
     out_sp = win.shape[2:2 + nd]
     macs = bs * cout * math.prod(out_sp) * cin_g * math.prod(kernel)
     if math.prod(kernel) == 1 and max(st) > 1 and macs >= PAD_MATERIALIZE_MIN_MACS:
@@ -281,7 +244,7 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     if _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):
         if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1:
             return _phase_split_conv(x, weight, bias, groups, st, dl, out_sp)
-        win = _window(x.contiguous(), tuple(kernel), st, dl)
+        win = window(x.contiguous(), tuple(kernel), st, dl)
     g, cout_g = groups, cout // groups
     ones = (1,) * nd
     pointwise = math.prod(kernel) == 1 and all(s == 1 for s in st) and not any(b or e for b, e in pads)
@@ -317,9 +280,9 @@ def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, g
     if groups < 1 or self.shape[1] != cin or cin % groups:
         raise ShapeError(f"conv_transpose: input channels {self.shape[1]} expected weight.shape[0] = {cin} "
                          f"(divisible by groups {groups}), input {self.shape}, weight {weight.shape}")
-    st, dl = _tuple(stride, nd, "conv_transpose stride"), _tuple(dilation, nd, "conv_transpose dilation")
-    opad = _tuple(output_padding, nd, "conv_transpose output_padding")
-    pads = _pads(padding, nd, "conv_transpose padding")
+    st, dl = int_tuple(stride, nd, "conv_transpose stride"), int_tuple(dilation, nd, "conv_transpose dilation")
+    opad = int_tuple(output_padding, nd, "conv_transpose output_padding")
+    pads = spatial_pads(padding, nd, "conv_transpose padding")
     bs, sp = self.shape[0], self.shape[2:]
     x = self
     if any(s > 1 for s in st):
@@ -338,36 +301,16 @@ def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, g
 
 
 # --- pooling -----------------------------------------------------------------------------------------
-def _pool_geometry(shape: tuple[int, ...], kernel: tuple[int, ...], stride: tuple[int, ...],
-                   dilation: tuple[int, ...], pads: tuple[tuple[int, int], ...],
-                   ceil_mode: bool) -> list[int]:
-    """Extra end padding per pooled dim that ceil_mode needs (0 without it)."""
-    extra = []
-    for n, k, s, d, (b, e) in zip(shape[-len(kernel):], kernel, stride, dilation, pads, strict=True):
-        span = n + b + e - d * (k - 1) - 1
-        if span < 0:
-            raise ShapeError(f"pool: kernel {kernel} (dilation {dilation}) is larger than the padded input "
-                             f"{shape[-len(kernel):]} with pads {pads}")
-        if not ceil_mode:
-            extra.append(0)
-            continue
-        out = -(-span // s) + 1
-        if (out - 1) * s >= n + b:  # the last window would start in the end padding: drop it (PyTorch/ONNX)
-            out -= 1
-        extra.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (n + b + e)))
-    return extra
-
-
 def _pool_args(x: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None, dilation: IntOrTuple,
                padding: Any, nd: int, what: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
                                                             tuple[tuple[int, int], ...]]:
-    kernel = _tuple(kernel_size, nd, f"{what} kernel_size") if isinstance(kernel_size, int) else \
+    kernel = int_tuple(kernel_size, nd, f"{what} kernel_size") if isinstance(kernel_size, int) else \
         tuple(int(k) for k in kernel_size)
     n = len(kernel)
     if n > x.ndim:
         raise ShapeError(f"{what}: kernel {kernel} has more dims than the input {x.shape}")
-    st = kernel if stride is None else _tuple(stride, n, f"{what} stride")
-    return kernel, st, _tuple(dilation, n, f"{what} dilation"), _pads(padding, n, f"{what} padding")
+    st = kernel if stride is None else int_tuple(stride, n, f"{what} stride")
+    return kernel, st, int_tuple(dilation, n, f"{what} dilation"), spatial_pads(padding, n, f"{what} padding")
 
 
 def _pad_trailing(x: Tensor, pads: Sequence[tuple[int, int]], value: float | int = 0) -> Tensor:
@@ -385,7 +328,7 @@ def _phase_split_max(x: Tensor, kernel: tuple[int, ...], st: tuple[int, ...], dl
     out_w = (x.shape[-1] - kw) // s + 1
     out: Tensor | None = None
     for _, taps, x_p in _phase_inputs(x, s, kw, out_w, fill):
-        win = _window(x_p, (*kernel[:-1], taps), (*st[:-1], 1), dl)
+        win = window(x_p, (*kernel[:-1], taps), (*st[:-1], 1), dl)
         pooled = win.max(tuple(range(win.ndim - len(kernel), win.ndim)))
         out = pooled if out is None else out.maximum(pooled)
     assert out is not None
@@ -396,10 +339,10 @@ def max_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None 
                padding: Any = 0, ceil_mode: bool = False) -> Tensor:
     """Max over sliding windows of the trailing len(kernel) dims (2 for an int kernel); pads never win."""
     kernel, st, dl, pads = _pool_args(self, kernel_size, stride, dilation, padding, 2, "max_pool")
-    extra = _pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
+    extra = pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
     low = -math.inf if self.dtype.is_float else self.dtype.min
     x = _pad_trailing(self, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)], low)
-    win = _window(x, kernel, st, dl)
+    win = window(x, kernel, st, dl)
     if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1 and win.numel() >= PAD_MATERIALIZE_MIN_MACS:
         return _phase_split_max(x, kernel, st, dl, low)
     return win.max(tuple(range(win.ndim - len(kernel), win.ndim)))
@@ -413,11 +356,11 @@ def avg_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None 
     end padding (PyTorch/ONNX semantics).
     """
     kernel, st, dl, pads = _pool_args(self, kernel_size, stride, dilation, padding, 2, "avg_pool")
-    extra = _pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
+    extra = pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
     nk = len(kernel)
     x = self._float_operand()
     red = tuple(range(x.ndim, x.ndim + nk))  # window dims of the (*lead, *out, *k) result
-    total = _window(_pad_trailing(x, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]), kernel, st, dl)
+    total = window(_pad_trailing(x, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]), kernel, st, dl)
     total = total.sum(red)
     has_pad = any(b or e for b, e in pads)
     if not any(extra) and (count_include_pad or not has_pad):
@@ -430,7 +373,7 @@ def avg_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None 
         cpads = [(0, e) for e in extra]
     else:
         cpads = [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]
-    count = _window(_pad_trailing(counted, cpads), kernel, st, dl).sum(red)
+    count = window(_pad_trailing(counted, cpads), kernel, st, dl).sum(red)
     return total / count
 
 
@@ -438,10 +381,10 @@ def lp_pool2d(self: Tensor, p: float, kernel_size: IntOrTuple, stride: IntOrTupl
               ceil_mode: bool = False, dilation: IntOrTuple = 1) -> Tensor:
     """``(sum |x|^p)^(1/p)`` over sliding windows (ONNX LpPool; padding contributes zeros)."""
     kernel, st, dl, pads = _pool_args(self, kernel_size, stride, dilation, padding, 2, "lp_pool")
-    extra = _pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
+    extra = pool_geometry(self.shape, kernel, st, dl, pads, ceil_mode)
     x = self._float_operand().abs()
     x = x * x if p == 2 else x.pow(p)
-    win = _window(_pad_trailing(x, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]), kernel, st, dl)
+    win = window(_pad_trailing(x, [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]), kernel, st, dl)
     s = win.sum(tuple(range(win.ndim - len(kernel), win.ndim)))
     return s.sqrt() if p == 2 else s.pow(1.0 / p)
 
@@ -558,25 +501,18 @@ def batch_norm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: T
     return out + chan(bias, "bias") if bias is not None else out
 
 
-# --- attach ------------------------------------------------------------------------------------------
-def _attach() -> None:
-    ops: dict[str, Any] = {
-        "matmul": matmul, "dot": matmul, "linear": linear, "gemm": gemm,
-        "conv2d": conv2d, "conv1d": conv2d, "conv3d": conv2d, "conv": conv2d,
-        "conv_transpose2d": conv_transpose2d, "conv_transpose1d": conv_transpose2d,
-        "conv_transpose3d": conv_transpose2d, "conv_transpose": conv_transpose2d,
-        "max_pool2d": max_pool2d, "avg_pool2d": avg_pool2d, "lp_pool2d": lp_pool2d,
-        "max_pool": max_pool2d, "avg_pool": avg_pool2d, "lp_pool": lp_pool2d,
-        "global_avg_pool": global_avg_pool, "global_max_pool": global_max_pool,
-        "softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp,
-        "layer_norm": layer_norm, "layernorm": layer_norm, "batch_norm": batch_norm, "batchnorm": batch_norm,
-    }
-    for nd in (1, 3):
-        ops[f"max_pool{nd}d"] = _pool_nd(max_pool2d, nd)
-        ops[f"avg_pool{nd}d"] = _pool_nd(avg_pool2d, nd)
-        ops[f"lp_pool{nd}d"] = _lp_pool_nd(nd)
-    for name, fn in ops.items():
-        setattr(Tensor, name, fn)
-
-
-_attach()
+# --- the methods -------------------------------------------------------------------------------------
+TENSOR_METHODS: dict[str, Any] = {
+    "matmul": matmul, "dot": matmul, "linear": linear, "gemm": gemm,
+    "conv2d": conv2d, "conv1d": conv2d, "conv3d": conv2d, "conv": conv2d,
+    "conv_transpose2d": conv_transpose2d, "conv_transpose1d": conv_transpose2d,
+    "conv_transpose3d": conv_transpose2d, "conv_transpose": conv_transpose2d,
+    "max_pool2d": max_pool2d, "avg_pool2d": avg_pool2d, "lp_pool2d": lp_pool2d,
+    "max_pool": max_pool2d, "avg_pool": avg_pool2d, "lp_pool": lp_pool2d,
+    "global_avg_pool": global_avg_pool, "global_max_pool": global_max_pool,
+    "softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp,
+    "layer_norm": layer_norm, "layernorm": layer_norm, "batch_norm": batch_norm, "batchnorm": batch_norm,
+    **{f"max_pool{nd}d": _pool_nd(max_pool2d, nd) for nd in (1, 3)},
+    **{f"avg_pool{nd}d": _pool_nd(avg_pool2d, nd) for nd in (1, 3)},
+    **{f"lp_pool{nd}d": _lp_pool_nd(nd) for nd in (1, 3)},
+}

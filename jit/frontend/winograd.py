@@ -50,11 +50,13 @@ import numpy as np
 from jit.common.dtype import dtypes, least_upper_dtype
 from jit.common.errors import DrivepackError, ShapeError
 from jit.common.helpers import WINO
-from jit.frontend.nn_ops import _pads, _tuple, _window
+from jit.frontend.movement import window
+from jit.frontend.shapes import int_tuple, spatial_pads
 from jit.frontend.tensor import Tensor
+from targets.base import CacheLevel
+from targets.registry import Device
 
 TILES = (2, 4)
-_L1_LINE, _L1_SETS, _L1_WAYS = 64, 64, 8  # a 32 KB 8-way L1 data cache (x86 since Skylake and Zen)
 _TILE_ROWS = 4  # the GEMM's reuse height (jit/codegen/opt/tiling.py): tile counts are padded to a multiple of it
 
 STRIDES = (1, 2)
@@ -147,22 +149,23 @@ def _contract_const(t: Tensor, mat: np.ndarray, out_axis: int) -> Tensor:
     return Tensor.cat(*terms, dim=out_axis)
 
 
-def plane_sets(plane_bytes: int) -> int:
-    """How many L1 sets the same element of consecutive planes ``plane_bytes`` apart falls in: loads of one pixel's
-    channels hold at most that many times ``_L1_WAYS`` lines at once."""
-    if plane_bytes % _L1_LINE:
-        return _L1_SETS  # lines not aligned to planes: the elements spread over every set
-    return _L1_SETS // math.gcd(plane_bytes // _L1_LINE, _L1_SETS)
+def plane_sets(plane_bytes: int, l1: CacheLevel) -> int:
+    """How many sets of the L1 ``l1`` the same element of consecutive planes ``plane_bytes`` apart falls in: loads
+    of one pixel's channels hold at most that many times ``l1.ways`` lines at once."""
+    if plane_bytes % l1.line:
+        return l1.sets  # lines not aligned to planes: the elements spread over every set
+    return l1.sets // math.gcd(plane_bytes // l1.line, l1.sets)
 
 
-def spare_tiles(batch: int, tiles: int, cin: int, planes: int, itemsize: int = 4) -> int:
+def spare_tiles(batch: int, tiles: int, cin: int, planes: int, l1: CacheLevel, itemsize: int = 4) -> int:
     """Tiles of padding after each image's ``tiles`` in V's ``planes`` planes (``batch`` x tiles x ``cin`` values
-    each) so that the input transform's ``planes`` stores of one tile, one per plane, fall in enough L1 sets to be
-    held at once: planes a multiple of 4 KB apart put them all in one set (vision's 48 channels of 8 x 16 tiles:
-    24 KB planes: the transform took 152 us on one core, 94 us with one spare tile in a C harness; whole vision
-    replay 9.23 -> 8.97 ms). 0 where no spare tile (of 1-7) spreads them enough: a tile of 256 channels is 16
-    cache lines, so planes stay in at most 4 sets."""
-    return next((p for p in range(8) if plane_sets(batch * (tiles + p) * cin * itemsize) * _L1_WAYS >= planes), 0)
+    each) so that the input transform's ``planes`` stores of one tile, one per plane, fall in enough sets of the L1
+    ``l1`` to be held at once: planes a multiple of sets x line apart (4 KB in a 32 KB 8-way L1 of 64-byte lines)
+    put them all in one set (vision's 48 channels of 8 x 16 tiles: 24 KB planes: the transform took 152 us on one
+    core, 94 us with one spare tile in a C harness; whole vision replay 9.23 -> 8.97 ms). 0 where no spare tile
+    (of 1-7) spreads them enough: a tile of 256 channels is 16 cache lines, so planes stay in at most 4 sets."""
+    sets = (plane_sets(batch * (tiles + p) * cin * itemsize, l1) for p in range(8))
+    return next((p for p, n in enumerate(sets) if n * l1.ways >= planes), 0)
 
 
 def cout_block(cout: int) -> int:
@@ -210,7 +213,7 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
         raise ShapeError(f"winograd conv: bias expected shape ({cout},), got {bias.shape}")
     bt, _, at = conv_matrices(tile, stride)
     r, step = bt.shape[0], tile * stride  # input tile side, input rows between tiles
-    (pt, pb), (pl, pr) = _pads(padding, 2, "winograd conv padding")
+    (pt, pb), (pl, pr) = spatial_pads(padding, 2, "winograd conv padding")
     if h + pt + pb < 3 or w + pl + pr < 3:
         raise ShapeError(f"winograd conv: padded input {(h + pt + pb, w + pl + pr)} expected at least 3x3")
     oh, ow = (h + pt + pb - 3) // stride + 1, (w + pl + pr - 3) // stride + 1
@@ -226,22 +229,23 @@ def winograd_conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, paddi
     # (N, Hp, Wp, Cin), materialized: the transform reads whole vectors of channels with no bounds checks and
     # writes V in the GEMM's layout
     xp = _fit(_fit(xf, 2, pt, (th_pad - 1) * step + r), 3, pl, (tw - 1) * step + r)
-    if plane_sets(h * w * xf.dtype.itemsize) * _L1_WAYS < cin:
+    l1 = Device[x.device].limits.l1  # the caches of the device the conv runs on
+    if plane_sets(h * w * xf.dtype.itemsize, l1) * l1.ways < cin:
         # planes 4 KB apart put every channel of a pixel in the same L1 set (2 KB apart: in two), so the
         # channels-last copy gathering them straight from the input missed L1 on every load (vision's 48 channels
         # of 32x64: 0.22 ms, vs 0.10 + 0.04 for a padded copy first, whose planes are not; its 96 channels of
         # 16x32: 68-73 us, vs 9 + 11-18 us)
         xp = xp.contiguous()
     xp = xp.permute(0, 2, 3, 1).contiguous()
-    rows = _window(xp.permute(0, 1, 3, 2), (r,), (step,), (1,))  # (N, Hp, Cin, TW, r): overlapping column tiles
+    rows = window(xp.permute(0, 1, 3, 2), (r,), (step,), (1,))  # (N, Hp, Cin, TW, r): overlapping column tiles
     t1 = _contract_const(rows.permute(0, 1, 3, 2, 4), bt, 2)  # (N, Hp, j, TW, Cin)
-    cols = _window(t1.permute(0, 2, 3, 4, 1), (r,), (step,), (1,))  # (N, j, TW, Cin, TH, k)
+    cols = window(t1.permute(0, 2, 3, 4, 1), (r,), (step,), (1,))  # (N, j, TW, Cin, TH, k)
     # V laid out (i, j, N, TH, TW, Cin): each tile's channels contiguous, broadcast against a vector of U's Cout;
     # one kernel for both axes (jit/codegen/opt/select.py unrolls i and j), computed once: the GEMM reads each value
     # for every block of output channels
     v = _contract_const(cols.permute(1, 0, 4, 2, 3, 5), bt, 0).reshape(r, r, bs, th_pad * tw, cin)
     # each plane (i, j) of V padded with spare tiles, never read, so a tile's r*r stores do not share one L1 set
-    spare = spare_tiles(bs, th_pad * tw, cin, r * r)
+    spare = spare_tiles(bs, th_pad * tw, cin, r * r, l1)
     if spare:
         v = v.pad(((0, 0), (0, 0), (0, 0), (0, spare), (0, 0))).contiguous()
         v = v.shrink(((0, r), (0, r), (0, bs), (0, th_pad * tw), (0, cin)))
@@ -304,14 +308,14 @@ def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any
     setting = setting_tile()
     if not setting or weight.ndim != 4 or x.ndim != 4 or tuple(weight.shape[2:]) != (3, 3) or groups != 1:
         return 0
-    strides = _tuple(stride, 2, "conv stride")
-    if strides not in ((1, 1), (2, 2)) or _tuple(dilation, 2, "conv dilation") != (1, 1):
+    strides = int_tuple(stride, 2, "conv stride")
+    if strides not in ((1, 1), (2, 2)) or int_tuple(dilation, 2, "conv dilation") != (1, 1):
         return 0
     if not (x.dtype.is_float and weight.dtype.is_float):
         return 0
     if setting != "auto":
         return int(setting)
-    (pt, pb), (pl, pr) = _pads(padding, 2, "conv padding")
+    (pt, pb), (pl, pr) = spatial_pads(padding, 2, "conv padding")
     s = strides[0]
     return auto_tile(x.shape[1], weight.shape[0], (x.shape[2] + pt + pb - 3) // s + 1,
                      (x.shape[3] + pl + pr - 3) // s + 1, s)

@@ -78,12 +78,19 @@ class Ops(Enum):
     MULACC = auto()
     # kernel-level
     DEFINE_GLOBAL = auto()  # arg: parameter index; dtype PtrDType
-    RANGE = auto()  # arg: (axis id, kind); src (end,)
+    # arg: (axis id, kind) or (axis id, kind, "unroll"): the renderer asks the C compiler to unroll that loop
+    # (jit/codegen/opt/hints.py); src (end,)
+    RANGE = auto()
     SPECIAL = auto()  # arg: (name, size); a GPU work-item index
-    INDEX = auto()  # src (buffer, index); dtype PtrDType
+    # src (buffer, index) or (buffer, index, base); dtype PtrDType. ``base``: INDEX(buffer, f), f a sum of some of
+    # index's terms, a pointer set before a loop that the renderer adds index's other terms to (opt/hoist.py)
+    INDEX = auto()
     LOAD = auto()  # src (index,)
     STORE = auto()  # src (index, value)
     REDUCE = auto()  # arg: reduce op; src (value, *ranges)
+    # src (value,): the value stored once to a slot of the kernel's volatile park array and read back where it
+    # is used (jit/codegen/opt/park.py)
+    PARK = auto()
     SINK = auto()  # arg: KernelInfo; src stores
     NOOP = auto()
 
@@ -309,6 +316,19 @@ def toposort(roots: list[UOp]) -> list[UOp]:
         stack.append((node, True))
         stack.extend((s, False) for s in reversed(node.src) if s not in seen)
     return order
+
+
+def add_terms(u: UOp) -> list[UOp]:
+    """The terms of sum ``u``: the leaves of its ADD tree, the last source of each ADD first (``u`` itself when it
+    is no ADD). Base pointers split an address by them (jit/codegen/opt/hoist.py; the renderer spells the rest)."""
+    terms, stack = [], [u]
+    while stack:
+        t = stack.pop()
+        if t.op is Ops.ADD:
+            stack += t.src
+        else:
+            terms.append(t)
+    return terms
 
 
 def render_tree(root: UOp) -> str:

@@ -9,12 +9,11 @@ folded here: it computes through Tensor ops like everything else.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from jit.onnx.loader import OpContext, Value
+from jit.onnx.registry import OpContext, Value
 
 MAX_FOLD_ELEMENTS = 1 << 16
 
@@ -137,7 +136,6 @@ FOLDERS: dict[str, Callable[..., Any]] = {
 
 def try_fold(ctx: OpContext) -> list[Value] | None:
     """The node's outputs as constants if it is shape arithmetic on constants; otherwise None."""
-    from jit.onnx.loader import Value
     op = ctx.node.op_type
     fn = FOLDERS.get(op)
     if fn is None:

@@ -2,185 +2,43 @@
 
 ``load_onnx(path | bytes | ModelProto)`` parses with the ``onnx`` package (which never evaluates anything
 here) and returns an ``OnnxModel``. Calling it with named inputs (numpy arrays or Tensors) walks the graph
-once, node by node, through the op handlers registered in ``jit/onnx/ops/``; every op computes through
-Tensor ops, i.e. as kernels on the target. Integer shape arithmetic (``Shape -> Gather -> Concat ->
-Reshape``) is folded with numpy while the graph is walked, so the lazy graph never contains it.
+once, node by node, through the op handlers registered in ``jit/onnx/ops/`` (``jit/onnx/registry.py``);
+every op computes through Tensor ops, i.e. as kernels on the target, except the few whose output shape depends
+on data (``jit/onnx/host_ops.py``), which compute on the host and are recorded. Integer shape arithmetic
+(``Shape -> Gather -> Concat -> Reshape``) is folded with numpy while the graph is walked (``fold.py``), so
+the lazy graph never contains it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+import jit.onnx.ops  # noqa: F401  registers the handlers
 from jit.common.dtype import DType, from_numpy
 from jit.common.errors import DrivepackError, DTypeError, UnsupportedOp
 from jit.frontend.tensor import Tensor
+from jit.onnx.fold import try_fold
+from jit.onnx.host_ops import HOST_OPS, HostNode
+from jit.onnx.registry import (
+    MISSING,
+    NONDETERMINISTIC,
+    OPS,
+    UNSUPPORTED_ATTRIBUTES,
+    OnnxError,
+    OpContext,
+    Value,
+    attribute_value,
+    op_key,
+    tensor_to_numpy,
+)
 from targets.registry import Device
-
-
-class OnnxError(DrivepackError, ValueError):
-    """A malformed model, a bad input, or a failure inside one node (named in the message)."""
-
-
-# --- values --------------------------------------------------------------------------------------------
-@dataclass
-class Value:
-    """A graph value: a lazy Tensor, host data known at load time, or both."""
-
-    tensor: Tensor | None = None
-    host: np.ndarray | None = None
-    # a constant of the model (initializer, Constant, folded shape arithmetic), not data the caller passed
-    const: bool = False
-    # computable at load from constants and the host data the caller passed (a Range bound read from a
-    # `size` input); a capture passes placeholders, so there only constants are known
-    known: bool = False
-
-    def as_tensor(self, device: str | None = None) -> Tensor:
-        if self.tensor is None:
-            assert self.host is not None
-            if self.const and self.host.size == 1 and self.host.dtype.kind in "biuf":
-                # a one-element constant of the model is a CONST in the kernels that read it, not a buffer:
-                # loads become immediates, and the symbolic pass can fold it (``x / 128`` is an exact multiply)
-                value = self.host.reshape(()).item()
-                self.tensor = Tensor.full(self.host.shape, value, from_numpy(self.host.dtype), device=device)
-            else:
-                self.tensor = Tensor(self.host, device=device)
-        return self.tensor
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.host.shape if self.host is not None else self.as_tensor().shape
-
-    @property
-    def dtype(self) -> DType:
-        return from_numpy(self.host.dtype) if self.host is not None else self.as_tensor().dtype
-
-
-Handler = Callable[["OpContext"], Any]
-# ops whose output is not a function of their inputs: never treated as constants
-NONDETERMINISTIC = frozenset({"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli",
-                              "Multinomial"})
-OPS: dict[str, Handler] = {}
-
-
-# op key -> attribute -> values no handler can lower; checked for every node at load, before any call
-UNSUPPORTED_ATTRIBUTES: dict[str, dict[str, frozenset[Any]]] = {}
-
-
-def unsupported_attribute(op: str, attribute: str, *values: Any) -> None:
-    """Declare attribute values of ``op`` that fail at load (the handler may still refuse more at call time)."""
-    UNSUPPORTED_ATTRIBUTES.setdefault(op, {})[attribute] = frozenset(values)
-
-
-def op_key(node: onnx.NodeProto) -> str:
-    """``Conv`` for the default domain, ``ai.onnx.ml.Binarizer`` for others."""
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-
-
-def onnx_op(*names: str) -> Callable[[Handler], Handler]:
-    """Register a handler for one or more op types: ``"Conv"`` (default domain) or ``"ai.onnx.ml.Binarizer"``."""
-    def register(fn: Handler) -> Handler:
-        for n in names:
-            OPS[n] = fn
-        return fn
-    return register
-
-
-_MISSING = object()
-
-
-@dataclass
-class OpContext:
-    """What a handler sees of one node: its inputs, attributes (with spec defaults) and the opset."""
-
-    node: onnx.NodeProto
-    inputs: list[Value | None]
-    opset: int
-    model: OnnxModel
-    attrs: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, Value | None] = field(default_factory=dict)  # outer scope, for If/Loop bodies
-
-    # inputs
-    def has(self, i: int) -> bool:
-        return i < len(self.inputs) and self.inputs[i] is not None
-
-    def t(self, i: int) -> Tensor:
-        """Input ``i`` as a Tensor."""
-        v = self.inputs[i] if i < len(self.inputs) else None
-        if v is None:
-            raise OnnxError(f"{self.where()}: input {i} expected, got none")
-        return v.as_tensor(self.model.device)
-
-    def opt(self, i: int) -> Tensor | None:
-        return self.t(i) if self.has(i) else None
-
-    def static(self, i: int, what: str = "") -> np.ndarray:
-        """Input ``i`` as host data; it must be known at load (a constant, folded arithmetic, or given data)."""
-        v = self.inputs[i] if i < len(self.inputs) else None
-        if v is None:
-            raise OnnxError(f"{self.where()}: input {i} expected, got none")
-        return self.host_of(v, f"input {what or i}")
-
-    def host_of(self, v: Value, what: str) -> np.ndarray:
-        """Host data of ``v``, which must be known at load (evaluated now if it was computed from known values)."""
-        if v.host is None and (v.const or v.known):
-            # computed only from known values (a float Range bound, a CastLike'd pad value): evaluate it now
-            v.host = v.as_tensor(self.model.device).numpy()
-        if v.host is None:
-            raise UnsupportedOp(f"{self.describe()} at node {self.node.name!r} (opset {self.opset}): {what} "
-                                f"must be a constant known at load, got a computed tensor")
-        return v.host
-
-    def static_opt(self, i: int) -> np.ndarray | None:
-        return self.static(i) if self.has(i) else None
-
-    # attributes
-    def attr(self, name: str, default: Any = _MISSING) -> Any:
-        if name in self.attrs:
-            return self.attrs[name]
-        if default is not _MISSING:
-            return default
-        spec = self.model.schema_default(self.node.op_type, self.opset, name, self.node.domain)
-        if spec is _MISSING:
-            raise OnnxError(f"{self.where()}: attribute {name!r} is required and missing")
-        return spec
-
-    # errors
-    def describe(self, **shown: Any) -> str:
-        parts = ", ".join(f"{k}={v!r}" for k, v in shown.items())
-        return f"{self.node.op_type}({parts})"
-
-    def where(self) -> str:
-        return f"{self.node.op_type} at node {self.node.name!r} (opset {self.opset})"
-
-    def unsupported(self, **shown: Any) -> UnsupportedOp:
-        return UnsupportedOp(f"{self.describe(**shown)} at node {self.node.name!r} (opset {self.opset})")
-
-
-def attribute_value(attr: onnx.AttributeProto) -> Any:
-    value = helper.get_attribute_value(attr)
-    if attr.type == onnx.AttributeProto.TENSOR:
-        return tensor_to_numpy(value)
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list) and value and isinstance(value[0], bytes):
-        return [v.decode() for v in value]
-    return value
-
-
-def tensor_to_numpy(t: onnx.TensorProto, base_dir: str | None = None) -> np.ndarray:
-    if t.data_type == onnx.TensorProto.STRING:
-        raise UnsupportedOp(f"tensor {t.name!r}: string tensors are not supported")
-    arr = numpy_helper.to_array(t, base_dir or "")
-    from_numpy(arr.dtype)  # raises DTypeError naming an unsupported element type
-    return arr
 
 
 # --- the model -----------------------------------------------------------------------------------------
@@ -199,6 +57,8 @@ class OnnxModel:
         self.output_names = [o.name for o in graph.output]
         self.metadata = {p.key: p.value for p in model.metadata_props}
         self._schema_defaults: dict[tuple[str, int, str, str], Any] = {}
+        # the nodes that computed on the host during the last call (jit/onnx/host_ops.py)
+        self.host_nodes: list[HostNode] = []
         self._check_ops(graph)
 
     def _check_ops(self, graph: onnx.GraphProto) -> None:
@@ -217,7 +77,7 @@ class OnnxModel:
     def schema_default(self, op_type: str, opset: int, name: str, domain: str = "") -> Any:
         key = (op_type, opset, name, domain)
         if key not in self._schema_defaults:
-            value: Any = _MISSING
+            value: Any = MISSING
             try:
                 schema = onnx.defs.get_schema(op_type, opset, "" if domain == "ai.onnx" else domain)
                 spec = schema.attributes.get(name)
@@ -252,6 +112,7 @@ class OnnxModel:
         extra = [n for n in given if n not in self.input_names and n not in self.initializers]
         if missing or extra:
             raise OnnxError(f"inputs: expected {self.input_names}, missing {missing}, unexpected {extra}")
+        self.host_nodes = []
         env: dict[str, Value | None] = {"": None}
         for name, arr in self.initializers.items():
             env[name] = Value(host=arr, const=True)
@@ -288,16 +149,21 @@ class OnnxModel:
         domain = "" if node.domain == "ai.onnx" else node.domain
         ctx = OpContext(node, ins, self.opsets.get(domain, 1), self,
                         {a.name: attribute_value(a) for a in node.attribute}, env)
-        from jit.onnx.fold import try_fold
         folded = try_fold(ctx)
         if folded is not None:
             return folded
+        host = HOST_OPS.get(op_key(node))
+        on_host = host is not None and host.applies(ctx)
+        if host is not None and on_host:
+            host.check(ctx)
         try:
             out = OPS[op_key(node)](ctx)
         except DrivepackError:
             raise
         except Exception as e:  # a handler bug or a malformed node: name the node, not a deep frame
             raise OnnxError(f"{ctx.where()}: {type(e).__name__}: {e}") from e
+        if on_host:
+            self.host_nodes.append(HostNode(node.name, op_key(node)))
         outs = out if isinstance(out, (tuple, list)) else (out,)
         deterministic = node.op_type not in NONDETERMINISTIC
         from_consts = deterministic and all(v is None or v.const for v in ins)
@@ -320,7 +186,6 @@ def _input_value(name: str, data: Any) -> Value:
 
 def load_onnx(src: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str | None = None) -> OnnxModel:
     """Parse an ONNX model from a path, serialized bytes, or a ModelProto."""
-    import jit.onnx.ops  # noqa: F401  registers the handlers
     base_dir = None
     try:
         if isinstance(src, onnx.ModelProto):

@@ -3,7 +3,8 @@
     python3 tests/onnx_conformance/conformance.py DIR [--only SUBSTRING] [--show-failures]
 
 DIR is the output of ../shared/tools/gen_onnx_node_tests.py (DIR/node/<case>/...). Pass criteria are
-onnx's own runner's: rtol 1e-3, atol 1e-7, exact for integral outputs.
+onnx's own runner's: rtol 1e-3, atol 1e-7, exact for integral outputs. The last line also counts the passing
+cases that went through host code (the ops of jit/onnx/host_ops.py, whose output shape depends on data).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import os
 import re
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -60,29 +64,49 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float = 1e-3, atol: float =
     return f"values differ (max abs err {err:.3g})"
 
 
-def run_case(case_dir: Path) -> str | None:
-    """None if the case passes, else the reason it fails (one line)."""
+@dataclass(frozen=True)
+class CaseResult:
+    """How one case went: ``reason`` is None when it passes; ``host_ops`` names the op of each node that
+    computed on the host (jit/onnx/host_ops.py) while its graphs were built."""
+
+    reason: str | None
+    host_ops: tuple[str, ...] = ()
+
+
+def host_code_summary(results: Iterable[CaseResult]) -> str:
+    """One line: how many passing cases went through host code, and through which ops."""
+    passing = [r for r in results if r.reason is None]
+    hosted = [r for r in passing if r.host_ops]
+    by_op = Counter(op for r in hosted for op in set(r.host_ops))
+    ops = ", ".join(f"{op} {n}" for op, n in sorted(by_op.items()))
+    return f"{len(hosted)} of {len(passing)} passing cases ran host code" + (f" ({ops})" if ops else "")
+
+
+def run_case(case_dir: Path) -> CaseResult:
+    """The case's result: None as the reason if it passes, else the reason it fails (one line)."""
     from jit.onnx.loader import load_onnx
+    host_ops: list[str] = []
     try:
         model, sets = load_case(case_dir)
         runner = load_onnx(model)
         for ins, outs in sets:
             result = runner(ins)
+            host_ops += [h.op for h in runner.host_nodes]
             got = [result[n].numpy() for n in runner.output_names]
             for i, (g, w) in enumerate(zip(got, outs, strict=True)):
                 reason = compare(g, w)
                 if reason:
-                    return f"output {i}: {reason}"
-        return None
+                    return CaseResult(f"output {i}: {reason}", tuple(host_ops))
+        return CaseResult(None, tuple(host_ops))
     except Exception as e:  # noqa: BLE001 - every failure is a reason to report, not a crash
-        return _reason(e)
+        return CaseResult(_reason(e), tuple(host_ops))
 
 
 def _reason(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def run_cases(case_dirs: list[Path], device: str | None = None) -> dict[str, str | None]:
+def run_cases(case_dirs: list[Path], device: str | None = None) -> dict[str, CaseResult]:
     """``run_case`` over many cases with every case's graph built first and all outputs realized together,
     so a target with a costly per-build overhead (PoCL: ~0.3 s per clBuildProgram) builds once per chunk.
     A case whose graph fails to build fails alone; if the joint realize fails, each case is realized alone
@@ -91,14 +115,17 @@ def run_cases(case_dirs: list[Path], device: str | None = None) -> dict[str, str
     from jit.onnx.loader import load_onnx
 
     reasons: dict[str, str | None] = {}
+    host_ops: dict[str, list[str]] = {}
     pending: dict[str, list[tuple[list[Tensor], list[np.ndarray]]]] = {}
     for case_dir in case_dirs:
+        hosted = host_ops.setdefault(case_dir.name, [])
         try:
             model, sets = load_case(case_dir)
             runner = load_onnx(model, device=device)
             runs = []
             for ins, outs in sets:
                 result = runner(ins)
+                hosted += [h.op for h in runner.host_nodes]
                 runs.append(([result[n] for n in runner.output_names], outs))
             pending[case_dir.name] = runs
         except Exception as e:  # noqa: BLE001 - every failure is a reason to report, not a crash
@@ -118,7 +145,7 @@ def run_cases(case_dirs: list[Path], device: str | None = None) -> dict[str, str
             reasons[name] = str(e)
         except Exception as e:  # noqa: BLE001
             reasons[name] = _reason(e)
-    return reasons
+    return {name: CaseResult(reason, tuple(host_ops[name])) for name, reason in reasons.items()}
 
 
 class _CaseFailed(Exception):
@@ -140,10 +167,11 @@ def main() -> int:
     cases = sorted(glob.glob(os.path.join(args.dir, "node", "*")))
     if args.only:
         cases = [c for c in cases if args.only in os.path.basename(c)]
-    passed, failed = 0, {}
+    passed, failed, results = 0, {}, []
     start = time.time()
     for c in cases:
-        reason = run_case(Path(c))
+        results.append(run_case(Path(c)))
+        reason = results[-1].reason
         if reason is None:
             passed += 1
         else:
@@ -155,7 +183,7 @@ def main() -> int:
         header = "# ONNX node cases expected to fail on the CPU target: '<case> # <one-line reason>'\n"
         Path(args.write_expected).write_text(header + "".join(f"{n} # {short_reason(r)}\n"
                                                               for n, r in sorted(failed.items())))
-    print(f"{passed} passed, {len(failed)} failed ({time.time() - start:.0f} s)")
+    print(f"{passed} passed, {len(failed)} failed ({time.time() - start:.0f} s); {host_code_summary(results)}")
     return 0
 
 

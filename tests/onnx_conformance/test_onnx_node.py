@@ -5,20 +5,24 @@ integral outputs). The suite fails when an unlisted case fails, or a listed case
 On CPU each case is its own test. On OPENCL the cases run in chunks whose kernels build in one program
 (PoCL spends ~0.3 s per clBuildProgram whatever its size); a failing chunk names every case at fault.
 OPENCL's expected failures are CPU's with the differences listed in expected_failures_opencl.txt, each reasoned.
+Each test records its cases' results (``record_cases``); the summary at the end of the run counts the passing cases
+that went through host code (tests/onnx_conformance/conftest.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import DEFAULT_NODE_DIR
-from tests.onnx_conformance.conformance import run_case, run_cases
+from tests.onnx_conformance.conformance import CaseResult, run_case, run_cases
 
 EXPECTED_FAILURES_FILE = Path(__file__).with_name("expected_failures.txt")
 OPENCL_DIFFERENCES_FILE = Path(__file__).with_name("expected_failures_opencl.txt")
 OPENCL_CHUNK = 40
+RecordCases = Callable[[dict[str, CaseResult]], None]  # the record_cases fixture (conftest.py)
 
 
 def expected_failures(path: Path = EXPECTED_FAILURES_FILE) -> dict[str, str]:
@@ -65,8 +69,10 @@ def test_case_count(pytestconfig: pytest.Config) -> None:
 
 
 @pytest.mark.slow
-def test_node_case(case_dir: Path) -> None:
-    reason = run_case(case_dir)
+def test_node_case(case_dir: Path, record_cases: RecordCases) -> None:
+    result = run_case(case_dir)
+    record_cases({case_dir.name: result})
+    reason = result.reason
     listed = EXPECTED.get(case_dir.name)
     if listed is None:
         assert reason is None, reason
@@ -76,8 +82,10 @@ def test_node_case(case_dir: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.opencl
-def test_node_cases_opencl(case_chunk: list[Path]) -> None:
-    reasons = run_cases(case_chunk, device="OPENCL")
+def test_node_cases_opencl(case_chunk: list[Path], record_cases: RecordCases) -> None:
+    results = run_cases(case_chunk, device="OPENCL")
+    record_cases(results)
+    reasons = {name: r.reason for name, r in results.items()}
     wrong = [f"{name}: {reason}" for name, reason in reasons.items()
              if reason is not None and name not in EXPECTED_OPENCL]
     wrong += [f"{name} now passes on OPENCL: remove it from the expected failure lists"

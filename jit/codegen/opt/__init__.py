@@ -21,22 +21,30 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   (``jit.codegen.opt.peel``), so the interior is a plain loop the C compiler vectorizes;
 * every other kernel: the small-loop unroll of ``jit.codegen.passes.unroll`` (as before the optimizer existed).
 
+``finish_kernel(sink, opts)`` runs after that (and after the symbolic pass that follows it, which would undo
+them), also under NOOPT: the steps that shape how the renderer spells a kernel without changing its loops, each
+where ``opts`` turns it on: unroll hints on short reduce loops (``jit.codegen.opt.hints``), base pointers for a
+reduce loop's scalar loads (``jit.codegen.opt.hoist``) and parked accumulators (``jit.codegen.opt.park``).
+
 Compile time is part of the design (packaging and CI run it for every kernel): small kernels are not tiled
 (``min_outputs``, ``min_reduce_trips``), copies are built in one walk that rebuilds only the nodes depending on
 the upcast ranges, the index arithmetic is simplified once by the pipeline's symbolic pass afterwards, and a
 kernel with nothing to do comes back as the same node (the pipeline then skips that symbolic pass).
 
 Threads on the CPU target are not decided here: the renderer splits the outermost output loops when the
-target's language declares a parallel pragma (targets/cstyle.py).
+target's language declares a parallel pragma (targets/cstyle/walk.py).
 """
 
 from __future__ import annotations
 
 from jit.codegen.opt.group import group_kernel, plan_group
+from jit.codegen.opt.hints import hint_unrolls
+from jit.codegen.opt.hoist import hoist_base_pointers
 from jit.codegen.opt.locality import split_for_line_reuse
 from jit.codegen.opt.merge import merge_output_dims
 from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.codegen.opt.order import open_innermost, reuse_axis_inner
+from jit.codegen.opt.park import park_accumulators
 from jit.codegen.opt.peel import peel_masked_row
 from jit.codegen.opt.select import unroll_selector_axes
 from jit.codegen.opt.split import split_divmod_ranges
@@ -45,20 +53,23 @@ from jit.codegen.opt.vectorize import MIN_LANES, choose_lanes
 from jit.codegen.passes.unroll import UPCAST_MAX, pm_unroll_reduce
 from jit.ir.rewrite import graph_rewrite
 from jit.ir.uop import Ops, UOp, toposort
+from targets.base import DEFAULT_L1, DEFAULT_L2, CacheLevel
 
-__all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "optimize_for_target", "optimize_kernel",
-           "plan_tiles", "target_default_opts", "target_launch_dims", "target_local_memory", "target_peel_dims",
-           "target_vector_width", "tile_kernel", "unroll_small_loops"]
+__all__ = ["DEFAULT_OPTS", "OptOptions", "OptOptionsError", "TilePlan", "finish_kernel", "optimize_for_target",
+           "optimize_kernel", "plan_tiles", "target_caches", "target_default_opts", "target_launch_dims",
+           "target_local_memory", "target_peel_dims", "target_vector_width", "tile_kernel", "unroll_small_loops"]
 
 
 def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int = 0,
-                    local_memory: bool = False, launch_dims: int = 0, peel_dims: int | None = None) -> UOp:
+                    local_memory: bool = False, launch_dims: int = 0, peel_dims: int | None = None,
+                    l1: CacheLevel = DEFAULT_L1, l2: CacheLevel = DEFAULT_L2) -> UOp:
     """``sink`` with its loops tiled (reduce kernels) or small loops unrolled (the rest); same results.
     ``opts`` None means the heuristic default ``OptOptions()``; ``vector_width`` is the float32 lane count of the
     target language's widest vector type (0: it has none), for tile rows rendered as vectors; ``local_memory``:
     the target's language can share a reduce across a work-group (``jit.codegen.opt.group``); ``launch_dims``: how many
     output ranges the target launches as work-item dimensions rather than loops; ``peel_dims``: as many, for
-    deciding whether a row is a loop to peel (``jit.codegen.opt.peel``; None: ``launch_dims``)."""
+    deciding whether a row is a loop to peel (``jit.codegen.opt.peel``; None: ``launch_dims``); ``l1``, ``l2``: the
+    target's caches (``TargetLimits``), whose line the line-reuse split and whose L2 size the loop order go by."""
     opts = DEFAULT_OPTS if opts is None else opts
     if opts.tile:
         sink = split_divmod_ranges(sink)
@@ -68,15 +79,15 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         sink = unroll_selector_axes(sink)
     plan = plan_tiles(sink, opts) if opts.tile else None
     line_axis = None
-    if plan is not None and opts.line_reuse and (found := split_for_line_reuse(sink, launch_dims)) is not None:
+    if plan is not None and opts.line_reuse and (found := split_for_line_reuse(sink, launch_dims, l1.line)) is not None:
         sink, line_axis = found
         plan = plan_tiles(sink, opts)
     if plan is not None and (merged := merge_output_dims(sink)) is not sink:
         sink, plan = merged, plan_tiles(merged, opts)
     if plan is not None:
         tiled = tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
-        if len(plan.upcasts) > 1 and (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims)) \
-                is not tiled:
+        if len(plan.upcasts) > 1 and \
+                (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims, l2.size)) is not tiled:
             return ordered
         return open_innermost(tiled, line_axis.arg) if line_axis is not None else tiled
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
@@ -91,10 +102,29 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     return unroll_small_loops(sink) if opts.unroll else sink
 
 
+def finish_kernel(sink: UOp, opts: OptOptions) -> UOp:
+    """``sink`` with the spelling steps ``opts`` turns on (module docstring), in this order: unroll hints, base
+    pointers, parked accumulators. The same node when none applies."""
+    if opts.unroll_hints:
+        sink = hint_unrolls(sink)
+    if opts.hoist_base_pointers:
+        sink = hoist_base_pointers(sink)
+    if opts.park_accumulators:
+        sink = park_accumulators(sink)
+    return sink
+
+
 def optimize_for_target(sink: UOp, opts: OptOptions, target: object) -> UOp:
-    """``optimize_kernel`` with what ``target`` declares: its vector width, local memory and launch dimensions."""
+    """``optimize_kernel`` with what ``target`` declares: its vector width, local memory, launch dimensions and
+    caches."""
     return optimize_kernel(sink, opts, target_vector_width(target), target_local_memory(target),
-                           target_launch_dims(target), target_peel_dims(target))
+                           target_launch_dims(target), target_peel_dims(target), *target_caches(target))
+
+
+def target_caches(target: object) -> tuple[CacheLevel, CacheLevel]:
+    """``target``'s L1 and L2 (``TargetLimits.l1``, ``.l2``); the defaults for an object without limits."""
+    limits = getattr(target, "limits", None)
+    return getattr(limits, "l1", DEFAULT_L1), getattr(limits, "l2", DEFAULT_L2)
 
 
 def target_vector_width(target: object) -> int:

@@ -5,7 +5,7 @@ work-items: 512 outputs are 512 items, each walking thousands of reduce steps al
 range ``r`` of size n becomes ``r = q * g + l``: ``l`` is a RANGE of kind "group" (the renderer's local id, a
 launch dimension whose work-group holds all g of its values) and ``q`` a reduce range of n / g steps. The kernel
 computes ``REDUCE(REDUCE(x[q * g + l], q), l)``: each work-item's partial reduce, then the reduce over the group,
-which the renderer spells as a local-memory array, a barrier and one combine loop (targets/cstyle.py). Adjacent
+which the renderer spells as a local-memory array, a barrier and one combine loop (targets/cstyle/walk.py). Adjacent
 work-items read adjacent elements (``l`` is innermost), the access a GPU coalesces.
 
 Before: a lowered kernel (global, reduce ranges). After: the same outputs; the reduce's additions grouped

@@ -23,8 +23,6 @@ from jit.common.dtype import PtrDType
 from jit.ir.rewrite import graph_rewrite
 from jit.ir.uop import Ops, UOp, toposort
 
-CACHE_LINE = 64  # bytes
-
 
 def _size(r: UOp) -> int:
     return int(r.src[0].arg)
@@ -45,9 +43,10 @@ def _step(idx: UOp, rng: UOp) -> int | None:
     return values[1] - values[0]
 
 
-def _walks_lines(sink: UOp, inner: UOp) -> bool:
+def _walks_lines(sink: UOp, inner: UOp, line_bytes: int) -> bool:
     """Whether some reduce load reads ``inner`` contiguously while every other output loop opened after ``inner``
-    (loops of one trip aside) keeps its address or moves it by a cache line or more, and one of them moves it."""
+    (loops of one trip aside) keeps its address or moves it by a cache line (``line_bytes``) or more, and one of
+    them moves it."""
     reduces = [u for u in toposort([sink]) if u.op is Ops.REDUCE]
     loads = [u for u in toposort([red.src[0] for red in reduces]) if u.op is Ops.LOAD]
     later = [u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global" and u.arg[0] > inner.arg[0]
@@ -56,7 +55,7 @@ def _walks_lines(sink: UOp, inner: UOp) -> bool:
         idx, buf = ld.src[0].src[1], ld.src[0].src[0]
         if not isinstance(buf.dtype, PtrDType) or _step(idx, inner) != 1:
             continue
-        line = CACHE_LINE // buf.dtype.base.itemsize
+        line = line_bytes // buf.dtype.base.itemsize
         steps = [_step(idx, r) for r in later]
         # a loop that stays on one address (step 0) re-reads it from L1; one stepping within a line is the
         # contiguous walk this split would add, already there
@@ -66,10 +65,11 @@ def _walks_lines(sink: UOp, inner: UOp) -> bool:
     return False
 
 
-def split_for_line_reuse(sink: UOp, launch_dims: int) -> tuple[UOp, UOp] | None:
+def split_for_line_reuse(sink: UOp, launch_dims: int, line_bytes: int) -> tuple[UOp, UOp] | None:
     """``(split sink, b)`` for the outermost output range ``c`` (not the innermost) that the module docstring's
-    case holds for, ``b`` the RANGE to open innermost after tiling (``jit.codegen.opt.order.open_innermost``); None when
-    no range qualifies, on targets that launch output ranges, and in kernels without a reduce."""
+    case holds for with cache lines of ``line_bytes`` (the target's L1 line, ``TargetLimits.l1``), ``b`` the
+    RANGE to open innermost after tiling (``jit.codegen.opt.order.open_innermost``); None when no range
+    qualifies, on targets that launch output ranges, and in kernels without a reduce."""
     nodes = toposort([sink])
     if launch_dims or not any(u.op is Ops.REDUCE for u in nodes):
         return None
@@ -79,7 +79,7 @@ def split_for_line_reuse(sink: UOp, launch_dims: int) -> tuple[UOp, UOp] | None:
                            and u.src[1].op is Ops.CONST})
         # c's first step is its c % d part's, and the loops inside c are the same after the split: checked on the
         # kernel as it is, so kernels that do not qualify (a conv's channel-blocked weights) cost no split
-        if not divisors or not _walks_lines(sink, c):
+        if not divisors or not _walks_lines(sink, c, line_bytes):
             continue
         for d in divisors:
             if 1 < d < _size(c) and _size(c) % d == 0 and (split := split_range(sink, c, d)) is not None:

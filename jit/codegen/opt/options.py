@@ -69,6 +69,14 @@ class OptOptions:
     * ``local_size``: work-group size on targets that launch work-groups (OpenCL), one entry per launch
       dimension; ``()`` lets the target choose. A size that does not divide the launch or exceeds the kernel's
       limits is replaced by the target's own choice (a tuning file never makes a launch invalid).
+    * ``unroll_hints``: mark reduce loops of a few trips for the target's compiler to unroll
+      (jit/codegen/opt/hints.py; OpenCL's defaults turn it on).
+    * ``hoist_base_pointers``: a reduce loop's scalar loads read through pointers set before the loop
+      (jit/codegen/opt/hoist.py; OpenCL's defaults turn it on).
+    * ``park_accumulators``: finished vector accumulators wait in a volatile array while a later reduce loop runs
+      (jit/codegen/opt/park.py; the defaults of OpenCL on a CPU device turn it on).
+
+    The last three shape how the renderer spells loops, addresses and accumulators, and apply under NOOPT too.
     """
 
     tile: bool = True
@@ -88,9 +96,13 @@ class OptOptions:
     vectorize: bool = True
     group_reduce: int = 0
     local_size: tuple[int, ...] = ()
+    unroll_hints: bool = False
+    hoist_base_pointers: bool = False
+    park_accumulators: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tile", "unroll", "peel", "line_reuse", "threads", "vectorize"):
+        for name in ("tile", "unroll", "peel", "line_reuse", "threads", "vectorize", "unroll_hints",
+                     "hoist_base_pointers", "park_accumulators"):
             if not isinstance(getattr(self, name), bool):
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)

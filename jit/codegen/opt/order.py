@@ -20,7 +20,16 @@ from jit.codegen.stats import range_deps
 from jit.common.dtype import PtrDType
 from jit.ir.uop import Ops, UOp, toposort
 
-REREAD_BYTES = 512 * 1024  # one core's L2 on the machines this was measured on (AMD EPYC, Zen 2)
+# the re-read volume measured to pay for the reorder on AMD EPYC Zen 2, whose L2 it is. It does not grow with a
+# bigger L2: on a Zen 4 core (1 MB L2) vision's second conv (0.8 MB re-read 12 times) was still 4-9% faster
+# reordered (single thread, the vision-pc-cpu replay); a smaller L2 lowers it (the operand leaves L2 sooner)
+MEASURED_REREAD_BYTES = 512 * 1024
+
+
+def reread_threshold(l2_bytes: int) -> int:
+    """Bytes a tiled kernel must re-read per block of its reuse axis before that axis opens innermost, on a target
+    whose L2 holds ``l2_bytes``."""
+    return min(l2_bytes, MEASURED_REREAD_BYTES)
 
 
 def _nbytes(bufs: set[UOp]) -> int:
@@ -34,10 +43,10 @@ def _reread_bytes(sink: UOp, reuse: UOp) -> int:
                     and any(r.arg[1] == "reduce" for r in deps[ld])})
 
 
-def reuse_axis_inner(sink: UOp, reuse_arg: tuple, launch_dims: int) -> UOp:
+def reuse_axis_inner(sink: UOp, reuse_arg: tuple, launch_dims: int, l2_bytes: int) -> UOp:
     """``sink`` (tiled) with the output range whose arg is ``reuse_arg`` opened innermost, when it is the outermost
-    output loop and re-reads at least ``REREAD_BYTES`` and at least half the bytes it writes; the same graph
-    otherwise."""
+    output loop and re-reads at least ``reread_threshold(l2_bytes)`` (``l2_bytes``: the target's L2,
+    ``TargetLimits.l2``) and at least half the bytes it writes; the same graph otherwise."""
     if launch_dims:
         return sink
     nodes = toposort([sink])
@@ -47,7 +56,8 @@ def reuse_axis_inner(sink: UOp, reuse_arg: tuple, launch_dims: int) -> UOp:
     reread = _reread_bytes(sink, outs[0])
     # innermost, the blocks scatter each pixel block's stores over every output plane: where the output is more
     # than twice what is re-read, that cost more than the re-reads did (resnet50's 64 -> 256 channel 1x1 convs)
-    if reread < REREAD_BYTES or 2 * reread < _nbytes({st.src[0].src[0] for st in sink.src if st.op is Ops.STORE}):
+    written = _nbytes({st.src[0].src[0] for st in sink.src if st.op is Ops.STORE})
+    if reread < reread_threshold(l2_bytes) or 2 * reread < written:
         return sink
     return open_innermost(sink, outs[0].arg)
 

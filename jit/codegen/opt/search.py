@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from jit.codegen.opt import optimize_for_target, target_default_opts, target_local_memory
+from jit.codegen.opt import finish_kernel, optimize_for_target, target_default_opts, target_local_memory
 from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
 from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
 from jit.codegen.passes.symbolic import pm_symbolic
@@ -214,12 +214,12 @@ def random_arrays(sink: UOp, seed: int = 0) -> list[np.ndarray]:
 
 
 def _optimized(sink: UOp, opts: OptOptions, target: Target) -> UOp:
-    # the same steps as the pipeline's optimizer stage (jit/codegen/pipeline.py)
-    optimized = optimize_for_target(sink, opts, target)
-    return with_options(graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing"), opts)
+    # the same steps as the pipeline's optimizer stages (jit/codegen/pipeline.py)
+    optimized = graph_rewrite(optimize_for_target(sink, opts, target), pm_symbolic, name="symbolic after optimizing")
+    return with_options(finish_kernel(optimized, opts), opts)
 
 
-def _neighbours(opts: OptOptions, target: Target, global_size: tuple[int, ...]) -> list[OptOptions]:
+def neighbours(opts: OptOptions, target: Target, global_size: tuple[int, ...]) -> list[OptOptions]:
     """Every option set one knob away from ``opts``."""
     moves: list[dict[str, Any]] = [{"tile": not opts.tile}, {"vectorize": not opts.vectorize}, {"strided_tile": ()}]
     moves += [{"inner_upcasts": (u,)} for u in INNER_CHOICES]
@@ -343,7 +343,7 @@ def beam_search(sink: UOp, target: Target, beam: int, runs: int = TIMED_RUNS,
     kept = [default]
     tried = 1
     for _ in range(max_rounds):
-        cands = list(dict.fromkeys(n for t in kept for n in _neighbours(t.opts, target, t.global_size)))
+        cands = list(dict.fromkeys(n for t in kept for n in neighbours(t.opts, target, t.global_size)))
         timed = []
         for opts, prog in bench.compile(cands):
             t = bench.time(prog)

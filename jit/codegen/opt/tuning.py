@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jit.codegen.opt import target_caches
 from jit.codegen.opt.options import OptOptions, OptOptionsError
 from jit.common.errors import DrivepackError
 from jit.ir.uop import UOp, toposort
@@ -58,17 +59,19 @@ def _cpu_model() -> str:
 
 def device_fingerprint(target: Any) -> str:
     """What a timing depends on besides the kernel: the machine, and per target kind the OpenCL platform,
-    device and driver, or the CPU model, C compiler and thread count."""
+    device and driver, or the CPU model, C compiler, thread count and the caches the optimizer sized loops by
+    (``TargetLimits.l1`` / ``.l2``: a model name such as a VM's "AMD EPYC" does not tell them)."""
     info = getattr(target, "info", None)
     if info is not None:  # OpenCL and the QCOM profile on top of it
         return f"{platform.machine()}|{info.platform}|{info.name}|{info.driver_version}"
     import os
     import shutil
 
-    from targets.cpu import compiler_identity
+    from targets.cpu_runtime import compiler_identity
 
     cc = compiler_identity(os.environ.get("CC") or shutil.which("cc") or "cc")
-    return f"{platform.machine()}|{_cpu_model()}|{cc}|threads={getattr(target, 'threads', 1)}"
+    caches = ",".join(f"{c.size}/{c.ways}/{c.line}" for c in target_caches(target))
+    return f"{platform.machine()}|{_cpu_model()}|{cc}|threads={getattr(target, 'threads', 1)}|caches={caches}"
 
 
 @dataclass(frozen=True)

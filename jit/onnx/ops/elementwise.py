@@ -1,4 +1,4 @@
-"""ONNX elementwise ops: arithmetic, math functions, activations, comparisons, logic, Cast."""
+"""ONNX elementwise ops: arithmetic, math functions, activations, comparisons, logic, Cast, BitCast."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from onnx import helper
 from jit.common.dtype import DType, dtypes, from_numpy
 from jit.common.errors import UnsupportedOp
 from jit.frontend.tensor import Tensor
-from jit.onnx.loader import OpContext, onnx_op
+from jit.onnx.ops.nn_helpers import compute_dtype
+from jit.onnx.registry import OpContext, onnx_op
 
 
 def onnx_dtype(code: int) -> DType:
@@ -171,6 +172,16 @@ def swish(ctx: OpContext) -> Tensor:
     return x * (x * ctx.attr("alpha", 1.0)).sigmoid()
 
 
+@onnx_op("SwiGLU")
+def swiglu(ctx: OpContext) -> Tensor:
+    """``a * sigmoid(alpha * a) * b`` (the sigmoid rounded to the input dtype, as the reference)."""
+    a, b = ctx.t(0), ctx.t(1)
+    alpha = float(ctx.attr("alpha", 1.0) or 1.0)
+    cd = compute_dtype(a.dtype)
+    s = (a.cast(cd) * alpha).sigmoid().cast(a.dtype)
+    return (a.cast(cd) * s.cast(cd) * b.cast(cd)).cast(a.dtype)
+
+
 @onnx_op("PRelu")
 def prelu(ctx: OpContext) -> Tensor:
     x, slope = ctx.t(0), ctx.t(1)
@@ -301,3 +312,9 @@ def cast(ctx: OpContext) -> Tensor:
 @onnx_op("CastLike")
 def cast_like(ctx: OpContext) -> Tensor:
     return _cast_to(ctx.t(0), ctx.t(1).dtype, bool(ctx.attr("saturate", 1)))
+
+
+@onnx_op("BitCast")
+def bitcast(ctx: OpContext) -> Tensor:
+    """Reinterpret the bits of each element as another type of the same width."""
+    return ctx.t(0).bitcast(onnx_dtype(int(ctx.attr("to"))))

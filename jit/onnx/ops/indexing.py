@@ -1,25 +1,24 @@
-"""ONNX indexing and quantization ops: OneHot, Scatter*, GatherND, NonZero, Compress, Unique, ReverseSequence,
-QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear.
+"""ONNX indexing ops: OneHot, Scatter*, GatherND, NonZero, Compress, Unique, TensorScatter, ReverseSequence.
 
 Scatters compare every output position with every update's target index (a one-hot match) and combine the
 matched updates with a where + reduce, so they are built from Tensor ops only; that costs
 ``outputs x updates`` work, which is fine at model-sized index tensors. Ops whose output shape depends on
-the data (NonZero, Compress, Unique) need that data known at load time; the indices are then shape
-arithmetic on a constant and the values themselves are still gathered on the device.
+the data (NonZero, Compress, Unique) are host ops (jit/onnx/host_ops.py): that data must be known at load
+time; the indices are then shape arithmetic on a constant and the values themselves are still gathered on the
+device.
 """
 
 from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
-from jit.common.dtype import DType, dtypes, least_upper_dtype
+from jit.common.dtype import dtypes
 from jit.common.errors import ShapeError
 from jit.frontend.tensor import Tensor
-from jit.onnx.loader import OpContext, onnx_op
-from jit.onnx.ops.elementwise import onnx_dtype
+from jit.onnx.host_ops import host_op
+from jit.onnx.registry import OpContext, onnx_op
 
 _INDEX = dtypes.int32  # index arithmetic dtype (tensor sizes fit)
 
@@ -177,8 +176,8 @@ def gather_nd_op(ctx: OpContext) -> Tensor:
     return gather_nd(ctx.t(0), ctx.t(1), ctx.attr("batch_dims", 0))
 
 
-# --- data-dependent shapes: need the data at load time ---------------------------------------------------
-@onnx_op("NonZero")
+# --- data-dependent shapes: host ops, the data must be known at load ------------------------------------
+@host_op("NonZero", reason="the output's length is the number of non-zero elements", inputs=(0,))
 def nonzero(ctx: OpContext) -> np.ndarray:
     if not ctx.has(0) or ctx.inputs[0].host is None:  # type: ignore[union-attr]
         raise ctx.unsupported(input="a computed tensor (the output shape depends on its values)")
@@ -198,7 +197,7 @@ def _take_static(x: Tensor, idx: np.ndarray, axis: int) -> Tensor:
     return x.take(Tensor(idx.astype(np.int32), device=x.device), axis)
 
 
-@onnx_op("Compress")
+@host_op("Compress", reason="the output's length is the number of true conditions", inputs=(1,))
 def compress(ctx: OpContext) -> Tensor:
     x = ctx.t(0)
     if ctx.inputs[1] is None or ctx.inputs[1].host is None:
@@ -212,7 +211,7 @@ def compress(ctx: OpContext) -> Tensor:
     return _take_static(x, idx, ax)
 
 
-@onnx_op("Unique")
+@host_op("Unique", reason="the output's length is the number of distinct values", inputs=(0,))
 def unique(ctx: OpContext) -> tuple[Tensor | np.ndarray, ...]:
     if ctx.inputs[0] is None or ctx.inputs[0].host is None:
         raise ctx.unsupported(input="a computed tensor (the output shape depends on its values)")
@@ -264,88 +263,3 @@ def reverse_sequence(ctx: OpContext) -> Tensor:
     seq = lens.reshape(*[nb if i == bax else 1 for i in range(x.ndim)])
     src = (t < seq).where(seq - 1 - t, t).expand(*x.shape)
     return gather_axis(x, tax, src)
-
-
-# --- quantization --------------------------------------------------------------------------------------
-_QUANT_RANGE = {dtypes.uint8: (0, 255), dtypes.int8: (-128, 127), dtypes.uint16: (0, 65535),
-                dtypes.int16: (-32768, 32767), dtypes.int32: (-(2 ** 31), 2 ** 31 - 1)}
-
-
-def _quant_param(p: Tensor, x_shape: tuple[int, ...], axis: int, block_size: int) -> Tensor:
-    """Reshape or replicate a scale / zero point so it broadcasts against ``x`` (per tensor, axis or block)."""
-    if p.numel() == 1 or not x_shape:
-        return p.reshape(())
-    ax = axis % len(x_shape)
-    if not block_size:
-        return p.reshape(*[p.numel() if i == ax else 1 for i in range(len(x_shape))])
-    s = p.shape[ax]
-    rep = p.unsqueeze(ax + 1).expand(*p.shape[:ax + 1], block_size, *p.shape[ax + 1:])
-    rep = rep.reshape(*p.shape[:ax], s * block_size, *p.shape[ax + 1:])
-    return rep._slice_axis(ax, 0, x_shape[ax])
-
-
-def quantize(x: Tensor, scale: Tensor, zero_point: Tensor | None, out: DType, precision: DType | None = None,
-             saturate: bool = True) -> Tensor:
-    """``saturate(round_half_even(x / scale) + zero_point)`` in ``out`` (scale / zero point pre-broadcast)."""
-    p = precision or least_upper_dtype(x.dtype, scale.dtype)
-    q = x.cast(p) / scale.cast(p)
-    if out.is_float:  # float8 outputs: no rounding, a (saturating) conversion
-        if zero_point is not None:
-            q = q + zero_point.cast(p)
-        if saturate:
-            hi = float(ml_dtypes.finfo(_np(out)).max)
-            q = q.isinf().logical_not().where(q.clip(-hi, hi), q) if out.name == "fp8e5m2" else q.clip(-hi, hi)
-        return q.cast(out)
-    if out not in _QUANT_RANGE:
-        raise ShapeError(f"QuantizeLinear: output dtype {out.name} is not a quantized type")
-    lo, hi = _QUANT_RANGE[out]
-    wide = dtypes.float64 if out.itemsize >= 4 else p if p.itemsize >= 4 else dtypes.float32
-    r = q.cast(wide).round()
-    if zero_point is not None:
-        r = r + zero_point.cast(wide)
-    return r.clip(float(lo), float(hi)).cast(out)
-
-
-def _np(d: DType) -> np.dtype:
-    from jit.common.dtype import to_numpy
-    return to_numpy(d)
-
-
-@onnx_op("QuantizeLinear")
-def quantize_linear(ctx: OpContext) -> Tensor:
-    x, scale, zp = ctx.t(0), ctx.t(1), ctx.opt(2)
-    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0) or 0
-    out_code = ctx.attr("output_dtype", 0) or 0
-    out = zp.dtype if zp is not None else onnx_dtype(out_code) if out_code else dtypes.uint8
-    prec_code = ctx.attr("precision", 0) or 0
-    precision = onnx_dtype(prec_code) if prec_code else None
-    s = _quant_param(scale, x.shape, axis, block)
-    z = _quant_param(zp, x.shape, axis, block) if zp is not None else None
-    return quantize(x, s, z, out, precision, bool(ctx.attr("saturate", 1)))
-
-
-@onnx_op("DequantizeLinear")
-def dequantize_linear(ctx: OpContext) -> Tensor:
-    x, scale, zp = ctx.t(0), ctx.t(1), ctx.opt(2)
-    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0) or 0
-    out_code = ctx.attr("output_dtype", 0) or 0
-    out = onnx_dtype(out_code) if out_code else scale.dtype
-    s = _quant_param(scale, x.shape, axis, block)
-    wide = dtypes.float64 if x.dtype.is_int and x.dtype.itemsize >= 4 else dtypes.float32
-    dx = x.cast(wide)
-    if zp is not None and not x.dtype.is_float:
-        z = _quant_param(zp, x.shape, axis, block)
-        dx = dx - z.cast(wide)
-    return (dx * s.cast(least_upper_dtype(wide, s.dtype))).cast(out)
-
-
-@onnx_op("DynamicQuantizeLinear")
-def dynamic_quantize_linear(ctx: OpContext) -> tuple[Tensor, Tensor, Tensor]:
-    x = ctx.t(0).cast(dtypes.float32)
-    lo = x.min().minimum(0.0) if x.numel() else Tensor.full((), 0.0, dtypes.float32)
-    hi = x.max().maximum(0.0) if x.numel() else Tensor.full((), 0.0, dtypes.float32)
-    scale = (hi == lo).where(1.0, hi - lo) / 255.0  # an all-zero input keeps a usable scale, as the reference
-    zp = (-lo / scale).clip(0.0, 255.0).round().cast(dtypes.uint8)
-    y = quantize(x, scale, zp, dtypes.uint8, dtypes.float32)
-    return y, scale.cast(dtypes.float32), zp
-

@@ -1,4 +1,5 @@
-"""ONNX shape and movement ops: Constant, Shape, Reshape, Transpose, Concat, Slice, Gather, Pad, ..."""
+"""ONNX shape and movement ops: Constant, Shape, Reshape, Transpose, Concat, Slice, Gather, Pad, CenterCropPad,
+..., and the pass-through ones: If (a known condition), Optional*."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import numpy as np
 from jit.common.dtype import dtypes
 from jit.common.errors import ShapeError
 from jit.frontend.tensor import Tensor
-from jit.onnx.loader import OpContext, Value, onnx_op
 from jit.onnx.ops.elementwise import onnx_dtype
+from jit.onnx.registry import OpContext, Value, onnx_op
 
 
 def axes_input(ctx: OpContext, input_index: int, since_opset: int) -> list[int] | None:
@@ -206,6 +207,25 @@ def pad(ctx: OpContext) -> Tensor:
     return x.pad(per_axis, mode=mode, value=value)
 
 
+@onnx_op("CenterCropPad")
+def center_crop_pad(ctx: OpContext) -> Tensor:
+    """Center-crop or zero-pad each listed axis to the target size."""
+    x = ctx.t(0)
+    shape = [int(s) for s in ctx.static(1, "shape")]
+    axes = [int(a) % x.ndim for a in (ctx.attr("axes", None) or range(x.ndim))]
+    pads = [(0, 0)] * x.ndim
+    bounds = [(0, s) for s in x.shape]
+    for a, target in zip(axes, shape, strict=True):
+        n = x.shape[a]
+        if target < n:
+            start = (n - target) // 2
+            bounds[a] = (start, start + target)
+        elif target > n:
+            left = (target - n) // 2
+            pads[a] = (left, target - n - left)
+    return x.shrink(bounds).pad(pads)
+
+
 @onnx_op("DepthToSpace")
 def depth_to_space(ctx: OpContext) -> Tensor:
     x, b = ctx.t(0), ctx.attr("blocksize")
@@ -270,3 +290,26 @@ def if_(ctx: OpContext) -> list[Value]:
     cond = ctx.static(0, "cond")
     branch = ctx.attr("then_branch") if bool(cond.reshape(-1)[0]) else ctx.attr("else_branch")
     return ctx.model.run_graph(branch, dict(ctx.env))
+
+
+# --- optionals (tensor-typed only) ---------------------------------------------------------------------
+@onnx_op("OptionalHasElement")
+def optional_has_element(ctx: OpContext) -> np.ndarray:
+    return np.asarray(ctx.has(0))
+
+
+def _optional_payload(ctx: OpContext) -> Value:
+    v = ctx.inputs[0] if ctx.inputs else None
+    if v is None:
+        raise ctx.unsupported(input="an empty optional (only tensor-typed optionals holding a value are supported)")
+    return v
+
+
+@onnx_op("OptionalGetElement")
+def optional_get_element(ctx: OpContext) -> Value:
+    return _optional_payload(ctx)
+
+
+@onnx_op("Optional")
+def optional(ctx: OpContext) -> Value:
+    return _optional_payload(ctx)

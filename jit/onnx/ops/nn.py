@@ -1,71 +1,32 @@
-"""ONNX neural-net ops: convolution, pooling, normalization, matmul/einsum, softmax, resize, attention, losses."""
+"""ONNX neural-net ops: convolution, pooling and unpooling, normalization, softmax, resize, losses."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
-from jit.common.dtype import DType, dtypes, to_numpy
+from jit.common.dtype import DType, dtypes
 from jit.common.errors import ShapeError
-from jit.frontend.nn_ops import _pool_geometry, _window
+from jit.frontend.movement import window
+from jit.frontend.shapes import pool_geometry
 from jit.frontend.tensor import Tensor
-from jit.onnx.loader import OpContext, onnx_op, unsupported_attribute
+from jit.onnx.ops.conv_attrs import Pairs, auto_pads, kernel_shape, spatial_attrs
 from jit.onnx.ops.elementwise import onnx_dtype
+from jit.onnx.ops.indexing import scatter_elements
 from jit.onnx.ops.nn_helpers import (
     compute_dtype,
-    einsum,
     first_argmax_onehot,
+    host_const,
     linear_coeffs,
-    masked_softmax,
     nearest_coeffs,
-    neg_inf_bias,
-    offset_mask,
     resize_axis,
     resize_taps,
     saturate_to,
     source_coords,
 )
-
-Pairs = list[tuple[int, int]]
-
-
-# --- shared attribute logic ----------------------------------------------------------------------------
-def _spatial(ctx: OpContext, kernel: list[int]) -> tuple[list[int], list[int], list[int]]:
-    """(kernel, strides, dilations) with ONNX defaults for ``len(kernel)`` spatial dims."""
-    n = len(kernel)
-    strides = list(ctx.attr("strides", None) or [1] * n)
-    dilations = list(ctx.attr("dilations", None) or [1] * n)
-    return [int(k) for k in kernel], [int(s) for s in strides], [int(d) for d in dilations]
-
-
-def _auto_pads(ctx: OpContext, in_sp: tuple[int, ...], kernel: list[int], strides: list[int],
-               dilations: list[int]) -> Pairs:
-    """Per-dim (begin, end) padding from ``auto_pad`` (SAME_UPPER/SAME_LOWER/VALID) or ``pads``."""
-    n = len(kernel)
-    auto_pad = ctx.attr("auto_pad", "NOTSET")
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for i, k, s, d in zip(in_sp, kernel, strides, dilations, strict=True):
-            total = max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
-            small, big = total // 2, total - total // 2
-            out.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
-        return out
-    if auto_pad == "VALID":
-        return [(0, 0)] * n
-    if auto_pad != "NOTSET":
-        raise ctx.unsupported(auto_pad=auto_pad)
-    pads = list(ctx.attr("pads", None) or [0] * (2 * n))
-    return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
-
-
-def _kernel_shape(ctx: OpContext, w: Tensor | None = None) -> list[int]:
-    ks = ctx.attr("kernel_shape", None)
-    if ks is None:
-        if w is None:
-            raise ShapeError(f"{ctx.where()}: kernel_shape expected, got none")
-        ks = w.shape[2:]
-    return [int(k) for k in ks]
+from jit.onnx.registry import OpContext, onnx_op, unsupported_attribute
 
 
 # --- convolution -------------------------------------------------------------------------------------
@@ -73,31 +34,17 @@ def _kernel_shape(ctx: OpContext, w: Tensor | None = None) -> list[int]:
 def conv(ctx: OpContext) -> Tensor:
     """N-d convolution; kernel_shape defaults to the weight's spatial dims."""
     x, w, b = ctx.t(0), ctx.t(1), ctx.opt(2)
-    kernel, st, dl = _spatial(ctx, _kernel_shape(ctx, w))
-    pads = _auto_pads(ctx, x.shape[2:], kernel, st, dl)
+    kernel, st, dl = spatial_attrs(ctx, kernel_shape(ctx, w))
+    pads = auto_pads(ctx, x.shape[2:], kernel, st, dl)
     return x.conv2d(w.cast(x.dtype), b.cast(x.dtype) if b is not None else None, groups=int(ctx.attr("group", 1)),
                     stride=st, dilation=dl, padding=pads)
-
-
-@onnx_op("ConvInteger")
-def conv_integer(ctx: OpContext) -> Tensor:
-    """Integer convolution of zero-point-shifted operands, accumulated in int32."""
-    x, w = ctx.t(0).cast(dtypes.int32), ctx.t(1).cast(dtypes.int32)
-    if ctx.has(2):
-        x = x - ctx.t(2).cast(dtypes.int32).reshape(())
-    if ctx.has(3):
-        wz = ctx.t(3).cast(dtypes.int32)
-        w = w - (wz.reshape(()) if wz.numel() == 1 else wz.reshape(-1, *([1] * (w.ndim - 1))))
-    kernel, st, dl = _spatial(ctx, _kernel_shape(ctx, w))
-    pads = _auto_pads(ctx, x.shape[2:], kernel, st, dl)
-    return x.conv2d(w, None, groups=int(ctx.attr("group", 1)), stride=st, dilation=dl, padding=pads)
 
 
 @onnx_op("ConvTranspose")
 def conv_transpose(ctx: OpContext) -> Tensor:
     """Transposed convolution; output_shape or SAME auto_pad derive the pads as the spec says."""
     x, w, b = ctx.t(0), ctx.t(1), ctx.opt(2)
-    kernel, st, dl = _spatial(ctx, _kernel_shape(ctx, w))
+    kernel, st, dl = spatial_attrs(ctx, kernel_shape(ctx, w))
     n = len(kernel)
     in_sp = x.shape[2:]
     opad = [int(v) for v in (ctx.attr("output_padding", None) or [0] * n)]
@@ -122,10 +69,45 @@ def conv_transpose(ctx: OpContext) -> Tensor:
                               output_padding=opad)
 
 
+@onnx_op("Col2Im")
+def col2im(ctx: OpContext) -> Tensor:
+    """Fold column blocks back into an image, summing overlaps: each output pixel gathers its (at most
+    prod(block)) contributing column entries through a load-time index table."""
+    x = ctx.t(0)
+    image = [int(v) for v in ctx.static(1, "image_shape")]
+    block = [int(v) for v in ctx.static(2, "block_shape")]
+    k = len(image)
+    dil = [int(v) for v in (ctx.attr("dilations", None) or [1] * k)]
+    st = [int(v) for v in (ctx.attr("strides", None) or [1] * k)]
+    pads = [int(v) for v in (ctx.attr("pads", None) or [0] * (2 * k))]
+    n, ck, length = x.shape
+    kk = math.prod(block)
+    c = ck // kk
+    padded = [image[i] + pads[i] + pads[i + k] for i in range(k)]
+    outs = [(padded[i] - dil[i] * (block[i] - 1) - 1) // st[i] + 1 for i in range(k)]
+    if math.prod(outs) != length:
+        raise ShapeError(f"{ctx.where()}: input expected {math.prod(outs)} blocks, got {length}")
+    # table[p, j]: the column entry (block offset * L + block index) landing on padded pixel p, or -1
+    table = np.full((math.prod(padded), kk), -1, dtype=np.int64)
+    for j, off in enumerate(itertools.product(*[range(b) for b in block])):
+        for li, pos in enumerate(itertools.product(*[range(o) for o in outs])):
+            p = 0
+            for i in range(k):
+                p = p * padded[i] + pos[i] * st[i] + off[i] * dil[i]
+            table[p, j] = j * length + li
+    valid = table >= 0
+    idx = np.where(valid, table, 0).astype(np.int32).reshape(-1)
+    src = x.reshape(n, c, kk * length)
+    g = src.take(host_const(idx, x), 2).reshape(n, c, math.prod(padded), kk)
+    mask = host_const(valid.astype(np.float32), x, compute_dtype(x.dtype)).reshape(1, 1, math.prod(padded), kk)
+    out = (g.cast(compute_dtype(x.dtype)) * mask).sum(-1).reshape(n, c, *padded).cast(x.dtype)
+    return out.shrink([(0, n), (0, c)] + [(pads[i], pads[i] + image[i]) for i in range(k)])
+
+
 # --- pooling -----------------------------------------------------------------------------------------
 def _pool_setup(ctx: OpContext, x: Tensor) -> tuple[list[int], list[int], list[int], Pairs, bool]:
-    kernel, st, dl = _spatial(ctx, _kernel_shape(ctx))
-    pads = _auto_pads(ctx, x.shape[2:], kernel, st, dl)
+    kernel, st, dl = spatial_attrs(ctx, kernel_shape(ctx))
+    pads = auto_pads(ctx, x.shape[2:], kernel, st, dl)
     return kernel, st, dl, pads, bool(ctx.attr("ceil_mode", 0))
 
 
@@ -160,13 +142,13 @@ def _max_pool_indices(x: Tensor, out: Tensor, kernel: list[int], st: list[int], 
                       ceil_mode: bool, storage_order: int) -> Tensor:
     """Flat input index (padding not counted) of each window's first maximum (row-major window order)."""
     nk = len(kernel)
-    extra = _pool_geometry(x.shape, tuple(kernel), tuple(st), tuple(dl), tuple(pads), ceil_mode)
+    extra = pool_geometry(x.shape, tuple(kernel), tuple(st), tuple(dl), tuple(pads), ceil_mode)
     full = [(0, 0)] * (x.ndim - nk) + [(b, e + ex) for (b, e), ex in zip(pads, extra, strict=True)]
     numel = x.numel()
     low = -math.inf if x.dtype.is_float else x.dtype.min
-    xw = _window(x.pad(full, value=low), tuple(kernel), tuple(st), tuple(dl))
+    xw = window(x.pad(full, value=low), tuple(kernel), tuple(st), tuple(dl))
     labels = Tensor.arange(numel, device=x.device, dtype=dtypes.int64).reshape(x.shape)
-    lw = _window(labels.pad(full, value=numel), tuple(kernel), tuple(st), tuple(dl))
+    lw = window(labels.pad(full, value=numel), tuple(kernel), tuple(st), tuple(dl))
     kaxes = tuple(range(xw.ndim - nk, xw.ndim))
     hit = xw == out.reshape(*out.shape, *([1] * nk))
     idx = hit.where(lw, numel).min(kaxes)
@@ -203,6 +185,28 @@ def global_lp_pool(ctx: OpContext) -> Tensor:
     a = x._float_operand().abs()
     s = (a * a if p == 2 else a.pow(p)).sum(axes, keepdim=True)
     return (s.sqrt() if p == 2 else s.pow(1.0 / p)).cast(x.dtype)
+
+
+@onnx_op("MaxUnpool")
+def max_unpool(ctx: OpContext) -> Tensor:
+    """Scatter each value to its MaxPool index (flat over the inferred output), zero elsewhere."""
+    x, ind = ctx.t(0), ctx.t(1)
+    kernel = [int(v) for v in ctx.attr("kernel_shape")]
+    k = len(kernel)
+    st = [int(v) for v in (ctx.attr("strides", None) or [1] * k)]
+    pads = [int(v) for v in (ctx.attr("pads", None) or [0] * (2 * k))]
+    n, c, *sp = x.shape
+    inferred = [(sp[i] - 1) * st[i] - (pads[i] + pads[i + k]) + kernel[i] for i in range(k)]
+    plane = math.prod(inferred)
+    rel = ind.cast(dtypes.int32).reshape(n * c, -1)
+    offs = Tensor.arange(n * c, dtype=dtypes.int32, device=x.device).reshape(n * c, 1) * plane
+    rel = rel - offs
+    base = Tensor.zeros(n * c, plane, dtype=x.dtype, device=x.device)
+    y = scatter_elements(base, rel, x.reshape(n * c, -1), 1).reshape(n, c, *inferred)
+    if ctx.has(2):
+        target = [int(v) for v in ctx.static(2, "output_shape")]
+        y = y.pad([(0, t - s) for t, s in zip(target, y.shape, strict=True)])
+    return y
 
 
 # --- normalization -----------------------------------------------------------------------------------
@@ -329,43 +333,9 @@ def lrn(ctx: OpContext) -> Tensor:
     xf = x.cast(compute_dtype(x.dtype))
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     sq = (xf * xf).transpose(1, -1)  # channels last for the window
-    win = _window(sq.pad(((0, 0),) * (sq.ndim - 1) + ((lo, hi),)), (size,), (1,), (1,))
+    win = window(sq.pad(((0, 0),) * (sq.ndim - 1) + ((lo, hi),)), (size,), (1,), (1,))
     ssum = win.sum(-1).transpose(1, -1)
     return (xf / (ssum * (alpha / size) + bias).pow(beta)).cast(x.dtype)
-
-
-# --- matmul family -----------------------------------------------------------------------------------
-@onnx_op("Gemm")
-def gemm(ctx: OpContext) -> Tensor:
-    a, b, c = ctx.t(0), ctx.t(1), ctx.opt(2)
-    out = a.gemm(b.cast(a.dtype), c.cast(a.dtype) if c is not None else None, float(ctx.attr("alpha", 1.0)),
-                 float(ctx.attr("beta", 1.0)), bool(ctx.attr("transA", 0)), bool(ctx.attr("transB", 0)))
-    return out.cast(a.dtype)
-
-
-@onnx_op("MatMul")
-def matmul(ctx: OpContext) -> Tensor:
-    a, b = ctx.t(0), ctx.t(1)
-    return a.matmul(b.cast(a.dtype))
-
-
-@onnx_op("MatMulInteger")
-def matmul_integer(ctx: OpContext) -> Tensor:
-    """(A - a_zero_point) @ (B - b_zero_point) in int32; a per-row a_zero_point is allowed."""
-    a, b = ctx.t(0).cast(dtypes.int32), ctx.t(1).cast(dtypes.int32)
-    if ctx.has(2):
-        az = ctx.t(2).cast(dtypes.int32)
-        a = a - (az.reshape(()) if az.numel() == 1 else az.reshape(-1, 1))
-    if ctx.has(3):
-        bz = ctx.t(3).cast(dtypes.int32)
-        b = b - (bz.reshape(()) if bz.numel() == 1 else bz)
-    return a.matmul(b)
-
-
-@onnx_op("Einsum")
-def einsum_(ctx: OpContext) -> Tensor:
-    ops = [ctx.t(i) for i in range(len(ctx.inputs)) if ctx.has(i)]
-    return einsum(str(ctx.attr("equation")), ops)
 
 
 # --- softmax family ----------------------------------------------------------------------------------
@@ -487,127 +457,6 @@ def _resize(ctx: OpContext, x: Tensor, mode: str, coord: str, nearest: str, scal
         idx, coeffs = resize_taps(coords, x.shape[a], scale[a], coeff_fn, exclude)
         y = resize_axis(y, a, idx, coeffs, extrap, extrap_value, selector=mode == "nearest")
     return saturate_to(y, x.dtype) if y.dtype != x.dtype else y
-
-
-# --- attention ---------------------------------------------------------------------------------------
-def _heads_4d(t: Tensor, heads: int) -> Tensor:
-    """(B, S, H*D) -> (B, H, S, D)."""
-    b, s, hid = t.shape
-    return t.reshape(b, s, heads, hid // heads).permute(0, 2, 1, 3)
-
-
-@onnx_op("Attention")
-def attention(ctx: OpContext) -> tuple[Tensor | None, ...]:
-    """ONNX Attention (23-25): heads, GQA, masks, causal/window, KV cache, softcap, qk output modes."""
-    q, k, v = ctx.t(0), ctx.t(1), ctx.t(2)
-    mask, past_k, past_v, nonpad = ctx.opt(3), ctx.opt(4), ctx.opt(5), ctx.opt(6)
-    is_causal = bool(ctx.attr("is_causal", 0))
-    qh, kvh = ctx.attr("q_num_heads", None), ctx.attr("kv_num_heads", None)
-    scale = ctx.attr("scale", None)
-    softcap = float(ctx.attr("softcap", 0.0) or 0.0)
-    mode = int(ctx.attr("qk_matmul_output_mode", 0))
-    precision = ctx.attr("softmax_precision", None)
-    left = int(ctx.attr("left_window_size", -1)) if ctx.opset >= 25 else -1
-    right = int(ctx.attr("right_window_size", -1)) if ctx.opset >= 25 else -1
-    d = q.dtype
-    cd = compute_dtype(d)  # narrow floats compute in float32 (closer to the reference than float16 steps)
-    q, k, v = q.cast(cd), k.cast(cd), v.cast(cd)
-    rank3 = q.ndim == 3
-    if rank3:
-        if qh is None or kvh is None:
-            raise ShapeError(f"{ctx.where()}: 3-D inputs expected q_num_heads and kv_num_heads")
-        q, k, v = _heads_4d(q, int(qh)), _heads_4d(k, int(kvh)), _heads_4d(v, int(kvh))
-    batch = q.shape[0]
-    sc = float(scale) if scale is not None else 1 / math.sqrt(q.shape[3])
-    sc_t = float(np.asarray(np.sqrt(sc), dtype=np.float64).astype(to_numpy(d)))
-    if past_k is not None:
-        k = Tensor.cat(past_k.cast(cd), k, dim=2)
-    if past_v is not None:
-        v = Tensor.cat(past_v.cast(cd), v, dim=2)
-    present_k, present_v = k.cast(d), v.cast(d)
-    q_len, kv_len = q.shape[2], k.shape[2]
-    past_len = past_k.shape[2] if past_k is not None else 0
-    offset: int | Tensor = (nonpad.cast(dtypes.int32) - q_len) if nonpad is not None and past_k is None else past_len
-    bias: Tensor | None = None
-    if mask is not None:
-        pad = kv_len - mask.shape[-1]
-        if pad > 0:
-            padding = ((0, 0),) * (mask.ndim - 1) + ((0, pad),)
-            mask = mask.pad(padding, value=False) if mask.dtype.is_bool else mask.pad(padding, value=-math.inf)
-        bias = neg_inf_bias(mask, cd) if mask.dtype.is_bool else mask.cast(cd)
-    if is_causal:
-        bias = _add_bias(bias, neg_inf_bias(offset_mask(q_len, kv_len, offset, q, causal=True), cd))
-    if left >= 0 or right >= 0:
-        bias = _add_bias(bias, neg_inf_bias(offset_mask(q_len, kv_len, offset, q, left, right), cd))
-    if nonpad is not None:
-        keep = Tensor.arange(kv_len, device=q.device).reshape(1, kv_len) < nonpad.cast(dtypes.int32).reshape(-1, 1)
-        bias = _add_bias(bias, neg_inf_bias(keep.reshape(batch, 1, 1, kv_len), cd))
-    h_q, h_k = q.shape[1], k.shape[1]
-    if h_q != h_k and h_q % h_k == 0:
-        rep = h_q // h_k
-        k = k.reshape(batch, h_k, 1, kv_len, k.shape[3]).expand(batch, h_k, rep, kv_len, k.shape[3]) \
-            .reshape(batch, h_q, kv_len, k.shape[3])
-        v = v.reshape(batch, h_k, 1, kv_len, v.shape[3]).expand(batch, h_k, rep, kv_len, v.shape[3]) \
-            .reshape(batch, h_q, kv_len, v.shape[3])
-    qk = (q * sc_t).matmul((k * sc_t).transpose(-1, -2))
-    if softcap > 0:
-        qk = ((qk / softcap).tanh() * softcap).cast(cd)
-    qk_out: Tensor = qk
-    biased = qk + bias if bias is not None else qk
-    if mode == 2:
-        qk_out = biased
-    if precision is not None:
-        biased = biased.cast(onnx_dtype(int(precision)))
-    probs = masked_softmax(biased)
-    if bias is not None:
-        m = bias.max(-1, keepdim=True)
-        probs = (m.isinf() & (m < 0)).where(0.0, probs).cast(probs.dtype)
-    if mode == 3:
-        qk_out = probs
-    y = probs.cast(cd).matmul(v).cast(d)
-    if rank3:
-        y = y.permute(0, 2, 1, 3).reshape(batch, q_len, -1)
-    outs = (y, present_k, present_v, qk_out.cast(d))
-    return outs[:max(1, len(ctx.node.output))]
-
-
-def _add_bias(bias: Tensor | None, extra: Tensor) -> Tensor:
-    return extra if bias is None else bias + extra
-
-
-@onnx_op("RotaryEmbedding")
-def rotary_embedding(ctx: OpContext) -> Tensor:
-    """Rotate the first rotary_embedding_dim features by cos/sin (half split or interleaved)."""
-    x, cos, sin, pos = ctx.t(0), ctx.t(1), ctx.t(2), ctx.opt(3)
-    interleaved = bool(ctx.attr("interleaved", 0))
-    rot = int(ctx.attr("rotary_embedding_dim", 0) or 0)
-    orig = x.shape
-    if x.ndim == 4:
-        x = x.permute(0, 2, 1, 3)  # (B, S, H, D)
-    else:
-        heads = int(ctx.attr("num_heads", 0) or 0)
-        if not heads:
-            raise ShapeError(f"{ctx.where()}: 3-D input expected num_heads, got none")
-        x = x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads)
-    head = x.shape[3]
-    rot = rot or head
-    if pos is not None:
-        idx = pos.cast(dtypes.int32)
-        cos, sin = cos.take(idx, 0), sin.take(idx, 0)
-    cos, sin = cos.cast(x.dtype).unsqueeze(2), sin.cast(x.dtype).unsqueeze(2)
-    xr = x[..., :rot]
-    if interleaved:
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
-    else:
-        x1, x2 = xr[..., :rot // 2], xr[..., rot // 2:]
-    real = cos * x1 - sin * x2
-    imag = sin * x1 + cos * x2
-    if interleaved:
-        xr = Tensor.cat(real.unsqueeze(-1), imag.unsqueeze(-1), dim=-1).reshape(xr.shape)
-    else:
-        xr = Tensor.cat(real, imag, dim=-1)
-    y = Tensor.cat(xr, x[..., rot:], dim=-1) if rot < head else xr
-    return y.reshape(orig) if len(orig) == 3 else y.permute(0, 2, 1, 3)
 
 
 # --- losses ------------------------------------------------------------------------------------------

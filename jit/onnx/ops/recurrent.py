@@ -16,7 +16,7 @@ import onnx
 from jit.common.dtype import dtypes
 from jit.common.errors import ShapeError, UnsupportedOp
 from jit.frontend.tensor import Tensor
-from jit.onnx.loader import OpContext, Value, onnx_op, tensor_to_numpy
+from jit.onnx.registry import OpContext, Value, onnx_op, tensor_to_numpy
 
 
 # --- helpers -------------------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from jit.common.dtype import DType, dtypes
 from jit.common.errors import AxisError, ShapeError
 from jit.frontend.tensor import Tensor
-from jit.onnx.loader import OpContext, onnx_op
 from jit.onnx.ops.indexing import gather_axis
 from jit.onnx.ops.movement import axes_input
+from jit.onnx.registry import OpContext, onnx_op
 
 
 def reduce_axes_since(op_type: str) -> int:

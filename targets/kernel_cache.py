@@ -1,0 +1,39 @@
+"""The on-disk cache of compiled kernels (device side): shared objects and OpenCL program binaries by key.
+
+It lives in ``$DRIVEPACK_CACHE`` or ``~/.cache/drivepack``. Kernels compiled together share one file: each
+kernel's key then names a ``<key>.ref`` file holding the name of the batch file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    root = Path(os.environ.get("DRIVEPACK_CACHE") or Path.home() / ".cache" / "drivepack")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def cached_artifact(stem: str, ext: str) -> Path | None:
+    """The cached file holding the kernel named ``stem``: ``stem + ext`` itself, or the batch file that
+    ``stem.ref`` names (kernels compiled together share one file)."""
+    own = cache_dir() / f"{stem}{ext}"
+    if own.exists():
+        return own
+    ref = cache_dir() / f"{stem}.ref"
+    if ref.exists():
+        batch = cache_dir() / ref.read_text().strip()
+        if batch.exists():
+            return batch
+    return None
+
+
+def publish(path: Path, data: bytes | str) -> None:
+    """Write atomically: concurrent test workers may compile the same kernel."""
+    fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.replace(staged, path)

@@ -1,0 +1,384 @@
+"""The OpenCL target's device side: one OpenCL device's context and queue, program builds, buffers, launches.
+
+This is all an OpenCL replay needs; it imports no renderer (the compiler-facing OpenCLTarget in
+targets/opencl.py adds rendering on top). Device choice: ``OPENCL`` is device 0, ``OPENCL:1`` device 1, counted
+over the platforms whose name contains ``$DRIVEPACK_CL_PLATFORM`` (targets/cl_binding.py). Program binaries are
+cached on disk (targets/kernel_cache.py) by source + build options + platform + device + driver version, so a
+second process builds nothing. ``NOLOCALS=1`` launches with a NULL local size (the driver picks it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import weakref
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from jit.common.errors import CompileError
+from jit.common.helpers import NOLOCALS, prod
+from targets.base import Buffer, Program, Runtime, TargetLimits
+from targets.cl_binding import (
+    CL_FLOAT,
+    CL_KERNEL_WORK_GROUP_SIZE,
+    CL_MEM_COPY_HOST_PTR,
+    CL_MEM_OBJECT_IMAGE2D,
+    CL_MEM_READ_ONLY,
+    CL_MEM_READ_WRITE,
+    CL_PROFILING_COMMAND_END,
+    CL_PROFILING_COMMAND_START,
+    CL_PROGRAM_BINARIES,
+    CL_PROGRAM_BINARY_SIZES,
+    CL_PROGRAM_BUILD_LOG,
+    CL_QUEUE_PROFILING_ENABLE,
+    CL_RGBA,
+    CL_TRUE,
+    PLATFORM_ENV,
+    OpenCLBuildError,
+    OpenCLDeviceError,
+    OpenCLError,
+    check,
+    checked_create,
+    info_sizes,
+    info_str,
+    info_uint,
+    libopencl,
+    list_devices,
+)
+from targets.kernel_cache import cache_dir, cached_artifact, publish
+
+# work-group size aimed for when the device allows more: large enough to fill a GPU wave, small enough that
+# register pressure does not bite; the device and kernel limits still cap it
+PREFERRED_LOCAL_SIZE = 256
+GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
+
+
+def choose_local_size(global_size: tuple[int, ...], max_group: int, max_items: tuple[int, ...],
+                      preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
+    """A local size that divides ``global_size`` (OpenCL 1.2 needs uniform work-groups), stays within the
+    per-dimension limits ``max_items`` and, in product, within ``min(max_group, preferred)``; dimension 0 (the
+    innermost, contiguous in memory) is filled first. The budget halves while that leaves fewer than
+    ``min_groups`` work-groups (a register-tiled kernel launches few items: 3 groups on 2 compute units leave
+    one idle for a third of the time)."""
+    budget = max(1, min(max_group, preferred))
+    while True:
+        local, left = [], budget
+        for dim, g in enumerate(global_size):
+            cap = min(left, max_items[dim] if dim < len(max_items) else 1, g)
+            size = next(d for d in range(max(cap, 1), 0, -1) if g % d == 0)
+            local.append(size)
+            left //= size
+        if budget == 1 or prod(global_size) // prod(local) >= min_groups:
+            return tuple(local)
+        budget //= 2
+
+
+def group_local_size(global_size: tuple[int, ...], group: int, max_group: int, max_items: tuple[int, ...],
+                     preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
+    """``choose_local_size``, or for a kernel sharing reduces over dimension 0 (jit/codegen/opt/group.py) exactly one
+    output's ``group`` work-items per work-group: the local array holding their partials is indexed by the local
+    id of dimension 0 alone."""
+    if group <= 1:
+        return choose_local_size(global_size, max_group, max_items, preferred, min_groups)
+    if group > min(max_group, max_items[0] if max_items else 1):
+        raise CompileError(f"group reduce: {group} work-items expected within the work-group limits "
+                          f"(max {max_group}, dimension 0 max {max_items[0] if max_items else 1})")
+    return (group, *(1,) * (len(global_size) - 1))
+
+
+def valid_local_size(local: tuple[int, ...], global_size: tuple[int, ...], max_group: int,
+                     max_items: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``local`` when it is a launchable work-group size for ``global_size`` (one entry per dimension, each
+    dividing its global extent and within ``max_items``, product within ``max_group``), else None."""
+    if len(local) != len(global_size) or prod(local) > max_group:
+        return None
+    for dim, (lo, g) in enumerate(zip(local, global_size, strict=True)):
+        if lo < 1 or g % lo or lo > (max_items[dim] if dim < len(max_items) else 1):
+            return None
+    return local
+
+
+def _release_mem(lib: Any, handle: Any, live: Counter[str]) -> None:
+    lib.clReleaseMemObject(handle)
+    live["mem"] -= 1
+
+
+def _release_program(lib: Any, kernel: Any, program: Any, live: Counter[str]) -> None:
+    lib.clReleaseKernel(kernel)
+    lib.clReleaseProgram(program)
+    live["kernel"] -= 1
+    live["program"] -= 1
+
+
+def _release_queue(lib: Any, queue: Any, context: Any) -> None:
+    lib.clReleaseCommandQueue(queue)
+    lib.clReleaseContext(context)
+
+
+class CLKernel:
+    """A kernel and one reference to its program (shared by a batch); both released when this is collected."""
+
+    __slots__ = ("program", "kernel", "max_group", "__weakref__")
+
+    def __init__(self, target: OpenCLRuntime, program: Any, kernel: Any, max_group: int) -> None:
+        self.program, self.kernel, self.max_group = program, kernel, max_group
+        target.live["kernel"] += 1
+        target.live["program"] += 1
+        # atexit=False: at interpreter exit the driver may already be tearing down; the process frees it all
+        weakref.finalize(self, _release_program, target.lib, kernel, program, target.live).atexit = False
+
+
+# builds from OpenCL C source in this process (a warm binary cache keeps it at 0)
+cl_builds = 0
+
+
+class OpenCLRuntime(Runtime):
+    """One OpenCL device: a context and an in-order, profiling-enabled command queue."""
+
+    name = "OPENCL"
+
+    def __init__(self, device: str = "OPENCL") -> None:
+        base, _, idx = device.partition(":")
+        self.name = device
+        try:
+            self.index = int(idx) if idx else 0
+        except ValueError:
+            raise OpenCLDeviceError(f"device {device!r}: expected OPENCL or OPENCL:<index>", -33) from None
+        self.ffi, self.lib = libopencl()
+        devices = list_devices()
+        if not 0 <= self.index < len(devices):
+            found = ", ".join(f"{d.index} = {d.name} ({d.platform})" for _, _, d in devices) or "none"
+            where = f" on platforms matching {PLATFORM_ENV}={os.environ[PLATFORM_ENV]!r}" \
+                if os.environ.get(PLATFORM_ENV) else ""
+            raise OpenCLDeviceError(f"device {device!r}: expected a device index below {len(devices)}{where} "
+                                    f"(devices: {found}), got {self.index}", -1)
+        self.platform_id, self.device_id, self.info = devices[self.index]
+        info = self.info
+        self.live: Counter[str] = Counter()
+        self.build_count = 0
+        dev = self.ffi.new("cl_device_id[1]", [self.device_id])
+        self._dev = dev
+        self.context = checked_create("clCreateContext", self.lib.clCreateContext, self.ffi.NULL, 1, dev,
+                                      self.ffi.NULL, self.ffi.NULL)
+        self.queue = checked_create("clCreateCommandQueue", self.lib.clCreateCommandQueue, self.context,
+                                    self.device_id, CL_QUEUE_PROFILING_ENABLE)
+        weakref.finalize(self, _release_queue, self.lib, self.queue, self.context).atexit = False
+        # what the device launches and how its memory is laid out (the compiler side adds its cache facts)
+        self.limits = TargetLimits(max_local_size=info.max_work_group_size, max_local_dims=info.max_work_item_sizes,
+                                   buffer_alignment=max(info.base_addr_align_bytes, 1),
+                                   image2d_max=info.image2d_max if info.image_support else (0, 0))
+        self.build_options = ""
+        # what local-size selection respects (a profile such as targets/qcom.py narrows these)
+        self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes
+        self.preferred_local = PREFERRED_LOCAL_SIZE
+        self.min_groups = GROUPS_PER_COMPUTE_UNIT * max(info.max_compute_units, 1)
+
+    def __repr__(self) -> str:
+        i = self.info
+        return f"<{type(self).__name__} {self.name}: {i.name} on {i.platform} {i.driver_version}>"
+
+    # --- compile -------------------------------------------------------------------------------------------
+    def _cache_key(self, source: str) -> str:
+        i = self.info
+        parts = (source, self.build_options, i.platform, i.platform_version, i.name, i.version, i.driver_version)
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def _build(self, program: Any, source: str, what: str) -> None:
+        code = self.lib.clBuildProgram(program, 1, self._dev, self.build_options.encode(), self.ffi.NULL,
+                                       self.ffi.NULL)
+        if code != 0:
+            log = info_str(self.lib.clGetProgramBuildInfo, program, CL_PROGRAM_BUILD_LOG, self.device_id)
+            self.lib.clReleaseProgram(program)
+            raise OpenCLBuildError(what, code, log, source)
+
+    def _program_from_binary(self, binary: bytes) -> Any | None:
+        """The program built from a cached binary, or None when the driver refuses it (then build from source)."""
+        ffi, lib = self.ffi, self.lib
+        data = ffi.from_buffer("unsigned char[]", binary)
+        status = ffi.new("cl_int*")
+        err = ffi.new("cl_int*")
+        program = lib.clCreateProgramWithBinary(self.context, 1, self._dev, ffi.new("size_t*", len(binary)),
+                                                ffi.new("unsigned char*[1]", [data]), status, err)
+        if err[0] != 0 or status[0] != 0:
+            if program != ffi.NULL:
+                lib.clReleaseProgram(program)
+            return None
+        try:
+            self._build(program, "", "clBuildProgram(binary)")
+        except OpenCLBuildError:
+            return None
+        return program
+
+    def _program_from_source(self, source: str, what: str) -> Any:
+        global cl_builds
+        ffi = self.ffi
+        src = ffi.new("char[]", source.encode())
+        program = checked_create("clCreateProgramWithSource", self.lib.clCreateProgramWithSource, self.context, 1,
+                                 ffi.new("char*[1]", [src]), ffi.NULL)
+        cl_builds += 1
+        self.build_count += 1
+        self._build(program, source, f"clBuildProgram({what}) on {self.info.name}")
+        return program
+
+    def _program_binary(self, program: Any) -> bytes:
+        ffi, lib = self.ffi, self.lib
+        size = info_sizes(lib.clGetProgramInfo, program, CL_PROGRAM_BINARY_SIZES)[0]
+        buf = ffi.new("unsigned char[]", max(size, 1))
+        check("clGetProgramInfo(CL_PROGRAM_BINARIES)",
+              lib.clGetProgramInfo(program, CL_PROGRAM_BINARIES, ffi.sizeof("void*"),
+                                   ffi.new("unsigned char*[1]", [buf]), ffi.NULL))
+        return ffi.buffer(buf, size)[:]
+
+    def _build_batch(self, items: list[tuple[str, str]]) -> Any:
+        """One program holding every kernel of ``items`` (name, source): one compiler run instead of one per
+        kernel (several times faster on PoCL). Published to the cache with a .ref per kernel."""
+        source = "\n".join(src for _, src in items)
+        try:
+            program = self._program_from_source(source, ", ".join(name for name, _ in items))
+        except OpenCLBuildError:
+            if len(items) == 1:
+                raise
+            for name, src in items:  # find the kernel at fault, so the error shows its own source and log
+                self.lib.clReleaseProgram(self._program_from_source(src, name))
+            raise
+        batch_key = self._cache_key(source)
+        publish(cache_dir() / f"opencl-{batch_key}.bin", self._program_binary(program))
+        for _, src in items:
+            if (key := self._cache_key(src)) != batch_key:
+                publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}.bin")
+        return program
+
+    def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
+        return self.compile_many([(name, source, meta)])[0]
+
+    def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
+        """Kernels from the binary cache where present; all others built together in one program."""
+        keys = [self._cache_key(source) for _, source, _ in items]
+        owned: list[Any] = []  # one reference per program made here, dropped once its kernels retain their own
+        by_key: dict[str, Any] = {}
+        by_file: dict[Path, Any] = {}
+        try:
+            for key in keys:
+                path = cached_artifact(f"opencl-{key}", ".bin")
+                if path is not None and path not in by_file:
+                    by_file[path] = self._program_from_binary(path.read_bytes())
+                    if by_file[path] is not None:
+                        owned.append(by_file[path])
+                if path is not None and by_file[path] is not None:
+                    by_key[key] = by_file[path]
+            batches: list[dict[str, str]] = []  # kernel names must be unique within one program
+            for (name, source, _), key in zip(items, keys, strict=True):
+                if key in by_key or any(b.get(name) == source for b in batches):
+                    continue
+                batch = next((b for b in batches if name not in b), None)
+                if batch is None:
+                    batches.append(batch := {})
+                batch[name] = source
+            for batch in batches:
+                program = self._build_batch(list(batch.items()))
+                owned.append(program)
+                by_key.update((self._cache_key(src), program) for src in batch.values())
+            return [self._kernel(name, source, meta, by_key[key])
+                    for (name, source, meta), key in zip(items, keys, strict=True)]
+        finally:
+            for program in owned:
+                self.lib.clReleaseProgram(program)
+
+    def _kernel(self, name: str, source: str, meta: dict[str, Any], program: Any) -> Program:
+        lib = self.lib
+        kernel = checked_create(f"clCreateKernel({name})", lib.clCreateKernel, program, name.encode())
+        check("clRetainProgram", lib.clRetainProgram(program))  # the kernel's own reference, see CLKernel
+        max_group = info_uint(lib.clGetKernelWorkGroupInfo, kernel, CL_KERNEL_WORK_GROUP_SIZE, self.device_id)
+        handle = CLKernel(self, program, kernel, max_group)
+        global_size = tuple(meta.get("global_size", (1,)))
+        group = int(meta.get("group", 0))
+        local_size = None if group else valid_local_size(tuple(meta.get("local_request", ())), global_size,
+                                                         min(max_group, self.max_group), self.max_items)
+        if local_size is None:  # a group reduce's work-group is fixed: one output's group items
+            local_size = group_local_size(global_size, group, min(max_group, self.max_group), self.max_items,
+                                          self.preferred_local, self.min_groups)
+        return Program(name, source, handle, global_size=global_size, local_size=local_size, meta=meta)
+
+    # --- memory --------------------------------------------------------------------------------------------
+    def allocate(self, nbytes: int) -> Buffer:
+        # a zero-byte cl_mem is CL_INVALID_BUFFER_SIZE: empty tensors get one byte nobody reads
+        handle = checked_create("clCreateBuffer", self.lib.clCreateBuffer, self.context, CL_MEM_READ_WRITE,
+                                max(nbytes, 1), self.ffi.NULL)
+        buf = Buffer(self, nbytes, handle)
+        self.live["mem"] += 1
+        weakref.finalize(buf, _release_mem, self.lib, handle, self.live).atexit = False
+        return buf
+
+    def allocate_image(self, height: int, width: int, data: memoryview) -> Buffer:
+        """A read-only image2d_t of ``height`` x ``width`` RGBA float texels holding ``data`` (float32 bytes in
+        element order, zero-padded to fill the last texels): what an ImageDType kernel parameter reads."""
+        size = height * width * 16
+        if not self.info.image_support:
+            raise OpenCLError(f"clCreateImage on {self.info.name}: CL_DEVICE_IMAGE_SUPPORT expected true, got false",
+                              -10)
+        if data.nbytes > size or data.nbytes % 4:
+            raise ValueError(f"allocate_image: expected at most {size} bytes of float32, got {data.nbytes}")
+        host = bytearray(size)
+        host[:data.nbytes] = data.cast("B")
+        fmt = self.ffi.new("cl_image_format*", [CL_RGBA, CL_FLOAT])
+        desc = self.ffi.new("cl_image_desc*", {"image_type": CL_MEM_OBJECT_IMAGE2D, "image_width": width,
+                                               "image_height": height})
+        handle = checked_create("clCreateImage", self.lib.clCreateImage, self.context,
+                                CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, fmt, desc, self.ffi.from_buffer(host))
+        buf = Buffer(self, size, handle)
+        self.live["mem"] += 1
+        weakref.finalize(buf, _release_mem, self.lib, handle, self.live).atexit = False
+        return buf
+
+    @staticmethod
+    def _check_size(what: str, buf: Buffer, host: memoryview) -> int:
+        if host.nbytes != buf.nbytes:  # the CPU target refuses a size mismatch too (numpy assignment)
+            raise ValueError(f"{what}: expected {buf.nbytes} host bytes, got {host.nbytes}")
+        return buf.nbytes
+
+    def copyin(self, buf: Buffer, data: memoryview) -> None:
+        n = self._check_size("copyin", buf, data)
+        if n:
+            check("clEnqueueWriteBuffer", self.lib.clEnqueueWriteBuffer(
+                self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(data), 0, self.ffi.NULL, self.ffi.NULL))
+
+    def copyout(self, buf: Buffer, out: memoryview) -> None:
+        n = self._check_size("copyout", buf, out)
+        if n:  # blocking, on the in-order queue: every kernel writing ``buf`` has finished when it returns
+            check("clEnqueueReadBuffer", self.lib.clEnqueueReadBuffer(
+                self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(out, require_writable=True), 0,
+                self.ffi.NULL, self.ffi.NULL))
+
+    # --- execution -----------------------------------------------------------------------------------------
+    def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
+        ffi, lib = self.ffi, self.lib
+        k: CLKernel = prog.handle
+        for i, b in enumerate(bufs):
+            check(f"clSetKernelArg({prog.name}, {i})",
+                  lib.clSetKernelArg(k.kernel, i, ffi.sizeof("cl_mem"), ffi.new("cl_mem*", b.handle)))
+        gsize = prog.global_size
+        if prod(gsize) == 0:
+            return 0.0 if wait else None
+        local = None if NOLOCALS else prog.local_size
+        event = ffi.new("cl_event*") if wait else ffi.NULL
+        code = lib.clEnqueueNDRangeKernel(self.queue, k.kernel, len(gsize), ffi.NULL, ffi.new("size_t[]", gsize),
+                                          ffi.new("size_t[]", local) if local else ffi.NULL, 0, ffi.NULL, event)
+        if code != 0:
+            raise OpenCLError(f"clEnqueueNDRangeKernel({prog.name}, global {gsize}, local {local})", code)
+        if not wait:
+            return None
+        try:
+            check("clWaitForEvents", lib.clWaitForEvents(1, event))
+            t = ffi.new("cl_ulong*")
+            check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+                event[0], CL_PROFILING_COMMAND_START, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+            start = t[0]
+            check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+                event[0], CL_PROFILING_COMMAND_END, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+            return (t[0] - start) * 1e-9
+        finally:
+            lib.clReleaseEvent(event[0])
+
+    def synchronize(self) -> None:
+        check("clFinish", self.lib.clFinish(self.queue))
