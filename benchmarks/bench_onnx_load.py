@@ -63,7 +63,7 @@ ORT_RUN = textwrap.dedent("""
 
 def feeds_for(proto: onnx.ModelProto) -> dict:
     from packager.samples import sample_inputs
-    from tests.test_onnx_models import dummy_input
+    from tests.onnx.test_models import dummy_input
     inits = {t.name for t in proto.graph.initializer}
     if any(i.type.tensor_type.elem_type == onnx.TensorProto.UINT8 for i in proto.graph.input):
         return sample_inputs(proto)

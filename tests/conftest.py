@@ -14,7 +14,7 @@ DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--onnx-node-dir", default=os.environ.get("ONNX_NODE_DIR"),
-                     help="folder written by tests/onnx_conformance/generate.py "
+                     help="folder written by tests/onnx/conformance/generate.py "
                           "(default: .onnx_node_tests, generated if absent)")
 
 
@@ -32,7 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import fcntl
     import shutil
 
-    from tests.onnx_conformance.generate import generate
+    from tests.onnx.conformance.generate import generate
     folder.parent.mkdir(parents=True, exist_ok=True)
     # two pytest sessions may start together: one generates, the other waits for it
     with open(folder.with_name(folder.name + ".lock"), "w") as lock:
@@ -62,7 +62,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(autouse=True)
 def on_device(request: pytest.FixtureRequest) -> Iterator[str | None]:
     """Runs the test with ``Device.DEFAULT`` set to the matrix device (tests outside the matrix: untouched)."""
-    from targets.registry import Device
+    from jit import Device
 
     device = getattr(request, "param", None)
     if device is None:

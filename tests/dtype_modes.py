@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from jit.common.dtype import DType, dtypes
-from jit.common.helpers import Context
+from jit import Context, Device, DType, dtypes
 from targets.cpu import CPU_DTYPES, CPUTarget
-from targets.registry import Device
 
 
 class CPUWithout(CPUTarget):

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from jit.frontend.tensor import Tensor
+from jit import Tensor
 
 DEFAULT_TOL = {np.dtype(np.float16): (2e-3, 2e-3), np.dtype(np.float32): (2e-6, 1e-6),
                np.dtype(np.float64): (1e-12, 1e-12)}

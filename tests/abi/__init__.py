@@ -1,0 +1,1 @@
+"""Tests of ABI records, checks, diffs, frames, vehicle profiles."""

@@ -1,0 +1,1 @@
+"""Tests of the benchmarks' own helpers."""

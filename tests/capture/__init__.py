@@ -1,0 +1,1 @@
+"""Tests of capture, realize and replay of captured models."""

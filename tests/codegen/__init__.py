@@ -1,0 +1,1 @@
+"""Tests of the pass pipeline, dtype decomposition, the optimizer."""

@@ -1,0 +1,87 @@
+"""Short output rows: merged output axes (jit/codegen/opt/merge.py), rows no tile width divides, and kernels whose
+epilogue adds a second reduce (resnet's projection shortcut) are tiled, with the results of the plain kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jit import Context, Ops, Tensor, UOp
+from jit.codegen.opt import optimize_kernel, plan_tiles
+from jit.codegen.opt.merge import merge_output_dims
+from jit.codegen.pipeline import commit_dtypes
+from jit.realize import compile_uops
+from jit.schedule.kernels import create_schedule
+from tests.codegen.test_opt_tiling_threads import _conv_reference
+from tests.helpers import float_accumulators
+
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def _ast(t: Tensor) -> UOp:
+    kernels, _ = create_schedule([t.uop], "CPU")
+    return commit_dtypes(kernels[-1].ast)
+
+
+def _output_sizes(sink: UOp) -> list[int]:
+    outs = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    return [int(r.src[0].arg) for r in outs]
+
+
+def test_a_pointwise_conv_on_a_short_row_merges_h_and_w() -> None:
+    x, w = _rand(1, 32, 28, 28), _rand(64, 32, 1, 1, seed=1)
+    out = Tensor(x).conv2d(Tensor(w)).relu()
+    ast = _ast(out)
+    assert _output_sizes(ast) == [64, 28, 28]
+    assert _output_sizes(merge_output_dims(ast)) == [64, 784]
+    np.testing.assert_allclose(out.numpy(), np.maximum(_conv_reference(x, w, np.zeros(64, np.float32), 0), 0),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_axes_read_other_than_row_major_are_not_merged() -> None:
+    masked = _ast(Tensor(_rand(1, 4, 14, 14)).conv2d(Tensor(_rand(8, 4, 3, 3)), padding=1))  # masks use h, w
+    assert merge_output_dims(masked) is masked
+    transposed = _ast(Tensor(_rand(28, 28)).permute(1, 0) + Tensor(_rand(28, 28, seed=1)))
+    assert merge_output_dims(transposed) is transposed
+    wide = _ast(Tensor(_rand(32, 48)).matmul(Tensor(_rand(48, 64))))  # a 64-wide row already fills tiles
+    assert merge_output_dims(wide) is wide
+
+
+def test_a_row_no_width_divides_is_tiled_by_its_widest_divisor() -> None:
+    ast = _ast(Tensor(_rand(1, 64, 7, 7)).conv2d(Tensor(_rand(32, 64, 3, 3)), padding=1))
+    plan = plan_tiles(merge_output_dims(ast))
+    assert plan is not None and plan.upcasts[0][1] == 7
+
+
+def test_two_reduces_in_one_kernel_are_tiled_together() -> None:
+    x, y = _rand(1, 32, 28, 28), _rand(1, 64, 28, 28, seed=1)
+    w1, w2 = _rand(48, 32, 1, 1, seed=2), _rand(48, 64, 1, 1, seed=3)
+    out = (Tensor(x).conv2d(Tensor(w1)) + Tensor(y).conv2d(Tensor(w2))).relu()
+    kernels = compile_uops([out.uop])
+    assert len(kernels) == 1 and optimize_kernel(_ast(out)) is not _ast(out)
+    assert float_accumulators(kernels[0].program.source) >= 2 * 16  # a tile of accumulators for each reduce
+    zero = np.zeros(48, np.float32)
+    want = np.maximum(_conv_reference(x, w1, zero, 0) + _conv_reference(y, w2, zero, 0), 0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_short_rows_vectorize_across_output_channels_over_channels_last_weights() -> None:
+    """resnet's 14- and 7-wide rows: conv2d stores the weights (Cin, kh, kw, Cout) (a weight-only copy) and the
+    tile's vectors run across 8 output channels, loading each tap's 8 weights at once."""
+    # 7 row outputs x 2 vectors of 8 channels for the 1x1 conv, x 1 vector for the 3x3 (its reduce runs over taps)
+    for shape, cout, k, pad, accumulators in (((1, 32, 14, 14), 32, 3, 1, 56), ((1, 512, 7, 7), 64, 1, 0, 112)):
+        x, w = _rand(*shape), _rand(cout, shape[1], k, k, seed=1)
+        with Context(WINO="0"):  # the direct conv's tiles (a 3x3 conv this size is Winograd's by default)
+            out = Tensor(x).conv2d(Tensor(w), padding=pad).relu()
+        kernels = compile_uops([out.uop])
+        conv = kernels[-1]
+        assert kernels[0].name.startswith("E_") and "__builtin_memcpy(&_v, data2" in conv.program.source
+        assert float_accumulators(conv.program.source) == accumulators
+        want = np.maximum(_conv_reference(x, w, np.zeros(cout, np.float32), pad), 0)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_rows_that_merge_into_whole_vectors_keep_their_weights() -> None:
+    out = Tensor(_rand(1, 32, 28, 28)).conv2d(Tensor(_rand(32, 32, 1, 1, seed=1)))  # 28 x 28 = 98 vectors
+    assert len(compile_uops([out.uop])) == 1

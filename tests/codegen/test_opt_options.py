@@ -1,0 +1,143 @@
+"""OptOptions: checked fields, round trip through a dict, and each knob changing what optimize_kernel does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit import Context, DrivepackError, Ops, Tensor
+from jit.codegen.opt import OptOptions, OptOptionsError, optimize_kernel, plan_tiles
+from jit.codegen.pipeline import commit_dtypes
+from jit.ir.uop import toposort
+from jit.schedule.kernels import create_schedule
+
+
+def _matmul_ast():
+    a = Tensor(np.ones((64, 48), np.float32))
+    b = Tensor(np.ones((48, 80), np.float32))
+    kernels, _ = create_schedule([a.matmul(b).uop], "CPU")
+    return commit_dtypes(kernels[-1].ast)
+
+
+def test_dict_round_trip_keeps_every_field() -> None:
+    opts = OptOptions(inner_upcasts=(8,), reuse_upcasts=(2,), max_upcast=16, threads=False)
+    assert OptOptions.from_dict(opts.to_dict()) == opts
+
+
+@pytest.mark.parametrize("field,value", [("inner_upcasts", (0,)), ("inner_upcasts", [4]), ("max_upcast", 0),
+                                         ("tile", 1), ("min_reduce_trips", -1), ("min_outputs", True),
+                                         ("strided_tile", (8,)), ("wide_upcasts", (0,)), ("fill_tile", -1),
+                                         ("group_reduce", -2)])
+def test_bad_field_is_a_typed_error_naming_it(field: str, value: object) -> None:
+    with pytest.raises(OptOptionsError, match=f"OptOptions.{field}: expected") as e:
+        OptOptions(**{field: value})
+    assert isinstance(e.value, DrivepackError)
+
+
+def test_unknown_field_in_dict_is_refused() -> None:
+    with pytest.raises(OptOptionsError, match="unknown \\['upcastz'\\]"):
+        OptOptions.from_dict({"upcastz": 4})
+
+
+def test_knobs_change_the_plan() -> None:
+    ast = _matmul_ast()
+    sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
+    assert sizes(plan_tiles(ast, OptOptions())) == [(80, 16), (64, 4)]
+    assert sizes(plan_tiles(ast, OptOptions(inner_upcasts=(8,), reuse_upcasts=(2,), fill_tile=0))) == \
+        [(80, 8), (64, 2)]
+    # fill_tile: the 8 x 2 tile doubles its height while it has fewer than 64 elements
+    assert sizes(plan_tiles(ast, OptOptions(inner_upcasts=(8,), reuse_upcasts=(2,)))) == [(80, 8), (64, 8)]
+    assert sizes(plan_tiles(ast, OptOptions(max_upcast=16))) == [(80, 16)]  # no reuse axis fits under the cap
+    assert plan_tiles(ast, OptOptions(min_reduce_trips=49)) is None
+    assert plan_tiles(ast, OptOptions(min_outputs=64 * 80 + 1)) is None
+
+
+def _ast_of(t: Tensor):
+    kernels, _ = create_schedule([t.uop], "CPU")
+    return commit_dtypes(kernels[-1].ast)
+
+
+def test_rows_no_even_height_divides_share_loads_five_high() -> None:
+    """The policy's 25-row products (0.103 -> 0.064 ms at 512 deep): 5 rows of a 16-wide tile (10 vector
+    accumulators); max_upcast 80 admits it, and rows of 4 still come first."""
+    sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
+    ast = _ast_of(Tensor(np.ones((25, 512), np.float32)).matmul(Tensor(np.ones((512, 128), np.float32))))
+    assert sizes(plan_tiles(ast, OptOptions())) == [(128, 16), (25, 5)]
+    assert sizes(plan_tiles(ast, OptOptions(max_upcast=64))) == [(128, 64)]  # no reuse: one wide row
+
+
+def test_one_vector_rows_fill_eight_high() -> None:
+    """resnet's 56-wide rows tile 8 wide: 4 output channels would be 4 accumulators, too few for the FMA
+    latency; fill_tile makes them 8 (3.9 vs 4.25 ms on r_64_56_56_64_3_3)."""
+    sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
+    x = Tensor(np.ones((1, 64, 56, 56), np.float32))
+    with Context(WINO="0"):  # the direct conv (Winograd's by default at this size)
+        ast = _ast_of(x.conv2d(Tensor(np.ones((64, 64, 3, 3), np.float32)), padding=1))
+    assert sizes(plan_tiles(ast, OptOptions())) == [(56, 8), (64, 8)]
+    assert sizes(plan_tiles(ast, OptOptions(fill_tile=0))) == [(56, 8), (64, 4)]
+
+
+def test_short_reduces_are_tiled() -> None:
+    """A reduce of 6 (a Winograd transform step against its 6x6 table) is tiled: its row becomes vectors (the
+    vision model's transforms went from 0.4 to well under 0.1 ms each)."""
+    x = Tensor(np.ones((96, 16, 6), np.float32))
+    table = Tensor(np.ones((6, 1, 1, 6), np.float32))
+    ast = _ast_of((x.reshape(1, 96, 16, 6) * table).sum(-1))
+    plan = plan_tiles(ast, OptOptions())
+    assert plan is not None and plan.upcasts[0][1] >= 8
+    assert plan_tiles(ast, OptOptions(min_reduce_trips=7)) is None
+
+
+def test_tile_off_leaves_one_store() -> None:
+    ast = _matmul_ast()
+    stores = lambda s: sum(1 for u in toposort([s]) if u.op is Ops.STORE)  # noqa: E731
+    assert stores(optimize_kernel(ast, OptOptions(tile=False))) == 1
+    assert stores(optimize_kernel(ast)) == 64
+
+
+def test_short_row_no_width_divides_is_tiled_whole() -> None:
+    x = Tensor(np.ones((1, 8, 14, 14), np.float32))
+    w = Tensor(np.ones((8, 8, 3, 3), np.float32))
+    kernels, _ = create_schedule([x.conv2d(w, padding=1).uop], "CPU")
+    plan = plan_tiles(commit_dtypes(kernels[-1].ast))
+    assert plan is not None and [(int(r.src[0].arg), f) for r, f in plan.upcasts] == [(14, 14), (8, 4)]
+
+
+def _conv_ast(stride: int):
+    """An unpadded 3x3 conv with a 32-wide output row: read directly, at the given stride."""
+    x = Tensor(np.ones((1, 16, 33 if stride == 2 else 34, 65 if stride == 2 else 66), np.float32))
+    kernels, _ = create_schedule([x.conv2d(Tensor(np.ones((32, 16, 3, 3), np.float32)), stride=stride).uop], "CPU")
+    return commit_dtypes(kernels[-1].ast)
+
+
+def _tile_sizes(plan) -> list[int]:
+    return [u for _, u in plan.upcasts]
+
+
+def test_a_row_read_at_stride_two_gets_the_strided_tile() -> None:
+    assert _tile_sizes(plan_tiles(_conv_ast(2))) == [8, 8]  # 8 output channels share each shuffled row
+    assert _tile_sizes(plan_tiles(_conv_ast(2), OptOptions(strided_tile=()))) == [16, 4]
+    assert _tile_sizes(plan_tiles(_conv_ast(1))) == [16, 4]  # contiguous rows: the usual tile
+
+
+def test_a_matrix_vector_product_gets_a_wide_row() -> None:
+    mv = Tensor(np.ones((1, 96), np.float32)).matmul(Tensor(np.ones((96, 256), np.float32)))
+    kernels, _ = create_schedule([mv.uop], "CPU")
+    ast = commit_dtypes(kernels[-1].ast)
+    assert _tile_sizes(plan_tiles(ast)) == [64]  # no reuse axis: 8 vectors of accumulators in flight
+    assert _tile_sizes(plan_tiles(ast, OptOptions(wide_upcasts=()))) == [16]
+
+
+def test_short_rows_run_across_two_channel_vectors() -> None:
+    """resnet's 14-wide rows: 7 outputs of a row times two vectors of 8 output channels (14 accumulators; one
+    vector of channels would be 7, too few for the FMA latency), where the reduce runs over one range (a 1x1
+    conv); a 3x3 conv's reduce over channels and kernel taps keeps one vector (GCC spilled the 14 there)."""
+    sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
+    x = Tensor(np.ones((1, 64, 14, 14), np.float32))
+    ast = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 1, 1), np.float32))))
+    with Context(WINO="0"):  # the direct conv (Winograd's by default at this size)
+        taps = _ast_of(x.conv2d(Tensor(np.ones((256, 64, 3, 3), np.float32)), padding=1))
+        odd = _ast_of(x.conv2d(Tensor(np.ones((72, 64, 3, 3), np.float32)), padding=1))
+    assert sizes(plan_tiles(ast, OptOptions())) == [(256, 16), (14, 7)]
+    assert sizes(plan_tiles(odd, OptOptions())) == [(72, 8), (14, 7)]  # 72 channels: 9 vectors, no pairs
+    assert sizes(plan_tiles(taps, OptOptions())) == [(256, 8), (14, 7)]

@@ -1,0 +1,1 @@
+"""Tests of errors, dtypes, settings."""

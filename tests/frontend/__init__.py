@@ -1,0 +1,1 @@
+"""Tests of the lazy Tensor and the ops built on it."""

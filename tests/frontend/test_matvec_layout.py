@@ -1,0 +1,81 @@
+"""Blocked weights for matrix-vector products (jit/frontend/nn_ops.py ``_matvec_block_columns``): a single-row product
+with a large weight-only matrix stores it as contiguous (columns/64, k, 64) blocks, zero-padded to whole blocks,
+so each 64-wide output tile streams one block; a capture folds that layout into the stored weights.
+
+Checked on captured weights and kernels (structure, not timing) and against numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit import capture
+from jit.frontend import nn_ops
+from jit.frontend.tensor import Tensor
+from tests.frontend.test_nn_ops import rand
+
+BLOCK = nn_ops.MATVEC_BLOCK
+
+
+def blocked(w: np.ndarray) -> np.ndarray:
+    k, m = w.shape
+    cols = -(-m // BLOCK) * BLOCK
+    padded = np.zeros((k, cols), w.dtype)
+    padded[:, :m] = w
+    return padded.reshape(k, cols // BLOCK, BLOCK).transpose(1, 0, 2).reshape(-1)
+
+
+@pytest.mark.parametrize("k,m", [(3204, 512), (512, 559), (300, 256)])
+def test_weight_only_matvec_stores_blocks(k: int, m: int) -> None:
+    w, b = rand(k, m, seed=1), rand(m, seed=2)
+
+    def fn(x: Tensor) -> dict[str, Tensor]:
+        return {"y": (x @ Tensor(w) + Tensor(b)).relu()}
+
+    cap = capture(fn, {"x": rand(1, k, seed=3)})
+    stored = [a.view(np.float32) for a in cap.weights.values()]
+    assert any(a.shape == blocked(w).shape and np.array_equal(a, blocked(w)) for a in stored)
+    assert not any(a.size == w.size and np.array_equal(a, w.reshape(-1)) for a in stored)
+    for seed in (4, 5):
+        x = rand(1, k, seed=seed)
+        want = np.maximum(x.astype(np.float64) @ w + b, 0)
+        np.testing.assert_allclose(cap({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_padded_product_is_a_whole_block_kernel() -> None:
+    """559 columns: the reduce computes 576 (whole blocks) in a kernel of its own, so its row tiles 64 wide;
+    fused with the shrink it would be tiled by 559's widest divisor, 43."""
+    w = rand(512, 559, seed=6)
+    cap = capture(lambda x: {"y": x @ Tensor(w)}, {"x": rand(1, 512, seed=7)})
+    names = [cap.cmdbuf.kernels[d.kernel].name for d in cap.cmdbuf.dispatches]
+    assert names[0] == "r_576_512", names
+    x = rand(1, 512, seed=8)
+    np.testing.assert_allclose(cap({"x": x})["y"], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_input_matrix_is_read_in_place() -> None:
+    """An input (no data at capture) is not copied into blocks: the copy would run on every replay."""
+    inputs = {"x": rand(1, 512, seed=9), "w": rand(512, 256, seed=10)}
+    cap = capture(lambda x, w: {"y": x @ w}, inputs)
+    assert cap.n_dispatches == 1
+    np.testing.assert_allclose(cap(inputs)["y"], inputs["x"].astype(np.float64) @ inputs["w"], rtol=1e-4,
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(512,), (1, 512), (2, 512), (3, 1, 512)])
+def test_eager_products_match_numpy(shape: tuple[int, ...]) -> None:
+    """Single rows take the blocked layout eagerly too; vectors, several rows and batches give numpy's shapes."""
+    x, w = rand(*shape, seed=11), rand(512, 300, seed=12)
+    got = (Tensor(x) @ Tensor(w)).numpy()
+    want = x.astype(np.float64) @ w
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_small_or_thin_products_keep_their_layout() -> None:
+    assert nn_ops._matvec_block_columns(1, Tensor(rand(64, 64, seed=13)), 64, 64) == 0  # below the size
+    assert nn_ops._matvec_block_columns(1, Tensor(rand(4096, 40, seed=14)), 4096, 40) == 0  # under one block
+    assert nn_ops._matvec_block_columns(1, Tensor(rand(1024, 65, seed=15)), 1024, 65) == 0  # 63 zero columns
+    assert nn_ops._matvec_block_columns(2, Tensor(rand(1024, 128, seed=16)), 1024, 128) == 0  # rows share loads
+    assert nn_ops._matvec_block_columns(1, Tensor(rand(1024, 128, seed=17)), 1024, 128) == 128

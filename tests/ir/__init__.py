@@ -1,0 +1,1 @@
+"""Tests of the UOp, the pattern matcher, ALU semantics."""

@@ -1,0 +1,96 @@
+"""UPat matching, the op-indexed PatternMatcher, graph_rewrite and the symbolic pass."""
+
+import numpy as np
+
+from jit import dtypes
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.ir.rewrite import PatternMatcher, UPat, graph_rewrite
+from jit.ir.uop import Ops, UOp
+
+
+def test_hand_built_matcher_folds_two_plus_two() -> None:
+    a = UOp(Ops.CONST, dtypes.int, arg=2)
+    simple = PatternMatcher([
+        (UPat(Ops.ADD, src=(UPat(Ops.CONST, name="c1"), UPat(Ops.CONST, name="c2"))),
+         lambda c1, c2: UOp(Ops.CONST, dtype=c1.dtype, arg=c1.arg + c2.arg)),
+    ])
+    sugar = PatternMatcher([(UPat.cvar("c1") + UPat.cvar("c2"), lambda c1, c2: c1.const_like(c1.arg + c2.arg))])
+    out = graph_rewrite(a + a, simple)
+    assert out is UOp(Ops.CONST, dtypes.int, arg=4)
+    assert graph_rewrite(a + a, sugar) is out
+
+
+def test_commutative_patterns_match_either_order() -> None:
+    x = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 4),), (0, "global"))
+    pm = PatternMatcher([(UPat.var("x") * 1, lambda x: x)])
+    assert graph_rewrite(x * 1, pm) is x
+    assert graph_rewrite(UOp.const(dtypes.int32, 1) * x, pm) is x
+
+
+def test_matcher_is_indexed_by_op() -> None:
+    pm = PatternMatcher([(UPat(Ops.ADD, name="x"), lambda x: None), (UPat(Ops.MUL, name="x"), lambda x: None)])
+    assert len(pm._by_op[Ops.ADD]) == 1
+    assert len(pm._by_op[Ops.SUB]) == 0
+
+
+def test_rewrite_reaches_a_fixed_point_bottom_up() -> None:
+    r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 4),), (0, "global"))
+    expr = ((r + 3) + 4) + UOp.const(dtypes.int32, 2) * 0
+    out = graph_rewrite(expr, pm_symbolic)
+    assert out is r + 7
+
+
+def test_deep_graphs_do_not_recurse() -> None:
+    x = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 4),), (0, "global"))
+    for _ in range(5000):
+        x = x + 1
+    out = graph_rewrite(x, pm_symbolic)
+    assert out.op is Ops.ADD and out.src[1].arg == 5000
+
+
+def test_divmod_of_reshaped_index_simplifies() -> None:
+    i = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 3),), (0, "global"))
+    j = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 5),), (1, "global"))
+    flat = i * 5 + j
+    assert graph_rewrite(flat // 5, pm_symbolic) is i
+    assert graph_rewrite(flat % 5, pm_symbolic) is j
+    assert graph_rewrite((flat * 2) // 10, pm_symbolic) is i
+
+
+def test_float_expressions_are_not_reassociated() -> None:
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(4), (), 0)
+    v = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, x.dtype, (x, UOp.const(dtypes.int32, 0))),))
+    expr = (v + 3.0) + 4.0
+    assert graph_rewrite(expr, pm_symbolic) is expr
+
+
+def test_a_decided_mask_term_drops_out_of_its_conjunction() -> None:
+    i = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 10),), (0, "global"))
+    mask = i < 5
+    assert graph_rewrite(mask & UOp.const(dtypes.bool, True), pm_symbolic) is mask
+    assert graph_rewrite(UOp.const(dtypes.bool, False) & mask, pm_symbolic).arg is False
+    bits = i & 6  # integer and: not a mask, left alone
+    assert graph_rewrite(bits & UOp.const(dtypes.int32, -1), pm_symbolic).op is Ops.AND
+
+
+def test_division_by_a_power_of_two_becomes_an_exact_multiply() -> None:
+    x = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(4), (), 0)
+    v = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, x.dtype, (x, UOp.const(dtypes.int32, 0))),))
+    out = graph_rewrite(v / 128.0, pm_symbolic)
+    assert out.op is Ops.MUL and out.src[1].arg == 1 / 128
+    assert graph_rewrite(v / -0.25, pm_symbolic).src[1].arg == -4.0
+    for kept in (v / 3.0, v / 2.0 ** 127):  # not a power of two; 2**-127 is subnormal in float32
+        assert graph_rewrite(kept, pm_symbolic).op is Ops.FDIV
+    h = UOp(Ops.LOAD, dtypes.float16, (UOp(Ops.INDEX, dtypes.float16.ptr(4), (x, UOp.const(dtypes.int32, 0))),))
+    assert graph_rewrite(h / 2.0 ** 15, pm_symbolic).op is Ops.FDIV  # 2**-15 is subnormal in float16
+    assert graph_rewrite(h / 2.0 ** 14, pm_symbolic).op is Ops.MUL
+
+
+def test_division_by_a_power_of_two_matches_numpy_bit_for_bit() -> None:
+    from jit import Tensor
+    x = np.array([1.0, 255.0, -3.5, np.inf, -np.inf, np.nan, -0.0, 1e-38, 3e38, 1.4e-45], np.float32)
+    for c in (128.0, 0.5, 2.0 ** -100, 2.0 ** 100):
+        got = (Tensor(x) / c).numpy()
+        with np.errstate(over="ignore"):
+            want = x / np.float32(c)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

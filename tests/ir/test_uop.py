@@ -1,0 +1,72 @@
+"""The UOp: hash-consing, immutability, cached properties, repr, op groups, memory."""
+
+import gc
+
+import pytest
+
+from jit import dtypes
+from jit.ir.uop import GroupOp, Ops, UOp, UOpArgError
+
+
+def test_equal_specs_are_the_same_object() -> None:
+    a = UOp(Ops.CONST, dtypes.int, arg=2)
+    b = UOp(Ops.CONST, dtypes.int, arg=2)
+    assert a is b
+    assert (a + b) is (a + b)
+
+
+def test_python_equal_args_stay_distinct() -> None:
+    assert UOp.const(dtypes.float32, 0.0) is not UOp.const(dtypes.float32, -0.0)
+    assert UOp.const(dtypes.float32, float("nan")) is UOp.const(dtypes.float32, float("nan"))
+    assert UOp.const(dtypes.int32, 1) is not UOp.const(dtypes.bool, True)
+
+
+def test_uop_is_immutable() -> None:
+    a = UOp.const(dtypes.int32, 1)
+    with pytest.raises(AttributeError):
+        a.arg = 2  # type: ignore[misc]
+
+
+def test_arg_type_is_checked() -> None:
+    with pytest.raises(UOpArgError, match="RESHAPE"):
+        UOp(Ops.RESHAPE, dtypes.float32, (), arg=[2, 2])
+
+
+def test_repr_prints_shared_subtrees_once() -> None:
+    a = UOp(Ops.CONST, dtypes.int, arg=2)
+    text = repr(a + a)
+    assert text == ("UOp(Ops.ADD, dtypes.int32, arg=None, src=(\n"
+                    "  x0:=UOp(Ops.CONST, dtypes.int32, arg=2, src=()),\n"
+                    "   x0,))")
+
+
+def test_shape_and_value_range_are_cached() -> None:
+    buf = UOp(Ops.BUFFER, dtypes.float32, (), (10_001, "CPU", 12))
+    view = UOp(Ops.RESHAPE, dtypes.float32, (buf,), (3, 4))
+    assert view.shape == (3, 4)
+    assert "shape" in view._cache
+    rng = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 8),), (0, "global"))
+    expr = rng * 4 + 3
+    assert (expr.vmin, expr.vmax) == (3, 31)
+    assert "vrange" in expr._cache
+
+
+def test_op_groups() -> None:
+    x = UOp.const(dtypes.float32, 1.0)
+    assert (x + x).is_alu
+    assert UOp(Ops.RESHAPE, dtypes.float32, (x,), (1,)).is_movement
+    assert UOp(Ops.BUFFER, dtypes.float32, (), (10_002, "CPU", 1)).is_buffer
+    assert Ops.ADD in GroupOp.Commutative and Ops.SUB not in GroupOp.Commutative
+
+
+def test_dropping_graphs_frees_them() -> None:
+    """A long run that builds and drops graphs keeps the intern table (and memory) flat."""
+    gc.collect()
+    before = len(UOp._interned)
+    for i in range(2000):
+        x = UOp.const(dtypes.float32, float(i))
+        for _ in range(20):
+            x = x * 1.5 + float(i)
+        del x
+    gc.collect()
+    assert len(UOp._interned) - before < 50

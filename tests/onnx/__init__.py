@@ -1,0 +1,1 @@
+"""Tests of the ONNX front end and the node conformance suite."""

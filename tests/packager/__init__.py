@@ -1,0 +1,1 @@
+"""Tests of building, loading, verifying packages; the CLI."""

@@ -1,0 +1,1 @@
+"""Tests of kernels, lowering, the memory plan, lanes."""

@@ -1,0 +1,1 @@
+"""Tests of the targets: CPU, OpenCL, QCOM, command buffers, replay engines."""

@@ -1,0 +1,98 @@
+"""The command buffer format: exact byte round trips, plain JSON, and typed errors for malformed documents."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from jit import DrivepackError, capture
+from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
+
+SCALE_C = "void scale(float* restrict data0, const float* restrict data1, float s) {\n" \
+          "  for (int i = 0; i < 4; i++) data0[i] = data1[i] * s;\n}\n"
+
+
+def scale_cmdbuf(factor: float = 2.5) -> CommandBuffer:
+    """A hand-written command buffer: out = (x * factor) * factor through one arena temporary."""
+    bits = struct.unpack("<I", struct.pack("<f", factor))[0]
+    return CommandBuffer(
+        target="CPU", kernels=(KernelSpec("scale", SCALE_C, "scale", "CPU"),),
+        dispatches=(Dispatch(0, (1,), None, ("arena:0+16", "input:x"), (Scalar("float32", bits),)),
+                    Dispatch(0, (1,), None, ("output:y", "arena:0+16"), (Scalar("float32", bits),))),
+        buffers=(BufferSpec("input:x", "float32", (4,), 16), BufferSpec("output:y", "float32", (4,), 16),
+                 BufferSpec("arena:0+16", "uint8", (16,), 16)),
+        arena_bytes=64, alignment=64, meta={"note": "hand-written"})
+
+
+def test_handmade_round_trip_is_exact() -> None:
+    cb = scale_cmdbuf()
+    data = cb.to_bytes()
+    back = CommandBuffer.from_bytes(data)
+    assert back == cb and back.to_bytes() == data
+    doc = json.loads(data)  # plain JSON, nothing executable
+    assert doc["format"] == "drivepack-cmdbuf" and doc["version"] == 1
+    assert doc["dispatches"][0]["scalars"] == [{"dtype": "float32", "bits": 0x40200000}]
+
+
+def test_captured_round_trip_is_exact() -> None:
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    from jit import Tensor
+    weight = Tensor(w)
+
+    def fn(x: Tensor) -> dict[str, Tensor]:
+        return {"y": (x @ weight).relu(), "z": x.sum()}
+
+    cap = capture(fn, {"x": np.ones((2, 3), np.float32)})
+    data = cap.cmdbuf.to_bytes()
+    back = CommandBuffer.from_bytes(data)
+    assert back == cap.cmdbuf and back.to_bytes() == data
+    assert [b.binding for b in back.inputs] == ["input:x"]
+    assert [b.name for b in back.outputs] == ["y", "z"] and back.outputs[0].shape == (2, 4)
+    assert all(k.source and k.entry in k.source and k.target == "CPU" for k in back.kernels)
+
+
+def test_views_and_lookup() -> None:
+    cb = scale_cmdbuf()
+    assert cb.buffer("output:y").nbytes == 16
+    assert cb.buffer("arena:0+16").arena_offset == 0 and parse_arena("arena:128+8") == (128, 8)
+    with pytest.raises(CmdbufError, match="binding: expected one of the buffer table, got 'input:q'"):
+        cb.buffer("input:q")
+
+
+def _doc() -> dict:
+    return json.loads(scale_cmdbuf().to_bytes())
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d.update(version=2), "cmdbuf.version: expected 1, got 2"),
+    (lambda d: d.update(format="onnx"), "cmdbuf.format: expected 'drivepack-cmdbuf', got 'onnx'"),
+    (lambda d: d.pop("kernels"), "cmdbuf.kernels: expected a value, got none"),
+    (lambda d: d["dispatches"][0].update(kernel=3), "dispatches[0].kernel: expected 0..0, got 3"),
+    (lambda d: d["dispatches"][1]["bindings"].__setitem__(1, "weight:9"),
+     "dispatches[1].bindings: expected entries of the buffer table, got 'weight:9'"),
+    (lambda d: d["buffers"][0].update(nbytes=12), "input:x: nbytes expected 16 (float32 (4,)), got 12"),
+    (lambda d: d.update(arena_bytes=8), "arena:0+16: end expected <= arena_bytes 8, got 16"),
+    (lambda d: d["buffers"][2].update(binding="arena:8+16"), "arena:8+16: offset expected a multiple of 64, got 8"),
+    (lambda d: d["buffers"][0].update(dtype="float128"), "input:x: dtype expected a drivepack dtype name"),
+    (lambda d: d["buffers"][0].update(binding="tmp:x"), "buffers: binding expected <input|output|weight|state|arena>"),
+    (lambda d: d["dispatches"][0].update(global_size=[0]), "dispatches[0].global_size: expected positive sizes"),
+    (lambda d: d["dispatches"][0].update(kernel="0"), "cmdbuf.dispatches[0].kernel: expected int, got str"),
+    (lambda d: d["dispatches"].pop(1), "output:y: expected a dispatch writing it, got none"),
+    (lambda d: d["kernels"].append(d["kernels"][0]), "kernels: names expected unique, got ['scale', 'scale']"),
+])
+def test_malformed_documents_are_typed_errors(edit, message: str) -> None:
+    doc = _doc()
+    edit(doc)
+    with pytest.raises(CmdbufError) as e:
+        CommandBuffer.from_bytes(json.dumps(doc).encode())
+    assert message in str(e.value) and isinstance(e.value, DrivepackError)
+
+
+def test_non_json_bytes_are_refused() -> None:
+    with pytest.raises(CmdbufError, match="cmdbuf: expected UTF-8 JSON"):
+        CommandBuffer.from_bytes(b"\x80\x04\x95 pickle")
+    with pytest.raises(CmdbufError, match="cmdbuf: expected an object, got list"):
+        CommandBuffer.from_bytes(b"[]")

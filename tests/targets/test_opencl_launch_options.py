@@ -1,0 +1,189 @@
+"""OpenCL kernel options: work-group size choices and checks, tuned launches in captures, honest DEBUG=2 counts."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from jit import Context, Tensor, capture, graph_rewrite
+from jit.codegen.opt import target_peel_dims
+from jit.codegen.opt.hints import UNROLL_HINT_TRIPS
+from jit.codegen.opt.options import OptOptions
+from jit.codegen.opt.search import local_size_choices, use_tuning
+from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
+from jit.codegen.passes.cast_const import pm_cast_const
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.codegen.pipeline import commit_dtypes
+from jit.realize import clear_compiled_kernels, compile_uops
+from jit.schedule.kernels import create_schedule
+from targets.opencl import opencl_vector_width
+from targets.opencl_runtime import valid_local_size
+from targets.registry import Device
+
+RNG = np.random.default_rng(3)
+X = RNG.standard_normal((1, 4, 12, 16), dtype=np.float32)
+W = RNG.standard_normal((8, 4, 3, 3), dtype=np.float32)
+
+
+def _conv() -> Tensor:
+    return Tensor(X, device="OPENCL").conv2d(Tensor(W, device="OPENCL"), padding=1).relu()
+
+
+def _table_for(out: Tensor, opts: OptOptions) -> TuningTable:
+    kernels, _ = create_schedule([out.uop], "OPENCL")
+    sink = graph_rewrite(graph_rewrite(commit_dtypes(kernels[-1].ast), pm_cast_const), pm_symbolic)
+    key, dev = kernel_key(sink), device_fingerprint(Device["OPENCL"])
+    return TuningTable({(key, "OPENCL", dev): TuningEntry(key, "OPENCL", dev, opts)})
+
+
+def test_local_size_choices_divide_the_launch_within_limits() -> None:
+    choices = local_size_choices((12, 32, 4), 64, (64, 64, 2))
+    assert (1, 1, 1) in choices and len(choices) == len(set(choices)) > 3
+    for local in choices:
+        assert all(g % lo == 0 for g, lo in zip((12, 32, 4), local, strict=True))
+        assert np.prod(local) <= 64 and local[2] <= 2
+
+
+@pytest.mark.parametrize(("local", "ok"), [((4, 2), True), ((3, 2), False), ((4,), False), ((16, 8), False),
+                                           ((8, 1), True), ((0, 1), False), ((1, 4), False)])
+def test_valid_local_size_checks_division_dims_and_limits(local: tuple[int, ...], ok: bool) -> None:
+    # global (16, 8); at most 64 items per group, at most (16, 2) per dimension
+    assert (valid_local_size(local, (16, 8), 64, (16, 2)) == local) is ok
+
+
+def test_counted_flops_do_not_depend_on_tiling_or_work_group_size() -> None:
+    with Context(NOOPT=1):
+        plain = compile_uops([_conv().uop], "OPENCL")[-1].stats
+    default = compile_uops([_conv().uop], "OPENCL")[-1].stats
+    stats = {}
+    for opts in (OptOptions(inner_upcasts=(4,), reuse_upcasts=(2,), min_outputs=1), OptOptions(local_size=(1, 2, 2)),
+                 OptOptions(local_size=(1, 1, 1))):
+        with use_tuning(_table_for(_conv(), opts)):
+            stats[opts] = compile_uops([_conv().uop], "OPENCL")[-1].stats
+    flops = 2 * 8 * 12 * 16 * 4 * 9  # one multiply and one add per conv term
+    assert plain.flops >= flops and {s.flops for s in stats.values()} == {default.flops} == {plain.flops}
+    # bytes count loads as executed: a tile reads a shared operand once, never more often than without tiling
+    assert all(s.bytes <= plain.bytes for s in stats.values())
+    by_local = [stats[OptOptions(local_size=(1, 2, 2))], stats[OptOptions(local_size=(1, 1, 1))]]
+    assert by_local[0] == by_local[1] == default  # the work-group size changes no loop: same counts
+
+
+def test_a_tuned_work_group_size_is_recorded_in_the_capture_and_replays_the_same() -> None:
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": x.conv2d(Tensor(W, device="OPENCL"), padding=1).relu()}
+
+    x = {"x": X}
+    plain = capture(model, x, target="OPENCL")
+    launch = plain.cmdbuf.dispatches[-1]
+    ones = (1,) * len(launch.global_size)  # divides any launch; the target's own choice groups more items
+    assert launch.local_size != ones
+    with use_tuning(_table_for(_conv(), OptOptions(local_size=ones))) as session:
+        tuned = capture(model, x, target="OPENCL")
+    assert session.hits == 1
+    assert tuned.cmdbuf.dispatches[-1].local_size == ones
+    np.testing.assert_array_equal(tuned(x)["y"], plain(x)["y"])  # a work-group size changes no arithmetic
+
+
+@pytest.mark.parametrize(("preferred", "lanes"), [(1, 4), (4, 4), (8, 8), (16, 16), (32, 16), (6, 4)])
+def test_vector_width_follows_the_devices_preferred_float_width(preferred: int, lanes: int) -> None:
+    info = dataclasses.replace(Device["OPENCL"].info, preferred_vector_width_float=preferred)
+    assert opencl_vector_width(info) == lanes
+
+
+def test_opencl_tile_rows_are_vector_loads_and_match_numpy() -> None:
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((1, 12, 32, 64), dtype=np.float32), rng.standard_normal((16, 12, 3, 3), np.float32)
+    out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), stride=2, padding=1)
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    n = Device["OPENCL"].language.vector_width
+    assert f"vload{n}(" in src and "shuffle2(" in src and f"vstore{n}(" in src  # stride-2 rows: loads + shuffle
+    want = Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_opencl_reduce_loops_read_scalars_through_pointers_hoisted_out_of_the_loop() -> None:
+    # a tile's broadcast loads: row-invariant base pointers declared before the reduce loop, only the loop's own
+    # index added inside (PoCL's LLVM otherwise packs the four address sums into vector adds and extracts)
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((64, 96), dtype=np.float32), rng.standard_normal((96, 128), dtype=np.float32)
+    out = Tensor(a, device="OPENCL") @ Tensor(b, device="OPENCL")
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    head, loop = src.split("for (", 1)
+    pointers = re.findall(r"__global float\* (ptr\d+) = data\d\+", head)
+    assert pointers and all(f"*({p}+(ridx" in loop for p in pointers)
+    np.testing.assert_allclose(out.numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    assert "ptr" not in compile_uops([(Tensor(a) @ Tensor(b)).uop], "CPU")[-1].program.source  # GCC needs none
+
+
+def test_cpu_opencl_parks_the_first_phase_of_a_strided_conv_without_changing_a_bit() -> None:
+    # a stride-2 conv sums two phase reduces: the first one's vector accumulators wait in a volatile private array
+    # while the second loop runs (PoCL's LLVM spills them inside that loop otherwise)
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((1, 16, 32, 64), dtype=np.float32), rng.standard_normal((32, 16, 3, 3), np.float32)
+    target = Device["OPENCL"]
+    assert target.default_opts.park_accumulators  # PoCL: a CPU device
+
+    def conv() -> tuple[str, np.ndarray]:
+        clear_compiled_kernels()  # the same kernel graph, compiled again with the target's defaults as they are now
+        out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), stride=2, padding=1).relu()
+        return compile_uops([out.uop], "OPENCL")[-1].program.source, out.numpy()
+
+    src, parked = conv()
+    n = target.language.vector_width
+    slots = re.findall(rf"park_float{n}\[(\d+)\] = acc", src)
+    assert f"volatile float{n} park_float{n}[{len(slots)}];" in src and slots
+    assert all(f"park_float{n}[{k}]+acc" in src for k in slots)  # each read back once, when the sum is formed
+    defaults = target.default_opts
+    target.default_opts = dataclasses.replace(defaults, park_accumulators=False)
+    try:
+        src_plain, plain = conv()
+    finally:
+        target.default_opts = defaults
+        clear_compiled_kernels()
+    assert "park_" not in src_plain
+    np.testing.assert_array_equal(parked, plain)
+    want = np.maximum(Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy(), 0)
+    np.testing.assert_allclose(parked, want, rtol=1e-4, atol=1e-4)
+
+
+def test_opencl_asks_to_unroll_short_reduce_loops_only() -> None:
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((1, 16, 32, 64), dtype=np.float32), rng.standard_normal((32, 16, 3, 3), np.float32)
+    out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), padding=1)
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    loops = re.findall(r"(#pragma unroll\s*)?for \(int ridx\d+ = 0; ridx\d+ < (\d+);", src)
+    assert loops and all(bool(hint) == (int(trips) <= UNROLL_HINT_TRIPS) for hint, trips in loops)
+    assert any(hint for hint, _ in loops)  # the kernel rows (3) at least
+    on_cpu = Tensor(x).conv2d(Tensor(w), padding=1)
+    assert "#pragma unroll" not in compile_uops([on_cpu.uop], "CPU")[-1].program.source  # GCC unrolls them itself
+    np.testing.assert_allclose(out.numpy(), on_cpu.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_opencl_peels_padded_rows_into_vector_loops_inside_a_work_item() -> None:
+    # on a CPU device a pad copy's rows are loops of vector copies, one work-item per row (not per element)
+    x = np.random.default_rng(10).standard_normal((8, 16, 64), dtype=np.float32)
+    out = Tensor(x, device="OPENCL").pad(((0, 0), (1, 1), (1, 1)))
+    ck = compile_uops([out.uop], "OPENCL")[-1]
+    n = Device["OPENCL"].language.vector_width
+    assert f"vload{n}(" in ck.program.source and "for (" in ck.program.source
+    assert sorted(ck.program.global_size) == [8, 18]  # one work-item per row of 66
+    np.testing.assert_array_equal(out.numpy(), np.pad(x, ((0, 0), (1, 1), (1, 1))))
+    gpu_like = SimpleNamespace(language=dataclasses.replace(Device["OPENCL"].language, peel_launched_rows=False))
+    assert (target_peel_dims(Device["OPENCL"]), target_peel_dims(gpu_like)) == (0, 3)
+
+
+def test_opencl_elementwise_rows_convert_and_wrap_as_vectors() -> None:
+    n = Device["OPENCL"].language.vector_width
+    frames = np.random.default_rng(6).integers(0, 256, (1, 6, 32, 64), dtype=np.uint8)
+    out = Tensor(frames, device="OPENCL").cast("float32") / 128 - 1
+    assert f"convert_float{n}(" in compile_uops([out.uop], "OPENCL")[-1].program.source
+    np.testing.assert_array_equal(out.numpy(), frames.astype(np.float32) / 128 - 1)
+    a = np.random.default_rng(7).integers(-2**31, 2**31, (8, 64), dtype=np.int64).astype(np.int32)
+    wrapped = (Tensor(a, device="OPENCL") * 70001 - 3).maximum(-9)
+    assert f"as_uint{n}(" in compile_uops([wrapped.uop], "OPENCL")[-1].program.source
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(wrapped.numpy(), np.maximum(a * np.int32(70001) - 3, -9))

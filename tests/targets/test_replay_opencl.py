@@ -1,0 +1,94 @@
+"""OpenCL replay on PoCL: recorded cl_khr_command_buffer vs enqueue loop, 1,000 bit-identical replays, states,
+scalar arguments, the QCOM profile. These tests never skip: a machine without an OpenCL device fails them."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from jit import Captured, Tensor, capture
+from targets.cl_binding import COMMAND_BUFFER_EXT
+from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar
+from targets.registry import Device
+from targets.replay import make_replay
+from targets.replay_opencl import OpenCLReplay, khr_functions
+from tests.capture.test_capture import shift_history
+from tests.targets.test_replay_cpu import inputs, small
+
+pytestmark = pytest.mark.opencl
+
+
+def as_bytes(out: dict[str, np.ndarray]) -> dict[str, bytes]:
+    return {k: v.tobytes() for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def cap() -> Captured:
+    return capture(small, inputs(0), target="OPENCL")
+
+
+def test_pocl_offers_command_buffers_and_replay_records_one(cap: Captured) -> None:
+    target = Device["OPENCL"]
+    assert COMMAND_BUFFER_EXT in target.info.extensions
+    assert set(khr_functions(target.platform_id)) >= {"clCreateCommandBufferKHR", "clEnqueueCommandBufferKHR"}
+    assert isinstance(cap.replay, OpenCLReplay) and cap.replay.mode == "command_buffer"
+
+
+def test_thousand_command_buffer_replays_are_bit_identical_to_eager(cap: Captured) -> None:
+    eager = {k: v.numpy().tobytes() for k, v in small(Tensor(inputs(0)["x"], device="OPENCL")).items()}
+    x = inputs(0)
+    for _ in range(1000):
+        assert as_bytes(cap(x)) == eager
+    other = as_bytes(cap(inputs(1)))
+    assert all(other[k] != eager[k] for k in eager)
+
+
+def test_enqueue_loop_matches_the_command_buffer(cap: Captured) -> None:
+    loop = OpenCLReplay(cap.cmdbuf, cap.weights, Device["OPENCL"], use_command_buffer=False)
+    assert loop.mode == "enqueue_loop"
+    for seed in range(3):
+        assert as_bytes(loop(inputs(seed))) == as_bytes(cap(inputs(seed)))
+
+
+def test_profile_and_enqueue_timing(cap: Captured) -> None:
+    times = cap.profile(inputs(0))
+    assert len(times) == cap.n_dispatches and all(t.seconds >= 0 for t in times)
+    enqueue, done = cap.replay.time_enqueue(inputs(0))
+    assert 0 <= enqueue <= done
+
+
+def test_state_ring_buffer_on_opencl() -> None:
+    init = np.arange(15, dtype=np.float32).reshape(5, 3)
+    gpu = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="OPENCL", state={"history": init})
+    host = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="CPU", state={"history": init})
+    for step in range(6):
+        x = np.full(3, step - 2.5, np.float32)
+        assert as_bytes(gpu(x=x)) == as_bytes(host(x=x))
+        np.testing.assert_array_equal(gpu.read_state("history"), host.read_state("history"))
+    gpu.reset_state()
+    np.testing.assert_array_equal(gpu.read_state("history"), init)
+
+
+def test_hand_written_kernel_with_a_scalar_argument_from_bytes() -> None:
+    src = "__kernel void scale(__global float* data0, __global const float* data1, float s) {\n" \
+          "  int i = get_global_id(0); data0[i] = data1[i] * s;\n}\n"
+    bits = struct.unpack("<I", struct.pack("<f", -1.5))[0]
+    target = Device["OPENCL"]
+    cb = CommandBuffer(
+        target="OPENCL", kernels=(KernelSpec("scale", src, "scale", "OPENCL", target.build_options),),
+        dispatches=(Dispatch(0, (4,), (2,), ("arena:0+16", "input:x"), (Scalar("float32", bits),)),
+                    Dispatch(0, (4,), None, ("output:y", "arena:0+16"), (Scalar("float32", bits),))),
+        buffers=(BufferSpec("input:x", "float32", (4,), 16), BufferSpec("output:y", "float32", (4,), 16),
+                 BufferSpec("arena:0+16", "uint8", (16,), 16)), arena_bytes=128, alignment=128)
+    rep = make_replay(CommandBuffer.from_bytes(cb.to_bytes()), {}, target)
+    x = np.array([1, 2, -3, 0.25], np.float32)
+    np.testing.assert_array_equal(rep(x=x)["y"], x * np.float32(2.25))
+
+
+def test_qcom_profile_replays_through_the_opencl_engine() -> None:
+    qcom = capture(small, inputs(0), target="QCOM")
+    assert isinstance(qcom.replay, OpenCLReplay) and qcom.cmdbuf.alignment == 128
+    eager = {k: v.numpy().tobytes() for k, v in small(Tensor(inputs(2)["x"], device="QCOM")).items()}
+    assert as_bytes(qcom(inputs(2))) == eager
