@@ -10,7 +10,7 @@ and policy only, 3 timed calls each.
 
 What is timed (median of ``--repeat`` calls after 3 warm-up calls; numpy inputs in, numpy outputs out):
 
-* drivepack CPU / OPENCL: **replay** of ``jit.capture.capture_onnx`` (captured once, before timing: one FFI call
+* drivepack CPU / OPENCL: **replay** of ``jit.trace.capture_onnx`` (captured once, before timing: one FFI call
   into the generated C driver on the CPU target, one command-buffer enqueue on OPENCL). Outputs are checked
   against onnxruntime first.
 * onnxruntime CPU with 2 intra-op threads (the issue's peer).
@@ -51,10 +51,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from jit.capture import capture_onnx
 from jit.onnx.loader import load_onnx
 from jit.realize import compile_kernels, device_buffer
 from jit.schedule.kernels import create_schedule
+from jit.trace import capture_onnx
 from targets.cpu_runtime import cpu_threads
 from targets.registry import Device
 

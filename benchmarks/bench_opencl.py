@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from jit.capture import capture_onnx
 from jit.codegen.opt import tuning
 from jit.codegen.opt.search import use_tuning
 from jit.onnx.loader import load_onnx
+from jit.trace import capture_onnx
 from packager.samples import policy_model, sample_inputs, vision_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jit.capture import capture  # noqa: E402
 from jit.frontend.tensor import Tensor  # noqa: E402
+from jit.trace import capture  # noqa: E402
 from targets.replay_opencl import OpenCLReplay  # noqa: E402
 
 
@@ -91,8 +91,8 @@ def bench_opencl(n: int, iters: int) -> None:
 
 def vision_child() -> None:
     """Runs in a fresh process: capture the sample vision model, print memory and plan numbers."""
-    from jit.capture import capture_onnx
     from jit.onnx.loader import load_onnx
+    from jit.trace import capture_onnx
     from packager.samples import sample_inputs, vision_model
     proto = vision_model()
     model = load_onnx(proto, device="CPU")

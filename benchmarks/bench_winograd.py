@@ -5,7 +5,7 @@
 Shapes: the sample vision model's 3x3 stride-1 convs (its residual blocks: 48 channels at 32x64 and 96 channels
 at 16x32, batch 1, padding 1), a resnet-like 64 channels at 56x56, and the vision model's stride-2 convs (tiles
 from F(2,2) / F(4,2), jit/frontend/winograd.py). Each conv (with its bias) is captured
-(jit/capture.py) under WINO=0 (the direct conv), WINO=2 and WINO=4, its output checked against the direct conv's,
+(jit/trace.py) under WINO=0 (the direct conv), WINO=2 and WINO=4, its output checked against the direct conv's,
 and its replay timed: median of ``--repeat`` calls after 3 warm-up calls, numpy input in, numpy output out (the
 same timing as benchmarks/bench_models.py). Printed per shape: milliseconds, GFLOP/s of the direct conv's
 arithmetic (2 * Cout * Cin * 9 * output H * W, so the columns compare time), and each Winograd time / direct time
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jit.capture import Captured, capture
 from jit.common.helpers import Context
 from jit.frontend.tensor import Tensor
+from jit.trace import Captured, capture
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import median_time  # noqa: E402

@@ -7,7 +7,8 @@ The stages, in the order data flows (docs/architecture.md describes each):
 - ``jit.ir``: the UOp, the pattern matcher and ALU semantics every stage shares;
 - ``jit.schedule``: kernels, lowering, the arena plan and lanes;
 - ``jit.codegen``: the pass pipeline and the optimizer, ending in what a renderer in ``targets/`` accepts;
-- ``jit.realize`` runs a graph now; ``jit.capture`` records one call as a command buffer;
+- ``jit.realize`` runs a graph now; ``jit.trace`` records one call as a command buffer (``capture``; no
+  submodule may share a name with an export, or importing it would replace the export on the package);
 - ``jit.common``: errors, dtypes and settings, shared with the runtime.
 
 The names below are the public API; internal modules may move. They are imported on first use, so that
@@ -19,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS: dict[str, str] = {
+EXPORTS: dict[str, str] = {
     "Tensor": "jit.frontend.tensor",
     "dtypes": "jit.common.dtype",
     "DType": "jit.common.dtype",
@@ -31,19 +32,19 @@ _EXPORTS: dict[str, str] = {
     "graph_rewrite": "jit.ir.rewrite",
     "load_onnx": "jit.onnx.loader",
     "OnnxModel": "jit.onnx.loader",
-    "capture": "jit.capture",
-    "capture_onnx": "jit.capture",
-    "Captured": "jit.capture",
+    "capture": "jit.trace",
+    "capture_onnx": "jit.trace",
+    "Captured": "jit.trace",
     "Device": "targets.registry",
     "Context": "jit.common.helpers",
     "DrivepackError": "jit.common.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'jit' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

@@ -16,7 +16,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.1.0"
 
-_EXPORTS: dict[str, str] = {
+EXPORTS: dict[str, str] = {
     "load_package": "packager.package",
     "Package": "packager.package",
     "build_package": "packager.build",
@@ -24,11 +24,11 @@ _EXPORTS: dict[str, str] = {
     "verify_package": "packager.verify",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+__all__ = ["__version__", *sorted(EXPORTS)]
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'packager' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

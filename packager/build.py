@@ -1,7 +1,7 @@
 """The packaging pipeline: ONNX model + vehicle profile -> a verified ``.dpk`` file.
 
 Stages (each timed and reported through packager/progress.py): load (model bytes and sha256, vehicle profile,
-ABI), capture (trace, fold weight-only work, schedule, compile: jit/capture.py) on the package's target, golden
+ABI), capture (trace, fold weight-only work, schedule, compile: jit/trace.py) on the package's target, golden
 (deterministic inputs; outputs on the CPU reference and on the target, compared within the recorded tolerance),
 write (kernel names made canonical, sections, manifest), compile (the written file loaded back and its replay
 built with nothing but the file) and verify (that replay reproduces the target's golden outputs bit for bit).
@@ -164,8 +164,8 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
                   progress: Progress | None = None) -> BuildResult:
     """Package ``model_path`` for ``vehicle`` into ``out`` (see the module docstring); PackageError when a stage
     cannot be done, VerifyError when the written package does not reproduce its golden outputs."""
-    from jit.capture import capture_onnx
     from jit.onnx.loader import load_onnx
+    from jit.trace import capture_onnx
 
     opts = options or BuildOptions()
     prog = progress or Progress(enabled=False)

@@ -14,7 +14,7 @@ The graph, all lazy Tensor ops, so the normal scheduler and codegen see it (r: t
 
 1. U = G g G^T per (Cout, Cin), laid out as step 3 reads it. It reads only the weight. It is r*r/9 times larger
    than the filters, so capture's frontier folding (which keeps values no larger than the weights they read)
-   leaves it alone, but its kernels read no input: capture (jit/capture.py) runs them once and binds U as a
+   leaves it alone, but its kernels read no input: capture (jit/trace.py) runs them once and binds U as a
    weight; a replay never sees the 3x3 filters;
 2. V = B^T d B per input tile: the padded input is materialized channels-last (no bounds checks in the
    transform), then transformed one axis at a time in one elementwise kernel. B's entries are immediates

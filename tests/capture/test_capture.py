@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from jit import DrivepackError, Tensor
-from jit.capture import Captured, CaptureError, capture, jit
 from jit.realize import holds_data
+from jit.trace import Captured, CaptureError, capture, jit
 from targets.cmdbuf import CommandBuffer
 
 RNG = np.random.default_rng(7)

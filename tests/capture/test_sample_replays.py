@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jit import load_onnx
-from jit.capture import capture_onnx
+from jit.trace import capture_onnx
 from packager.samples import policy_model, sample_inputs, vision_model
 
 

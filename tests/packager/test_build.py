@@ -28,7 +28,7 @@ import onnx
 from packager.build import BuildOptions, build_package
 from packager.synthetic import tiny_model
 if sys.argv[3] == "busy":  # compile other kernels first, so per-process kernel name counters have moved on
-    from jit.capture import capture_onnx
+    from jit.trace import capture_onnx
     from jit.onnx.loader import load_onnx
     from packager.samples import sample_inputs
     import numpy as np

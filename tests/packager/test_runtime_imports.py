@@ -30,7 +30,7 @@ from targets.qcom_runtime import parse_qcom_device
 ROOT = Path(__file__).resolve().parents[2]
 # module name prefixes the runtime must not import ("onnx" covers onnx.*, "targets.cstyle" its subpackage)
 FORBIDDEN = ("onnx", "yaml", "targets.cstyle", "jit.ir", "jit.frontend", "jit.onnx", "jit.codegen", "jit.schedule")
-FORBIDDEN_EXACT = ("jit.capture", "jit.realize")
+FORBIDDEN_EXACT = ("jit.trace", "jit.realize")
 
 # runs in the fresh interpreter: each CLI command, then the forbidden modules present, as JSON on the last line
 CHILD = textwrap.dedent("""
@@ -68,8 +68,8 @@ def packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_forbidden_matches_the_compiler_modules() -> None:
     assert forbidden(["onnx", "onnx.helper", "yaml", "targets.cstyle", "targets.cstyle.render", "jit.ir.uop",
-                      "jit.capture", "jit.realize", "jit.codegen.opt"]) == [
-        "onnx", "onnx.helper", "yaml", "targets.cstyle", "targets.cstyle.render", "jit.ir.uop", "jit.capture",
+                      "jit.trace", "jit.realize", "jit.codegen.opt"]) == [
+        "onnx", "onnx.helper", "yaml", "targets.cstyle", "targets.cstyle.render", "jit.ir.uop", "jit.trace",
         "jit.realize", "jit.codegen.opt"]
     assert forbidden(["jit.common.dtype", "targets.cpu_runtime", "packager.package", "abi.records"]) == []
 
