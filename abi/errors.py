@@ -50,7 +50,21 @@ class ProfileError(DrivepackError, ValueError):
         self.key = key
         self.detail = message
         where = f"{file}:{line}" if line else file
-        super().__init__(f"{where}: {key or '<top>'}: {message}")
+        super().__init__(f"{where}: {excerpt(key) or '<top>'}: {message}")
+
+
+EXCERPT_CHARS = 80  # the most of a file's own text (a value, a key) that an error message repeats
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (marked with its full length): a hostile file's megabyte string never
+    ends up whole in a message or a log."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def quoted(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)`` cut the same way."""
+    return excerpt(repr(value), limit)
 
 
 def issue(input_name: str, field: str, expected: object, actual: object) -> AbiIssue:

@@ -20,6 +20,7 @@ from abi import records
 from abi.errors import AbiError, issue
 from abi.layout import pack_offsets
 from abi.records import DTYPES, Abi, CameraSemantics, HistorySemantics, OutputSpec, TensorSpec, itemsize
+from jit.onnx.validate import read_model, validate_model
 
 # openpilot's input names. Camera inputs: which camera feeds them. The dmonitoring model's `input_img` is taken
 # as one luma plane (1440x960 crop of the driver camera, as in openpilot's dmonitoringmodeld: an assumption).
@@ -33,9 +34,16 @@ OVERRIDE_KEYS = {"camera", "history", "alignment", "device"}
 
 
 def infer_abi(model: onnx.ModelProto | str | Path, *, overrides: Mapping[str, Any] | None = None,
-              alignment: int = 64, buffer: str = "inputs", device: str = "host") -> Abi:
-    """The ABI of ``model`` (a ModelProto or a path to an .onnx file; weights are not read)."""
-    proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
+              alignment: int = 64, buffer: str = "inputs", device: str = "host",
+              base_dir: str | Path | None = None) -> Abi:
+    """The ABI of ``model`` (a ModelProto or a path to an .onnx file; weights are not read), after the same
+    validation the loader does (jit/onnx/validate.py: OnnxError); ``base_dir``: a ModelProto's directory,
+    where its external data lives."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+        validate_model(proto, base_dir)
+    else:
+        proto, _ = read_model(model)
     props = {p.key: p.value for p in proto.metadata_props}
     # layers applied in order: the model's own metadata, then the caller's (profile) overrides
     layers = [_metadata_overrides(props), dict(overrides or {})]

@@ -34,11 +34,15 @@ def load_abi(path: str | Path, *, overrides: Mapping[str, Any] | None = None) ->
         return Abi.from_dict(data)
     if name.endswith(".onnx"):
         from abi.infer import infer_abi  # onnx is loaded for an ONNX model only, never for a package
+        from jit.onnx.validate import OnnxError
 
         try:
             return infer_abi(p, overrides=overrides)
         except AbiError:
             raise
+        except OnnxError as e:  # one line naming the file, then the node or tensor and the field
+            reason = str(e).removeprefix(f"{p}: ")
+            raise AbiFileError(str(p), f"not a readable ONNX model: {reason}") from None
         except Exception as e:  # onnx raises DecodeError and others for a bad file
             raise AbiFileError(str(p), f"not a readable ONNX model ({type(e).__name__}: {e})") from None
     reader = PACKAGE_ABI_READERS.get(p.suffix.lower())

@@ -2,21 +2,26 @@
 
 Supported keywords: type (object, array, string, integer, number, boolean, null, or a list of them),
 properties, required, additionalProperties (false or a schema), items, enum, const, minimum, maximum,
-minItems, maxItems, pattern, $ref to "#/$defs/<name>", $defs, description, title. Any other keyword in a
-schema is refused, so the schema file cannot silently ask for a check that is not made.
+minItems, maxItems, pattern, $ref to "#/$defs/<name>", $defs, description, title, and one of its own:
+allowNonFinite (true: this number may be NaN or +-Inf; without it, YAML's ``.nan`` / ``.inf`` are refused
+wherever a number or integer is expected, and always where there is a minimum or maximum, which NaN would pass
+unnoticed). Any other keyword in a schema is refused, so the schema file cannot silently ask for a check that
+is not made. Values from the file are quoted in messages cut to ``abi.errors.EXCERPT_CHARS`` characters.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from abi.errors import quoted
 from abi.yaml_lines import LineDict, LineList, line_of
 
 KNOWN = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "minimum", "maximum",
-         "minItems", "maxItems", "pattern", "$ref", "$defs", "description", "title"}
+         "minItems", "maxItems", "pattern", "$ref", "$defs", "description", "title", "allowNonFinite"}
 _TYPES = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance(v, list),
           "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
           "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -49,7 +54,7 @@ def _describe(v: Any) -> str:
         return "a mapping"
     if isinstance(v, list):
         return "a list"
-    return f"{type(v).__name__} {v!r}"
+    return f"{type(v).__name__} {quoted(v)}"
 
 
 def _check(data: Any, schema: Mapping[str, Any], root: Mapping[str, Any], key: str, line: int,
@@ -70,17 +75,25 @@ def _check(data: Any, schema: Mapping[str, Any], root: Mapping[str, Any], key: s
             out.append(SchemaViolation(where, line, f"expected {' or '.join(types)}, got {_describe(data)}"))
             return
     if "const" in schema and data != schema["const"]:
-        out.append(SchemaViolation(where, line, f"expected {schema['const']!r}, got {data!r}"))
+        out.append(SchemaViolation(where, line, f"expected {schema['const']!r}, got {quoted(data)}"))
     if "enum" in schema and data not in schema["enum"]:
         choices = ", ".join(repr(c) for c in schema["enum"])
-        out.append(SchemaViolation(where, line, f"expected one of {choices}, got {data!r}"))
+        out.append(SchemaViolation(where, line, f"expected one of {choices}, got {quoted(data)}"))
+    if isinstance(data, float) and not math.isfinite(data):
+        bounded = "minimum" in schema or "maximum" in schema
+        if bounded or not schema.get("allowNonFinite", False):
+            bounds = " ".join(f"{op} {schema[k]}" for k, op in (("minimum", ">="), ("maximum", "<=")) if k in schema)
+            out.append(SchemaViolation(where, line, f"expected a finite number{' ' + bounds if bounds else ''}, "
+                                                    f"got {data!r}"))
+        return
     if isinstance(data, int | float) and not isinstance(data, bool):
         if "minimum" in schema and data < schema["minimum"]:
             out.append(SchemaViolation(where, line, f"expected >= {schema['minimum']}, got {data!r}"))
         if "maximum" in schema and data > schema["maximum"]:
             out.append(SchemaViolation(where, line, f"expected <= {schema['maximum']}, got {data!r}"))
     if isinstance(data, str) and "pattern" in schema and not re.fullmatch(schema["pattern"], data):
-        out.append(SchemaViolation(where, line, f"expected a string matching {schema['pattern']!r}, got {data!r}"))
+        out.append(SchemaViolation(where, line, f"expected a string matching {schema['pattern']!r}, "
+                                                f"got {quoted(data)}"))
     if isinstance(data, list):
         if "minItems" in schema and len(data) < schema["minItems"]:
             out.append(SchemaViolation(where, line, f"expected at least {schema['minItems']} items, got {len(data)}"))

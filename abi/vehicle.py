@@ -8,13 +8,14 @@ name and length); ``abi.check`` compares that with what a model needs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from abi.errors import AbiError, ProfileError
+from abi.errors import AbiError, ProfileError, quoted
 from abi.frames import nv12_geometry
 from abi.layout import layout_issues
 from abi.records import Abi, CameraSemantics, HistorySemantics, TensorSpec
@@ -110,7 +111,19 @@ def load_vehicle(name_or_path: str | Path) -> VehicleProfile:
         p = problems[0]
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise ProfileError(fname, p.line, p.key, p.message + more)
+    _finite(data, path, "")
     return _build(data, path)
+
+
+def _finite(data: Any, path: Path, key: str) -> None:
+    """No NaN or Inf anywhere, also where the schema leaves values untyped (model_overrides): every number of a
+    profile is a size, a rate, a budget or a range, and NaN passes every comparison made with it."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        child = f"{key}[{k}]" if isinstance(data, list) else f"{key}.{k}" if key else str(k)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _err(path, data, k, child, f"expected a finite number, got {v!r}")
+        _finite(v, path, child)
 
 
 def _err(path: Path, container: Any, key: Any, dotted: str, message: str) -> ProfileError:
@@ -119,7 +132,7 @@ def _err(path: Path, container: Any, key: Any, dotted: str, message: str) -> Pro
 
 def _build(d: LineDict, path: Path) -> VehicleProfile:
     if d["name"] != path.stem:
-        raise _err(path, d, "name", "name", f"expected the file name {path.stem!r}, got {d['name']!r}")
+        raise _err(path, d, "name", "name", f"expected the file name {path.stem!r}, got {quoted(d['name'])}")
     target = d["target"]
     options = target.get("options", {})
     emulated = tuple(options.get("EMULATED_DTYPES", []))
@@ -133,7 +146,7 @@ def _build(d: LineDict, path: Path) -> VehicleProfile:
     arch = target.get("arch")
     if (arch is None) != (target["name"] != "qcom"):
         want = "an adreno arch for target qcom" if target["name"] == "qcom" else "no arch for a non-qcom target"
-        raise _err(path, target, "arch" if arch else "name", "target.arch", f"expected {want}, got {arch!r}")
+        raise _err(path, target, "arch" if arch else "name", "target.arch", f"expected {want}, got {quoted(arch)}")
     budget = d["budget_ms"]
     if budget["model_mean"] > budget["model_max"]:
         raise _err(path, budget, "model_mean", "budget_ms.model_mean",
@@ -145,7 +158,8 @@ def _build(d: LineDict, path: Path) -> VehicleProfile:
     roles = {}
     for name, role in d["roles"].items():
         if name not in ROLES:
-            raise _err(path, d["roles"], name, f"roles.{name}", f"expected one of {', '.join(ROLES)}, got {name!r}")
+            raise _err(path, d["roles"], name, f"roles.{name}",
+                       f"expected one of {', '.join(ROLES)}, got {quoted(name)}")
         roles[name] = _role(path, role, name, cameras)
     return VehicleProfile(d["name"], path, dict(d["device"]), target["name"], arch, emulated,
                           bool(options.get("images", False)), float(d["frame_rate_hz"]), float(budget["frame"]),
@@ -156,7 +170,7 @@ def _camera(path: Path, cams: LineDict, name: str) -> Camera:
     c = cams[name]
     key = f"cameras.{name}"
     if name not in ("road", "wide", "driver"):
-        raise _err(path, cams, name, key, f"expected road, wide or driver, got {name!r}")
+        raise _err(path, cams, name, key, f"expected road, wide or driver, got {quoted(name)}")
     w, h = c["width"], c["height"]
     if w % 2 or h % 2:
         raise _err(path, c, "width", key, f"expected even width and height (NV12), got {w}x{h}")
@@ -202,7 +216,7 @@ def _input(path: Path, inputs: LineDict, iname: str, ikey: str, cameras: dict[st
             c = s["camera"]
             if c["camera"] not in cameras:
                 raise _err(path, c, "camera", f"{ikey}.camera.camera",
-                           f"expected a camera of this profile ({', '.join(cameras)}), got {c['camera']!r}")
+                           f"expected a camera of this profile ({', '.join(cameras)}), got {quoted(c['camera'])}")
             vr = c.get("value_range", [0, 255])
             cam = CameraSemantics(c["camera"], c["layout"], c["frames"], c["skip"], c.get("order", "oldest_first"),
                                   (vr[0], vr[1]), c.get("normalized_in_model", True))

@@ -1,9 +1,9 @@
 """Package load time for a ~50 MB-weight model vs tinygrad's pickle load of the same model.
 
 Builds ``packager.synthetic.gemm_model(3, 2048)`` (three 2048x2048 float32 Gemm layers: 50.3 MB of weights)
-into a .dpk on the CPU target, then, in a fresh process, times ``load_package`` (open, check every byte's
-checksum, map the weights) + ``make_replay`` (prepare the replay: the compiled driver comes from the kernel
-cache after the first run) + one replay. Peer, measured in the same run: tinygrad's ``OnnxRunner`` on the same
+into a .dpk on the CPU target, then, in a fresh process, times ``load_package`` (read the file into the loader's
+own memory, check every byte's checksum) + ``make_replay`` (prepare the replay: the compiled driver comes from the
+kernel cache after the first run) + one replay. Peer, measured in the same run: tinygrad's ``OnnxRunner`` on the same
 ONNX file captured with ``TinyJit``, pickled, and ``pickle.load``-ed in a fresh process (tinygrad is optional:
 ``pip install -e '.[bench]'``; without it only drivepack's numbers print).
 

@@ -85,7 +85,8 @@ class CaptureReport:
 
 
 class Captured:
-    """A captured model: call it with numpy arrays by name; returns a dict of fresh numpy arrays."""
+    """A captured model: call it with numpy arrays by name; returns a dict of fresh numpy arrays. Safe to call
+    from several threads: every call goes through its Replay, which runs one call at a time (targets/replay.py)."""
 
     def __init__(self, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], replay: Replay,
                  report: CaptureReport | None = None) -> None:

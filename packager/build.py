@@ -2,7 +2,8 @@
 
 Stages (each timed and reported through packager/progress.py): load (model bytes and sha256, vehicle profile,
 ABI), capture (trace, fold weight-only work, schedule, compile: jit/trace.py) on the package's target, golden
-(deterministic inputs; outputs on the CPU reference and on the target, compared within the recorded tolerance),
+(deterministic inputs; outputs on the target and on an independent reference, packager/reference.py: onnxruntime,
+else a NOOPT CPU build; the target's must lie within the per-output tolerance of the reference's),
 write (kernel names made canonical, sections, manifest), compile (the written file loaded back and its replay
 built with nothing but the file) and verify (that replay reproduces the target's golden outputs bit for bit).
 
@@ -40,14 +41,18 @@ from packager.errors import PackageError
 from packager.manifest import FORMAT_NAME
 from packager.package import Package, golden_section, kernel_section, load_package, weight_section
 from packager.progress import Progress
-from packager.verify import compare_exact, compare_tolerance
+from packager.reference import reference_outputs
+from packager.signing import load_signing_key, user_signing_key
+from packager.verify import compare_exact, compare_tolerance, describe_reference
 from targets.cmdbuf import CommandBuffer, KernelSpec
 from targets.registry import Device
 
 GOLDEN_SETS = 2
 DEFAULT_BEAM = 2  # beam width of ``--tune`` when neither BuildOptions.beam nor BEAM says otherwise
 GOLDEN_SEED = 0
-# per output dtype: (rtol, atol) for comparing a target's outputs with the CPU reference's; absent: bit-exact
+# per output dtype: (rtol, atol) for comparing a target's outputs with the reference's; absent: bit-exact. float16
+# and the narrower formats are loose: onnxruntime computes a float16 graph in float16, rounding every op's
+# result, where drivepack's kernels may keep float32 accumulators (a few float16 ulps apart at |x| ~ 1)
 TOLERANCES: dict[str, tuple[float, float]] = {"float32": (1e-4, 1e-4), "float64": (1e-9, 1e-9),
                                               "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2),
                                               "fp8e4m3fn": (0.25, 0.25), "fp8e5m2": (0.25, 0.25),
@@ -65,6 +70,7 @@ class BuildOptions:
     tuning: str | Path | None = None  # a tuning file (jit/codegen/opt/tuning.py) to compile with (``--tuning``)
     tune: bool = False  # search kernels the tuning file lacks, then write it (``--tune``; default <out>.tuning.json)
     beam: int = 0  # beam width of that search; 0: the BEAM setting, else DEFAULT_BEAM
+    sign: str | Path | None = None  # private key file to sign with (``--sign``); default: the user's own key
 
 
 @dataclass
@@ -165,10 +171,13 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
     """Package ``model_path`` for ``vehicle`` into ``out`` (see the module docstring); PackageError when a stage
     cannot be done, VerifyError when the written package does not reproduce its golden outputs."""
     from jit.onnx.loader import load_onnx
+    from jit.onnx.validate import OnnxError, checked_model
     from jit.trace import capture_onnx
 
     opts = options or BuildOptions()
     prog = progress or Progress(enabled=False)
+    # the signing key first: a bad --sign fails before minutes of compiling, not after
+    key = load_signing_key(opts.sign) if opts.sign is not None else user_signing_key()
     if opts.golden_sets < 1:
         raise PackageError(f"golden_sets: expected >= 1, got {opts.golden_sets}")
     with prog.stage("load", str(model_path)):
@@ -178,7 +187,10 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
             raise PackageError(f"model: expected a readable .onnx file, got {model_path}: {e.strerror}") from None
         profile = load_vehicle(vehicle)
         vehicle_bytes = profile.path.read_bytes()
-        proto = model_bytes_proto(model_bytes)
+        try:  # validated; external data read from the model file's directory, never the current one
+            proto = checked_model(model_bytes, model_path)
+        except OnnxError as e:
+            raise PackageError(f"model: {str(e).removeprefix(f'{model_path}: ')}") from None
         abi = infer_abi(proto)
         device = Device.canonical(opts.target) if opts.target else \
             device_for(profile.target, profile.target_arch, profile.images)
@@ -193,7 +205,7 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
                 "golden_sets": opts.golden_sets, "golden_seed": GOLDEN_SEED}
     tuning_summary = ""
     with Context(EMULATED_DTYPES=settings["EMULATED_DTYPES"]):
-        # only the package's own kernels are tuned: the CPU reference below compiles with the defaults
+        # only the package's own kernels are tuned: a NOOPT reference below compiles with the defaults
         tuned = use_tuning(table, beam) if table is not None else contextlib.nullcontext()
         with prog.stage("capture", f"trace, fold weights, schedule and compile for {device}"), tuned as session:
             target = Device[device]
@@ -210,17 +222,20 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
                     table.save(tuning_path)
                 settings["tuning"] = {"sha256": table.digest(), "entries": len(table)}
         cmdbuf, renamed = canonical_kernels(run.cmdbuf)
-        with prog.stage("golden", f"{opts.golden_sets} input sets on {device} and the CPU reference"):
+        with prog.stage("golden", f"{opts.golden_sets} input sets on {device} and an independent reference"):
             target_outs = _run_sets(run, sets)
-            if device == "CPU" and not emulated:
-                reference_outs = target_outs
-            else:
-                with Context(EMULATED_DTYPES=""):
-                    reference_outs = _run_sets(capture_onnx(load_onnx(proto, device="CPU"), sets[0], target="CPU"),
-                                               sets)
+
+            def noopt_run() -> list[dict[str, np.ndarray]]:
+                with Context(EMULATED_DTYPES="", NOOPT=1):
+                    return _run_sets(capture_onnx(load_onnx(proto, device="CPU"), sets[0], target="CPU"), sets)
+
+            reference = reference_outputs(model_bytes, sets, cmdbuf.outputs, noopt_run)
+            reference_outs = reference.outputs
+            prog.note("golden", f"reference: {describe_reference(reference.record)}")
             tolerances = _tolerances(cmdbuf)
             for i, (got, want) in enumerate(zip(target_outs, reference_outs, strict=True)):
-                compare_tolerance(got, want, tolerances, f"golden set {i} ({device} vs CPU reference)")
+                compare_tolerance(got, want, tolerances, f"golden set {i}: {device} target vs the {reference.label} "
+                                                         "reference")
     policy = aggregate_policies((renamed[n], ck.dtype_policy) for n, ck in compiled.items() if ck is not None)
     kernel_list = []
     for i, (old, k) in enumerate(zip([k.name for k in run.cmdbuf.kernels], cmdbuf.kernels, strict=True)):
@@ -249,16 +264,17 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
         "abi": abi.to_dict(),
         "abi_check": {"role": role, "ok": not abi_warnings, "problems": abi_warnings},
         "golden": {"sets": opts.golden_sets, "seed": GOLDEN_SEED, "outputs": tolerances,
-                   "checked_on": fingerprint(target),
+                   "checked_on": fingerprint(target), "reference": reference.record,
                    "compare": "bit-exact against 'target' outputs where checked_on matches the replaying machine; "
-                              "else within rtol/atol against 'reference' (CPU) outputs"},
+                              "else within rtol/atol against 'reference' outputs (golden.reference says whose); "
+                              "'target' outputs lie within rtol/atol of 'reference'"},
     }
     with prog.stage("write", str(out)):
         sections = _sections(cmdbuf, run.weights, sets, reference_outs, target_outs)
         size = write_container(out, manifest, sections, align_up(max(cmdbuf.alignment, BASE_ALIGNMENT),
-                                                                 BASE_ALIGNMENT))
+                                                                 BASE_ALIGNMENT), sign=key.sign)
     with prog.stage("compile", f"{len(cmdbuf.kernels)} kernels from the written file"):
-        pkg = load_package(out)
+        pkg = load_package(out, trust=[key.fingerprint])  # the key it was just signed with, whoever's it is
         replay = pkg.make_replay()
         prog.bar("compile", len(cmdbuf.kernels), len(cmdbuf.kernels), "kernels built")
     with prog.stage("verify", "replay the golden inputs from the file, bit-exact against the target's outputs"):

@@ -33,6 +33,7 @@ from packager.commands import (
     run_verify,
 )
 from packager.errors import VerifyError
+from packager.key_commands import add_keygen_args, run_keygen
 
 PROG = "drivepack"
 
@@ -66,6 +67,8 @@ COMMANDS: dict[str, Command] = {
                       add_replay_args, run_replay),
     "inspect": Command("show a package's manifest, ABI, kernels and command buffer (text, JSON or Graphviz)",
                        add_inspect_args, run_inspect),
+    "keygen": Command("make an Ed25519 signing key: a private key file (mode 0600) and PATH.pub",
+                      add_keygen_args, run_keygen),
     "abi-check": Command("check a model's input/output ABI against a vehicle profile's runtime",
                          add_abi_check_args, run_abi_check),
     "abi-diff": Command("list ABI changes between two models/packages: breaking or compatible",

@@ -13,6 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from packager.key_commands import add_trust_args
+
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 DEMO_ITERS, DEMO_WARMUP = 3, 1
 
@@ -30,6 +32,8 @@ def add_package_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tune", action="store_true", help="search each kernel the tuning file lacks (timed, beam "
                                                        "width BEAM or 2) and write the file (default "
                                                        "<output>.tuning.json)")
+    p.add_argument("--sign", metavar="KEY", help="sign with this private key file (default: your own key, made "
+                                                 "on first use; see `drivepack keygen`)")
 
 
 def add_verify_args(p: argparse.ArgumentParser) -> None:
@@ -38,6 +42,7 @@ def add_verify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("auto", "exact", "tolerance"), default="auto",
                    help="auto: bit-exact on the machine it was built and checked on, tolerance elsewhere")
     p.add_argument("--json", action="store_true", help="print a JSON report")
+    add_trust_args(p)
 
 
 def add_replay_args(p: argparse.ArgumentParser) -> None:
@@ -47,6 +52,7 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", action="store_true", help="also time each kernel and its share")
     p.add_argument("--device", help="replay on this device instead of the package's")
     p.add_argument("--json", action="store_true", help="print the JSON document (docs/package-format.md)")
+    add_trust_args(p)
 
 
 def add_inspect_args(p: argparse.ArgumentParser) -> None:
@@ -54,6 +60,7 @@ def add_inspect_args(p: argparse.ArgumentParser) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print everything as JSON")
     fmt.add_argument("--dot", action="store_true", help="print a Graphviz graph of dispatches and buffers")
+    add_trust_args(p, allow_unsigned=False)  # inspect runs nothing: it shows any package, and whether it is trusted
 
 
 def add_demo_args(p: argparse.ArgumentParser) -> None:
@@ -84,7 +91,7 @@ def run_package(args: argparse.Namespace) -> int:
 
     result = build_package(args.model, args.vehicle, args.output,
                            BuildOptions(target=args.target, emulate=args.emulate, golden_sets=args.golden_sets,
-                                        tuning=args.tuning, tune=args.tune),
+                                        tuning=args.tuning, tune=args.tune, sign=args.sign),
                            Progress(enabled=not args.quiet))
     print("\n".join(_summary(result)))
     return EXIT_OK
@@ -94,13 +101,12 @@ def run_verify(args: argparse.Namespace) -> int:
     from packager.package import load_package
     from packager.verify import verify_package
 
-    report = verify_package(load_package(args.package), args.device, args.mode)
+    pkg = load_package(args.package, args.trust, args.allow_unsigned)
+    report = verify_package(pkg, args.device, args.mode)
     if args.json:
-        print(json.dumps({"package": args.package, "ok": True, "device": report.device, "mode": report.mode,
-                          "reason": report.reason, "sets": report.sets, "max_abs_diff": report.max_abs_diff}))
+        print(json.dumps({"package": args.package, **report.to_json()}))
     else:
-        extra = f", max |diff| {report.max_abs_diff:.3g}" if report.mode == "tolerance" else ""
-        print(f"verify ok: {report.sets} golden set(s) on {report.device}, {report.mode} ({report.reason}){extra}")
+        print("\n".join(report.lines()))
     return EXIT_OK
 
 
@@ -108,7 +114,8 @@ def run_replay(args: argparse.Namespace) -> int:
     from packager.package import load_package
     from packager.replay_stats import run_replay_benchmark
 
-    stats = run_replay_benchmark(load_package(args.package), args.iters, args.warmup, args.profile, args.device)
+    pkg = load_package(args.package, args.trust, args.allow_unsigned)
+    stats = run_replay_benchmark(pkg, args.iters, args.warmup, args.profile, args.device)
     print(json.dumps(stats.to_json(), indent=1) if args.json else "\n".join(stats.lines()))
     return EXIT_OK
 
@@ -117,7 +124,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from packager.inspect_pkg import inspect_dot, inspect_json, inspect_text
     from packager.package import load_package
 
-    pkg = load_package(args.package)
+    pkg = load_package(args.package, args.trust, allow_unsigned=True)
     if args.json:
         print(json.dumps(inspect_json(pkg), indent=1, sort_keys=True))
     elif args.dot:
@@ -147,7 +154,7 @@ def run_demo(args: argparse.Namespace) -> int:
         result = build_package(model_path, args.vehicle, out, BuildOptions(golden_sets=1), Progress())
         print("\n".join(_summary(result)))
         report = verify_package(result.package)
-        print(f"verify ok: {report.sets} golden set(s) on {report.device}, {report.mode} ({report.reason})")
+        print("\n".join(report.lines()))
         stats = run_replay_benchmark(result.package, DEMO_ITERS, DEMO_WARMUP)
         print("\n".join(stats.lines()))
         flat = result.package.golden(0).target["outputs"].reshape(-1)

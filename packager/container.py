@@ -4,18 +4,23 @@ Layout (all integers little-endian; docs/package-format.md is the normative desc
 
     0   8   magic            b"\\x89DPK\\r\\n\\x1a\\n"
     8   4   format version   uint32 (FORMAT_VERSION)
-    12  4   flags            uint32; bit 0 (FLAG_LITTLE_ENDIAN) must be set, every other bit clear
+    12  4   flags            uint32; bit 0 (FLAG_LITTLE_ENDIAN) must be set; bit 1 (FLAG_SIGNED, version 2 only):
+                             the file ends with a signature trailer; every other bit clear
     16  8   manifest offset  uint64, always HEADER_SIZE (64)
     24  8   manifest size    uint64
     32  32  manifest sha256
     64  ..  manifest (UTF-8 JSON, sorted keys, no whitespace), zero padding, sections, each at an offset that is a
             multiple of the manifest's ``section_alignment`` and zero padding between them; the file ends where
-            the last section ends.
+            the last section ends, or, when FLAG_SIGNED is set, SIGNATURE_SIZE bytes after it: the signature
+            trailer (SIGNATURE: magic, algorithm 1 = Ed25519, zero, raw public key, signature, zero padding;
+            packager/signing.py makes and checks the signature).
 
 Reading checks every byte: header fields exactly, the manifest against its checksum, each section against the
 sha256 in the manifest, and every padding byte against zero; so one flipped byte anywhere is a PackageError.
-Weights and other sections are handed out as read-only views into one ``mmap`` of the file (no copy). Nothing
-is pickled or evaluated; JSON is parsed with ``json.loads`` only.
+The file is read once into memory the process owns before any check; weights and other sections are
+handed out as read-only views into that one copy (never copied again, never read from the file again). Nothing
+is pickled or evaluated; JSON is parsed with ``json.loads`` only, after
+``jit.common.json_limits`` has bounded its nesting and integer lengths.
 """
 
 from __future__ import annotations
@@ -25,21 +30,28 @@ import json
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jit.common.json_limits import bounded_json
 from packager.errors import PackageError
 
 MAGIC = b"\x89DPK\r\n\x1a\n"
-FORMAT_VERSION = 1
-READS_VERSIONS = (1,)
+FORMAT_VERSION = 2  # 2: FLAG_SIGNED and the signature trailer; a version 1 file reads as an unsigned package
+READS_VERSIONS = (1, 2)
 FLAG_LITTLE_ENDIAN = 1
-KNOWN_FLAGS = FLAG_LITTLE_ENDIAN
+FLAG_SIGNED = 2
+KNOWN_FLAGS = FLAG_LITTLE_ENDIAN | FLAG_SIGNED
+SIGNATURE_MAGIC = b"DPKSIG\r\n"
+SIGNATURE = struct.Struct("<8sII32s64s16s")
+SIGNATURE_SIZE = 128
+SIG_ED25519 = 1
 HEADER = struct.Struct("<8sIIQQ32s")
 HEADER_SIZE = 64
 BASE_ALIGNMENT = 64
-assert HEADER.size == HEADER_SIZE
+assert HEADER.size == HEADER_SIZE and SIGNATURE.size == SIGNATURE_SIZE
 
 
 @dataclass(frozen=True)
@@ -81,9 +93,11 @@ def _layout(manifest: dict[str, Any], sections: list[Section], alignment: int) -
 
 
 def write_container(path: str | Path, manifest: dict[str, Any], sections: list[Section],
-                    alignment: int = BASE_ALIGNMENT) -> int:
+                    alignment: int = BASE_ALIGNMENT, sign: Callable[[bytes], tuple[bytes, bytes]] | None = None) -> int:
     """Write ``manifest`` (plain data; ``sections`` and ``section_alignment`` are filled in here) and the
-    sections to ``path`` atomically (a temporary file renamed over it); returns the file size in bytes."""
+    sections to ``path`` atomically (a temporary file renamed over it); returns the file size in bytes. With
+    ``sign`` (header bytes -> (raw public key, signature), e.g. packager.signing.SigningKey.sign) the header
+    has FLAG_SIGNED and the file ends with the signature trailer."""
     if alignment < BASE_ALIGNMENT or alignment % BASE_ALIGNMENT or alignment & (alignment - 1):
         raise PackageError(f"section_alignment: expected a power of two multiple of {BASE_ALIGNMENT}, got "
                            f"{alignment}")
@@ -91,8 +105,12 @@ def write_container(path: str | Path, manifest: dict[str, Any], sections: list[S
     if len(set(names)) != len(names):
         raise PackageError(f"sections: names expected unique, got {sorted(n for n in names if names.count(n) > 1)}")
     body = _layout(manifest, sections, alignment)
-    header = HEADER.pack(MAGIC, FORMAT_VERSION, FLAG_LITTLE_ENDIAN, HEADER_SIZE, len(body),
-                         hashlib.sha256(body).digest())
+    header = HEADER.pack(MAGIC, FORMAT_VERSION, FLAG_LITTLE_ENDIAN | (FLAG_SIGNED if sign else 0), HEADER_SIZE,
+                         len(body), hashlib.sha256(body).digest())
+    trailer = b""
+    if sign is not None:
+        public_key, signature = sign(header)
+        trailer = SIGNATURE.pack(SIGNATURE_MAGIC, SIG_ED25519, 0, public_key, signature, bytes(16))
     out = Path(path)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     pos = 0
@@ -105,8 +123,18 @@ def write_container(path: str | Path, manifest: dict[str, Any], sections: list[S
             f.write(b"\0" * pad)
             f.write(s.data)
             pos += pad + memoryview(s.data).nbytes
+        f.write(trailer)
+        pos += len(trailer)
     tmp.replace(out)
     return pos
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A signature trailer's fields: the signer's raw Ed25519 public key and the 64-byte signature."""
+
+    public_key: bytes
+    signature: bytes
 
 
 @dataclass
@@ -117,16 +145,18 @@ class Container:
     version: int
     flags: int
     manifest: dict[str, Any]
-    buffer: Any  # the mmap (or bytes) every section view points into
+    buffer: Any  # the read-only view of the owned copy of the file (or b"") every section view points into
+    index: dict[str, dict[str, Any]]  # name -> section entry: a lookup per section keeps loading linear
+    signature: Signature | None = None  # the trailer's fields (checked by packager/signing.py); None: unsigned
 
     def section_entry(self, name: str) -> dict[str, Any]:
-        for entry in self.manifest["sections"]:
-            if entry["name"] == name:
-                return entry
-        raise PackageError(f"sections: expected an entry named {name!r}, got none")
+        entry = self.index.get(name)
+        if entry is None:
+            raise PackageError(f"sections: expected an entry named {name!r}, got none")
+        return entry
 
     def has_section(self, name: str) -> bool:
-        return any(e["name"] == name for e in self.manifest["sections"])
+        return name in self.index
 
     def view(self, name: str) -> memoryview:
         """The bytes of section ``name`` (read-only, no copy)."""
@@ -135,14 +165,28 @@ class Container:
 
 
 def _map(path: Path) -> Any:
+    """The whole file, read once into anonymous memory this process owns (page-aligned, like a file mapping,
+    so aligned sections stay aligned), as a read-only view. Every check then runs on the bytes the replay will
+    use, and overwriting or truncating the file later changes nothing (a shared file mapping would see the
+    overwrite and raise SIGBUS past a truncation)."""
     try:
-        with path.open("rb") as f:
+        with path.open("rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 return b""
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            owned = mmap.mmap(-1, size)
+            view, got = memoryview(owned), 0
+            while got < size:
+                n = f.readinto(view[got:])
+                if not n:
+                    break
+                got += n
     except OSError as e:
         raise PackageError(f"{path}: expected a readable file, got {e.strerror or e}") from None
+    if got != size:
+        raise PackageError(f"{path}: size expected {size} bytes (its size when opened), got {got} (truncated "
+                           "while reading)")
+    return view.toreadonly()
 
 
 def read_header(data: Any, where: str) -> tuple[int, int, int]:
@@ -156,9 +200,10 @@ def read_header(data: Any, where: str) -> tuple[int, int, int]:
     if version not in READS_VERSIONS:
         raise PackageError(f"{where}: format version expected one of {list(READS_VERSIONS)} (this drivepack reads "
                            f"format version {', '.join(map(str, READS_VERSIONS))}), got {version}")
-    if flags & ~KNOWN_FLAGS or not flags & FLAG_LITTLE_ENDIAN:
-        raise PackageError(f"{where}: flags expected {FLAG_LITTLE_ENDIAN:#x} (little-endian, no other bit), got "
-                           f"{flags:#x}")
+    if flags & ~KNOWN_FLAGS or not flags & FLAG_LITTLE_ENDIAN or (flags & FLAG_SIGNED and version < 2):
+        raise PackageError(f"{where}: flags expected {FLAG_LITTLE_ENDIAN:#x} or, from format version 2, "
+                           f"{FLAG_LITTLE_ENDIAN | FLAG_SIGNED:#x} (little-endian, signed, no other bit), got "
+                           f"{flags:#x} in format version {version}")
     if m_off != HEADER_SIZE:
         raise PackageError(f"{where}: manifest offset expected {HEADER_SIZE}, got {m_off}")
     if HEADER_SIZE + m_size > len(data):
@@ -177,14 +222,30 @@ def open_container(path: str | Path) -> Container:
     if hashlib.sha256(body).digest() != data[32:64]:
         raise PackageError(f"{where}: manifest sha256 expected {bytes(data[32:64]).hex()} (the header's), got "
                            f"{hashlib.sha256(body).hexdigest()}")
-    try:
-        manifest = json.loads(bytes(body).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PackageError(f"{where}: manifest expected UTF-8 JSON, got {type(e).__name__}: {e}") from None
+    manifest = bounded_json(bytes(body), f"{where}: manifest", PackageError)
     if not isinstance(manifest, dict):
         raise PackageError(f"{where}: manifest expected a JSON object, got {type(manifest).__name__}")
-    _check_sections(manifest, data, HEADER_SIZE + m_size, where)
-    return Container(p, version, flags, manifest, data)
+    fv = manifest.get("format_version")
+    if type(fv) is not int or fv != version:
+        raise PackageError(f"{where}: manifest.format_version: expected {version} (the header's format version), "
+                           f"got {fv!r}")
+    end = len(data) - (SIGNATURE_SIZE if flags & FLAG_SIGNED else 0)
+    if end < HEADER_SIZE + m_size:
+        raise PackageError(f"{where}: size expected the manifest and the {SIGNATURE_SIZE}-byte signature trailer "
+                           f"(flag {FLAG_SIGNED:#x}), got {len(data)} bytes (truncated)")
+    # the sections end where the trailer starts: every check of theirs sees the file without it
+    index = _check_sections(manifest, memoryview(data)[:end], HEADER_SIZE + m_size, where)
+    signature = _signature(data[end:], where) if flags & FLAG_SIGNED else None
+    return Container(p, version, flags, manifest, data, index, signature)
+
+
+def _signature(trailer: bytes, where: str) -> Signature:
+    magic, algorithm, zero, public_key, signature, pad = SIGNATURE.unpack(trailer)
+    if magic != SIGNATURE_MAGIC or algorithm != SIG_ED25519 or zero or any(pad):
+        raise PackageError(f"{where}: signature trailer expected magic {SIGNATURE_MAGIC!r}, algorithm {SIG_ED25519} "
+                           f"(Ed25519) and zero padding, got magic {magic!r}, algorithm {algorithm}, "
+                           f"{'non-zero' if zero or any(pad) else 'zero'} padding")
+    return Signature(public_key, signature)
 
 
 def _int(entry: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
@@ -194,9 +255,9 @@ def _int(entry: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
     return v
 
 
-def _check_sections(manifest: dict[str, Any], data: Any, start: int, where: str) -> None:
+def _check_sections(manifest: dict[str, Any], data: Any, start: int, where: str) -> dict[str, dict[str, Any]]:
     """Every section inside the file, aligned, in order, not overlapping, its sha256 matching; every gap zero;
-    the file ending at the last section's end."""
+    the file ending exactly at the last section's end (no byte after it, zero or not). Returns name -> entry."""
     align = _int(manifest, "section_alignment", f"{where}: manifest", BASE_ALIGNMENT)
     if align % BASE_ALIGNMENT or align & (align - 1):
         raise PackageError(f"{where}: manifest.section_alignment: expected a power of two multiple of "
@@ -204,7 +265,7 @@ def _check_sections(manifest: dict[str, Any], data: Any, start: int, where: str)
     entries = manifest.get("sections")
     if not isinstance(entries, list):
         raise PackageError(f"{where}: manifest.sections: expected a list, got {type(entries).__name__}")
-    pos, names = start, set()
+    pos, names = start, {}
     for i, e in enumerate(entries):
         at = f"{where}: manifest.sections[{i}]"
         if not isinstance(e, dict):
@@ -212,7 +273,7 @@ def _check_sections(manifest: dict[str, Any], data: Any, start: int, where: str)
         name = e.get("name")
         if not isinstance(name, str) or not name or name in names:
             raise PackageError(f"{at}.name: expected a unique non-empty string, got {name!r}")
-        names.add(name)
+        names[name] = e
         if not isinstance(e.get("kind"), str):
             raise PackageError(f"{at}.kind: expected a string, got {e.get('kind')!r}")
         off, size = _int(e, "offset", at), _int(e, "size", at)
@@ -228,11 +289,13 @@ def _check_sections(manifest: dict[str, Any], data: Any, start: int, where: str)
         if got != digest:
             raise PackageError(f"{at} ({name}): sha256 expected {digest}, got {got} (corrupt section)")
         pos = off + size
-    _check_zero(data, pos, len(data), where, tail=True)
+    if len(data) != pos:
+        raise PackageError(f"{where}: file size expected {pos} (the end of the last section), got {len(data)} "
+                           f"({len(data) - pos} trailing bytes)")
+    return names
 
 
-def _check_zero(data: Any, lo: int, hi: int, where: str, tail: bool = False) -> None:
+def _check_zero(data: Any, lo: int, hi: int, where: str) -> None:
     if hi > lo and any(memoryview(data)[lo:hi]):
         first = next(i for i in range(lo, hi) if data[i])
-        what = "nothing after the last section" if tail else "zero padding"
-        raise PackageError(f"{where}: bytes {lo}..{hi}: expected {what}, got byte {data[first]:#04x} at {first}")
+        raise PackageError(f"{where}: bytes {lo}..{hi}: expected zero padding, got byte {data[first]:#04x} at {first}")

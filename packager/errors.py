@@ -13,3 +13,8 @@ class PackageError(DrivepackError, ValueError):
 
 class VerifyError(DrivepackError, ValueError):
     """A replayed output that differs from the package's golden output (names the set, output and the numbers)."""
+
+
+class SignatureError(PackageError):
+    """A package not signed by a key trusted here (names the signer's fingerprint), a signature that does not
+    verify, or a key file that cannot be read or written. Raised before anything of the package is used."""

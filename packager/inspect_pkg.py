@@ -31,9 +31,17 @@ def abi_rows(pkg: Package) -> list[dict[str, Any]]:
     return rows
 
 
+def signature_json(pkg: Package) -> dict[str, Any]:
+    """Who signed the package and whether that key is trusted here (``trusted_by``: why; null: not trusted)."""
+    sig = pkg.signature
+    return {"signed": bool(sig and sig.fingerprint), "fingerprint": sig.fingerprint if sig else None,
+            "trusted": bool(sig and sig.trusted), "trusted_by": sig.trusted_by if sig else None}
+
+
 def inspect_json(pkg: Package) -> dict[str, Any]:
     cb = pkg.cmdbuf
     return {"path": str(pkg.path), "size": pkg.size, "manifest": pkg.manifest.raw, "abi": abi_rows(pkg),
+            "signature": signature_json(pkg),
             "kernels": kernel_rows(pkg),
             "command_buffer": {"target": cb.target, "arena_bytes": cb.arena_bytes, "alignment": cb.alignment,
                                "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape),
@@ -50,6 +58,7 @@ def inspect_text(pkg: Package) -> list[str]:
     k = raw["kernels"]
     out = [f"{pkg.path}: {pkg.size} bytes, format {raw['format']} v{raw['format_version']}, drivepack "
            f"{m.drivepack_version}",
+           f"signature: {pkg.signature.describe() if pkg.signature else 'not checked'}",
            f"model {m.model_name} sha256 {m.model_sha256[:16]}...; vehicle {m.vehicle_name} role {m.role} "
            f"(budget mean {m.budget_mean_ms:g} ms, max {m.budget_max_ms:g} ms)",
            f"target {m.target_device}; emulated dtypes {raw['target']['emulated_dtypes'] or 'none'}; settings "

@@ -16,6 +16,7 @@ from packager.errors import PackageError
 FORMAT_NAME = "drivepack-package"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 TARGETS = ("CPU", "OPENCL", "QCOM")
+REFERENCE_KINDS = ("onnxruntime", "drivepack-noopt")  # where golden reference outputs come from
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Manifest:
     outputs: tuple[OutputTolerance, ...]
     checked_on: dict[str, str]
     abi: dict[str, Any]
+    reference: dict[str, str] | None = None  # golden.reference (packager/reference.py); optional: None if absent
 
 
 class _Fields:
@@ -135,6 +137,11 @@ def parse_manifest(doc: dict[str, Any], where: str = "manifest") -> Manifest:
             raise PackageError(f"{where}.golden.outputs[{i}].shape: expected non-negative integers, got {list(shape)}")
         outputs.append(OutputTolerance(of.str("name"), of.str("dtype"), shape, of.num("rtol"), of.num("atol")))
     checked = golden.obj_("checked_on").obj
+    reference = golden.obj.get("reference")
+    if reference is not None and (not isinstance(reference, dict) or reference.get("kind") not in REFERENCE_KINDS
+                                  or any(not isinstance(v, str) for v in reference.values())):
+        raise PackageError(f"{where}.golden.reference: expected an object with string values and kind one of "
+                           f"{list(REFERENCE_KINDS)}, got {reference!r:.120}")
     if any(not isinstance(v, str) for v in checked.values()):
         raise PackageError(f"{where}.golden.checked_on: expected string values, got {checked!r}")
     role = vehicle.raw("role")
@@ -149,4 +156,4 @@ def parse_manifest(doc: dict[str, Any], where: str = "manifest") -> Manifest:
         budget_mean_ms=vehicle.num("budget_mean_ms"), budget_max_ms=vehicle.num("budget_max_ms"),
         kernels=tuple(entries), kernels_traced=traced, kernels_pruned=pruned, arena_bytes=f.int("arena_bytes"),
         golden_sets=golden.int("sets", 1, 64), outputs=tuple(outputs), checked_on=dict(checked),
-        abi=f.obj_("abi").obj)
+        abi=f.obj_("abi").obj, reference=reference)

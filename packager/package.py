@@ -1,15 +1,20 @@
 """Reading a ``.dpk`` package: checked container + manifest, the command buffer with its kernel sources, weights
-as zero-copy views of the mapped file, golden I/O, the ABI; and a replay built from those alone.
+as read-only views of the one copy of the file the loader owns, golden I/O, the ABI; and a replay built from
+those alone (changing or truncating the file after the load reaches none of them).
 
 ``load_package(path)`` refuses anything it cannot trust with a PackageError before any of it is used: the
-container checks (packager/container.py), the manifest fields (packager/manifest.py), then cross-checks between
-sections: the command buffer is valid (every dispatch binding inside its buffer, arena ranges inside the arena),
-every weight, golden input and golden output section has exactly its buffer's byte size, the kernel list
-matches the command buffer. This module does not import the ONNX front end or the compiler.
+container checks (packager/container.py), the signature (packager/signing.py: signed by a trusted key, unless
+``allow_unsigned``; a SignatureError naming the signer's fingerprint), the manifest fields (packager/manifest.py),
+then cross-checks between sections: the command buffer is valid (targets/cmdbuf.py: bindings, bounded sizes,
+read-only weights and inputs, live arena bytes, each kernel source's parameters and stores), every weight, golden
+input and golden output section has exactly its buffer's byte size, the kernel list matches the command buffer,
+the ABI's inputs and outputs are the command buffer's (docs/package-format.md lists every rule). This module does
+not import the ONNX front end or the compiler.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ from jit.common.dtype import dtypes, to_numpy
 from packager.container import Container, open_container
 from packager.errors import PackageError
 from packager.manifest import Manifest, parse_manifest
+from packager.signing import SignatureInfo, check_signature
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer
 from targets.replay import Replay, make_replay
 
@@ -42,7 +48,8 @@ def golden_section(index: int, kind: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class GoldenSet:
-    """One golden replay: inputs, the CPU reference outputs, and the package target's own outputs."""
+    """One golden replay: inputs, the reference outputs (``manifest.reference`` says whose), and the package
+    target's own outputs."""
 
     index: int
     inputs: dict[str, np.ndarray]
@@ -52,13 +59,14 @@ class GoldenSet:
 
 @dataclass
 class Package:
-    """A loaded package. Arrays are read-only views of the mapped file; keep the Package alive while using them."""
+    """A loaded package. Arrays are read-only views of the loader's own copy of the file (never the file itself)."""
 
     container: Container
     manifest: Manifest
     cmdbuf: CommandBuffer
     weights: dict[int, np.ndarray]
     abi: Abi
+    signature: SignatureInfo | None = None  # who signed it and why it was accepted (packager/signing.py)
 
     @property
     def path(self) -> Path:
@@ -123,9 +131,12 @@ def _cmdbuf(c: Container, m: Manifest) -> CommandBuffer:
     return cb
 
 
-def load_package(path: str | Path) -> Package:
-    """Open, check every byte and cross-check a package (see the module docstring)."""
+def load_package(path: str | Path, trust: Iterable[str | Path] = (), allow_unsigned: bool = False) -> Package:
+    """Open, check every byte and cross-check a package (see the module docstring). ``trust``: public key files
+    or fingerprints trusted besides the user's own key and ``$DRIVEPACK_TRUST``; ``allow_unsigned`` accepts an
+    unsigned package or one signed by a key not trusted here."""
     c = open_container(path)
+    signer = check_signature(c, trust, allow_unsigned)  # before any section is interpreted
     m = parse_manifest(c.manifest, f"{c.path}: manifest")
     cb = _cmdbuf(c, m)
     weights = {}
@@ -153,9 +164,25 @@ def load_package(path: str | Path) -> Package:
         abi = Abi.from_dict(m.abi)
     except AbiError as e:
         raise PackageError(f"{c.path}: manifest.abi: {' '.join(str(e).split())}") from None
-    return Package(c, m, cb, weights, abi)
+    _check_abi(c, cb, abi)
+    return Package(c, m, cb, weights, abi, signature=signer)
+
+
+def _check_abi(c: Container, cb: CommandBuffer, abi: Abi) -> None:
+    """The manifest's ABI names exactly the command buffer's inputs and outputs, each with its dtype and shape:
+    a caller sizes its buffers from the ABI, the replay reads and writes the command buffer's."""
+    for kind, specs, bufs in (("inputs", abi.inputs, cb.inputs), ("outputs", abi.outputs, cb.outputs)):
+        want = {b.name: (b.dtype, tuple(b.shape)) for b in bufs}
+        got = {s.name: (s.dtype, tuple(s.shape)) for s in specs}
+        if got != want:  # names from the manifest may be of any JSON type: sort and show them as text
+            differ = sorted({str(n) for n, _ in set(got.items()) ^ set(want.items())})
+            raise PackageError(f"{c.path}: manifest.abi.{kind}: expected the cmdbuf's "
+                               f"{', '.join(f'{n} {d} {s}' for n, (d, s) in sorted(want.items()))}, got "
+                               f"{', '.join(f'{n} {d} {s}' for n, (d, s) in sorted(got.items(), key=str))} "
+                               f"(differs in {differ})")
 
 
 def read_package_abi(path: Path) -> Any:
-    """The ABI stored in a package (the reader abi/load.py uses for ``.dpk``)."""
-    return load_package(path).abi
+    """The ABI stored in a package (the reader abi/load.py uses for ``.dpk``): metadata only, nothing of it is
+    compiled or run, so the signer need not be trusted (as for ``inspect``)."""
+    return load_package(path, allow_unsigned=True).abi

@@ -3,7 +3,8 @@ target separates them, and per-kernel attribution; the JSON document ``drivepack
 
 JSON schema (documented in docs/package-format.md, "replay --json"): ``{"package", "device", "iters", "warmup",
 "latency_ms": {"p50", "p90", "p99", "p999", "max", "mean", "stddev"}, "deadline_ms", "deadline_misses",
-"enqueue_ms": same keys as latency_ms or null, "kernels": [{"name", "dispatches", "ms", "share"}]}``. Latency is
+"enqueue_ms": same keys as latency_ms or null, "kernels": [{"name", "dispatches", "ms", "share"}], "replay_mode",
+"replay_mode_reason"}`` (how the replay ran its dispatches, Replay.mode, and why). Latency is
 one whole replay call (inputs in, outputs back on the host), measured with ``time.perf_counter``.
 """
 
@@ -43,15 +44,19 @@ class ReplayStats:
     deadline_misses: int
     enqueue_ms: dict[str, float] | None = None
     kernels: list[dict[str, Any]] = field(default_factory=list)
+    replay_mode: str = ""  # Replay.mode: cpu_driver, command_buffer or enqueue_loop
+    replay_mode_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"package": self.package, "device": self.device, "iters": self.iters, "warmup": self.warmup,
                 "latency_ms": self.latency_ms, "deadline_ms": self.deadline_ms,
-                "deadline_misses": self.deadline_misses, "enqueue_ms": self.enqueue_ms, "kernels": self.kernels}
+                "deadline_misses": self.deadline_misses, "enqueue_ms": self.enqueue_ms, "kernels": self.kernels,
+                "replay_mode": self.replay_mode, "replay_mode_reason": self.replay_mode_reason}
 
     def lines(self) -> list[str]:
         lat = self.latency_ms
         out = [f"{self.package} on {self.device}: {self.iters} iters after {self.warmup} warmup",
+               f"replay mode: {self.replay_mode} ({self.replay_mode_reason})",
                "latency ms: " + "  ".join(f"{k} {lat[k]:.3f}" for k in (*PERCENTILES, "max", "mean", "stddev")),
                f"deadline {self.deadline_ms:g} ms: {self.deadline_misses} miss(es) of {self.iters}"]
         if self.enqueue_ms is not None:
@@ -102,4 +107,4 @@ def run_replay_benchmark(pkg: Any, iters: int, warmup: int, profile: bool = Fals
     misses = sum(t * 1e3 > deadline for t in times)
     kernels = kernel_profile(replay, inputs, profile_runs) if profile else []
     return ReplayStats(pkg.path.name, replay.target.name, iters, warmup, latency_summary(times), deadline, misses,
-                       latency_summary(enqueue) if split else None, kernels)
+                       latency_summary(enqueue) if split else None, kernels, replay.mode, replay.mode_reason)

@@ -28,11 +28,18 @@ from typing import Any
 
 from jit.common.dtype import dtypes
 from jit.common.errors import DrivepackError, DTypeError
+from jit.common.json_limits import bounded_json
+from targets.kernel_params import KernelParamsError, check_kernel
 
 FORMAT = "drivepack-cmdbuf"
 VERSION = 1
 BINDING_KINDS = ("input", "output", "weight", "state", "arena")
 MAX_LANES = 64  # lanes of one segment; the driver's code grows with them
+# bounds proven before a replay allocates anything (a crafted arena_bytes of 2**40 would ask for 1 TiB)
+MAX_BUFFER_BYTES = 1 << 32  # one buffer, and the arena
+MAX_RANK = 16
+MAX_ALIGNMENT = 1 << 16
+MAX_LAUNCH = 1 << 32  # work-items of one dispatch (a CPU replay loops over them)
 
 
 class CmdbufError(DrivepackError, ValueError):
@@ -122,6 +129,18 @@ def parse_arena(binding: str) -> tuple[int, int]:
     return int(off), int(size)
 
 
+MAX_IDENTIFIER = 1024  # characters of a kernel entry point (a generated name holds every dim of a rank-16 kernel)
+
+
+def check_identifier(value: str, where: str) -> None:
+    """CmdbufError unless ``value`` is a plain C identifier ([A-Za-z_][A-Za-z0-9_]*, at most MAX_IDENTIFIER
+    characters): a CPU replay writes entry points into the C driver it compiles (targets/replay_cpu.py)."""
+    if not (value.isascii() and value.isidentifier() and len(value) <= MAX_IDENTIFIER):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise CmdbufError(f"{where}: expected a C identifier [A-Za-z_][A-Za-z0-9_]* of at most {MAX_IDENTIFIER} "
+                          f"characters, got {shown!r}")
+
+
 def dtype_itemsize(name: str, where: str) -> int:
     try:
         return dtypes.from_name(name).itemsize
@@ -174,30 +193,42 @@ class CommandBuffer:
     # --- consistency ------------------------------------------------------------------------------------
     def validate(self) -> None:
         """CmdbufError unless every reference resolves: kernel ids, bindings, arena ranges, byte sizes."""
-        if self.alignment < 1:
-            raise CmdbufError(f"alignment: expected a positive byte count, got {self.alignment}")
-        if self.arena_bytes < 0:
-            raise CmdbufError(f"arena_bytes: expected >= 0, got {self.arena_bytes}")
+        if not 1 <= self.alignment <= MAX_ALIGNMENT or self.alignment & (self.alignment - 1):
+            raise CmdbufError(f"alignment: expected a power of two <= MAX_ALIGNMENT = {MAX_ALIGNMENT}, got "
+                              f"{self.alignment}")
+        if not 0 <= self.arena_bytes <= MAX_BUFFER_BYTES:
+            raise CmdbufError(f"arena_bytes: expected 0..MAX_BUFFER_BYTES = {MAX_BUFFER_BYTES}, got "
+                              f"{self.arena_bytes}")
         names = [k.name for k in self.kernels]
         if len(set(names)) != len(names):
             raise CmdbufError(f"kernels: names expected unique, got {sorted(n for n in names if names.count(n) > 1)}")
+        for k in self.kernels:
+            check_identifier(k.entry, f"kernel {k.name}: entry")
         table: dict[str, BufferSpec] = {}
         for b in self.buffers:
             _check_buffer(b, self)
             if b.binding in table:
                 raise CmdbufError(f"buffers: binding expected unique, got {b.binding!r} twice")
             table[b.binding] = b
-        weight_ids = {b.name for b in self.weights}
+        for b in self.buffers:
+            if b.init is not None and b.kind != "state":
+                raise CmdbufError(f"{b.binding}: init expected null (only states have initial bytes), got {b.init}")
         for b in self.states:
-            if b.init is None or str(b.init) not in weight_ids:
+            init = table.get(f"weight:{b.init}")
+            if b.init is None or init is None:
                 raise CmdbufError(f"{b.binding}: init expected a weight id of the table, got {b.init}")
+            if init.nbytes != b.nbytes:  # the replay copies the weight into the state buffer
+                raise CmdbufError(f"{b.binding}: init expected a weight of the state's {b.nbytes} bytes, got "
+                                  f"weight:{b.init} of {init.nbytes}")
         written: set[str] = set()
         for i, d in enumerate(self.dispatches):
             where = f"dispatches[{i}]"
             if not 0 <= d.kernel < len(self.kernels):
                 raise CmdbufError(f"{where}.kernel: expected 0..{len(self.kernels) - 1}, got {d.kernel}")
-            if not d.global_size or any(not isinstance(g, int) or g < 1 for g in d.global_size):
-                raise CmdbufError(f"{where}.global_size: expected positive sizes, got {d.global_size}")
+            if not 1 <= len(d.global_size) <= 3 or any(not isinstance(g, int) or g < 1 for g in d.global_size) \
+                    or math.prod(d.global_size) > MAX_LAUNCH:
+                raise CmdbufError(f"{where}.global_size: expected positive sizes (1..3 of them, at most MAX_LAUNCH "
+                                  f"= {MAX_LAUNCH} work-items), got {d.global_size}")
             if d.local_size is not None and len(d.local_size) != len(d.global_size):
                 raise CmdbufError(f"{where}.local_size: expected {len(d.global_size)} dims, got {d.local_size}")
             for bind in d.bindings:
@@ -206,10 +237,25 @@ class CommandBuffer:
             for s in d.scalars:
                 dtype_itemsize(s.dtype, f"{where}.scalars")
             if d.bindings:
+                if table[d.bindings[0]].kind in ("input", "weight"):
+                    raise CmdbufError(f"{where}.bindings[0]: expected the written buffer (an output, state or arena "
+                                      f"binding; inputs and weights are read-only), got {d.bindings[0]!r}")
                 written.add(d.bindings[0])
+            k = self.kernels[d.kernel]
+            if k.source:  # a package's cmdbuf section carries none: checked again once the sources are in
+                try:
+                    check_kernel(k.source, k.entry, [(b, table[b].image is not None) for b in d.bindings],
+                                 len(d.scalars), f"{where} (kernel {k.name})")
+                except KernelParamsError as e:
+                    raise CmdbufError(str(e)) from None
         for b in self.outputs + self.states:
             if b.nbytes and b.binding not in written:
                 raise CmdbufError(f"{b.binding}: expected a dispatch writing it, got none")
+        arena_end = max((parse_arena(b.binding)[0] + b.nbytes for b in self.of_kind("arena")), default=0)
+        if self.arena_bytes != -(-arena_end // self.alignment) * self.alignment:
+            raise CmdbufError(f"arena_bytes: expected {-(-arena_end // self.alignment) * self.alignment} (the end "
+                              f"of the last arena binding, aligned), got {self.arena_bytes}")
+        _check_arena_lifetimes(self)
         end = 0
         for j, seg in enumerate(self.segments):
             _check_segment(self, seg, f"segments[{j}]", end)
@@ -270,20 +316,20 @@ class CommandBuffer:
 
     @staticmethod
     def from_bytes(data: bytes) -> CommandBuffer:
-        try:
-            doc = json.loads(bytes(data).decode())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CmdbufError(f"cmdbuf: expected UTF-8 JSON, got {type(e).__name__}: {e}") from None
-        return CommandBuffer.from_dict(doc)
+        return CommandBuffer.from_dict(bounded_json(bytes(data), "cmdbuf", CmdbufError))
 
 
 def _check_buffer(b: BufferSpec, cb: CommandBuffer) -> None:
     kind, sep, name = b.binding.partition(":")
     if kind not in BINDING_KINDS or not sep or not name:
         raise CmdbufError(f"buffers: binding expected <{'|'.join(BINDING_KINDS)}>:<name>, got {b.binding!r}")
-    if any(not isinstance(s, int) or s < 0 for s in b.shape):
-        raise CmdbufError(f"{b.binding}: shape expected non-negative sizes, got {b.shape}")
+    if len(b.shape) > MAX_RANK or any(not isinstance(s, int) or s < 0 for s in b.shape):
+        raise CmdbufError(f"{b.binding}: shape expected at most MAX_RANK = {MAX_RANK} non-negative sizes, got "
+                          f"{b.shape}")
     want = math.prod(b.shape) * dtype_itemsize(b.dtype, b.binding)
+    if want > MAX_BUFFER_BYTES:
+        raise CmdbufError(f"{b.binding}: nbytes expected <= MAX_BUFFER_BYTES = {MAX_BUFFER_BYTES}, got {want} "
+                          f"({b.dtype} {b.shape})")
     if b.nbytes != want:
         raise CmdbufError(f"{b.binding}: nbytes expected {want} ({b.dtype} {b.shape}), got {b.nbytes}")
     if kind == "weight" and not name.isdigit():
@@ -302,6 +348,31 @@ def _check_buffer(b: BufferSpec, cb: CommandBuffer) -> None:
             raise CmdbufError(f"{b.binding}: offset expected a multiple of {cb.alignment}, got {off}")
         if off + size > cb.arena_bytes:
             raise CmdbufError(f"{b.binding}: end expected <= arena_bytes {cb.arena_bytes}, got {off + size}")
+
+
+def _check_arena_lifetimes(cb: CommandBuffer) -> None:
+    """CmdbufError if a dispatch writes arena bytes that hold a value still to be read: a value lives from the
+    dispatch writing its binding to the last dispatch reading it before the binding is written again, and no
+    other binding overlapping its bytes may be written in between (nor by a dispatch reading it)."""
+    last_read: dict[int, int] = {}  # dispatch writing a value -> the last dispatch reading that value
+    writer: dict[str, int] = {}  # arena binding -> the dispatch that wrote its current value
+    for i, d in enumerate(cb.dispatches):
+        for b in d.bindings[1:]:
+            if b in writer:
+                last_read[writer[b]] = i
+        if d.bindings and d.bindings[0].startswith("arena:"):
+            writer[d.bindings[0]] = i
+    live: dict[str, int] = {}  # arena binding -> the last dispatch reading its current value
+    for i, d in enumerate(cb.dispatches):
+        live = {b: last for b, last in live.items() if last >= i}
+        if not d.bindings or not d.bindings[0].startswith("arena:"):
+            continue
+        out = d.bindings[0]
+        for b, last in live.items():
+            if b != out and _same_bytes(b, out):
+                raise CmdbufError(f"dispatches[{i}].bindings[0]: expected arena bytes no live buffer holds, got "
+                                  f"{out} overlapping {b} (read until dispatches[{last}])")
+        live[out] = last_read.get(i, i)
 
 
 def _check_segment(cb: CommandBuffer, seg: Segment, where: str, prev_end: int) -> None:

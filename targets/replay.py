@@ -9,12 +9,22 @@ field (``features_buffer: shape expected (1, 25, 512), got (1, 24, 512)``).
 
 Outputs are fresh numpy arrays on every call (the one device-to-host read writes into them), so a later replay
 never overwrites what an earlier one returned. State buffers persist across calls inside the replay.
+
+A replay may be called from several threads: each replay holds one lock and runs one call, profile, state read or
+reset at a time (calls from other threads wait; inputs are checked before the wait). The engines' shared tables,
+device buffers and command buffers are therefore never used by two calls at once, and every call's outputs are
+exactly those of a single-threaded run over the same inputs and state. For calls that run in parallel, give each
+thread its own replay (``make_replay`` or ``Package.make_replay`` again). A forked child gets fresh locks: a call
+there never waits for a thread that exists only in the parent.
 """
 
 from __future__ import annotations
 
 import abc
 import importlib
+import os
+import threading
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +41,19 @@ from targets.registry import Device
 # so the compiler-facing targets and the QCOM profile (OpenCLRuntime subclasses) replay through these engines
 ENGINES: dict[str, str] = {"targets.cpu_runtime.CPURuntime": "targets.replay_cpu:CPUReplay",
                            "targets.opencl_runtime.OpenCLRuntime": "targets.replay_opencl:OpenCLReplay"}
+
+
+# every replay alive in this process: a forked child gets fresh locks, since the thread that held one at the fork
+# does not exist in the child and would never release it
+_LIVE: weakref.WeakSet[Replay] = weakref.WeakSet()
+
+
+def _fresh_locks_after_fork() -> None:
+    for replay in list(_LIVE):
+        replay.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 class InputError(DrivepackError, ValueError):
@@ -98,6 +121,10 @@ class Replay(abc.ABC):
 
     # kernel targets (the part before ':') whose sources this engine can build
     languages: tuple[str, ...] = ()
+    # how a call runs the dispatches (``cpu_driver``, ``command_buffer``, ``enqueue_loop``) and why this one:
+    # verify and replay print both, so a fallback is never silent
+    mode: str = ""
+    mode_reason: str = ""
 
     def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime) -> None:
         self.cmdbuf, self.target = cmdbuf, target
@@ -110,6 +137,9 @@ class Replay(abc.ABC):
         self._names = frozenset(c.name for c in self._checks)
         self.output_specs = cmdbuf.outputs
         self.output_dtypes = [to_numpy(dtypes.from_name(b.dtype)) for b in self.output_specs]
+        # one run at a time: engines bind inputs into tables and buffers every call of this replay shares
+        self.lock = threading.Lock()
+        _LIVE.add(self)
 
     @staticmethod
     def default_flags(target: Runtime, program: Program) -> str:
@@ -139,7 +169,9 @@ class Replay(abc.ABC):
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, np.ndarray]:
         arrays = self.check_inputs({**inputs, **kwargs} if inputs else kwargs)
-        return dict(zip(self.output_names, self._run(arrays), strict=True))
+        with self.lock:
+            outputs = self._run(arrays)
+        return dict(zip(self.output_names, outputs, strict=True))
 
     def new_outputs(self) -> list[np.ndarray]:
         """Fresh arrays for one call's outputs: nothing a caller holds is ever written again."""
@@ -148,7 +180,8 @@ class Replay(abc.ABC):
     def profile(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> list[DispatchTime]:
         """Run once, one dispatch at a time, timing each (slower than a replay; for attribution only)."""
         arrays = self.check_inputs({**inputs, **kwargs} if inputs else kwargs)
-        times = self._profile(arrays)
+        with self.lock:
+            times = self._profile(arrays)
         names = [self.cmdbuf.kernels[d.kernel].name for d in self.cmdbuf.dispatches]
         return [DispatchTime(i, n, t) for i, (n, t) in enumerate(zip(names, times, strict=True))]
 
@@ -162,14 +195,16 @@ class Replay(abc.ABC):
         """A copy of state buffer ``name`` as it is now."""
         spec = self.state_spec(name)
         out = np.empty(spec.shape, dtype=to_numpy(dtypes.from_name(spec.dtype)))
-        self._read_state(spec, out.reshape(-1).view(np.uint8))
+        with self.lock:
+            self._read_state(spec, out.reshape(-1).view(np.uint8))
         return out
 
     def reset_state(self) -> None:
         """Every state buffer back to its initial bytes."""
-        for spec in self.cmdbuf.states:
-            assert spec.init is not None  # CommandBuffer.validate guarantees it
-            self._write_state(spec, self.weights[spec.init])
+        with self.lock:
+            for spec in self.cmdbuf.states:
+                assert spec.init is not None  # CommandBuffer.validate guarantees it
+                self._write_state(spec, self.weights[spec.init])
 
     @abc.abstractmethod
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:

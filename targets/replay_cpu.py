@@ -7,8 +7,9 @@ replay fills the input and output slots with the caller's arrays (no copy in, ou
 fresh arrays) and calls ``drivepack_run(p)``. ``drivepack_dispatch(p, i)`` runs dispatch ``i`` alone, for
 per-kernel timing. Kernels and driver are one translation unit built through the CPU target's cached compile
 (keyed by source hash, so a second process compiles nothing); kernels get hidden visibility so they never bind to
-same-named kernels of other loaded objects. No state lives in the shared object itself: two replays of one
-command buffer share the code and keep separate tables.
+same-named kernels of other loaded objects. Before anything is compiled every kernel's recorded flags and source
+are checked (targets/source_check.py): the compiler only ever sees the target's own flags. No state lives in the
+shared object itself: two replays of one command buffer share the code and keep separate tables.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import targets.cpu_runtime as cpu
 from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, Scalar, parse_arena
 from targets.replay import Replay, ReplayError
+from targets.source_check import C, check_kernels
 
 DRIVER_HEADER = """#include <stdint.h>
 #define DP_EXPORT __attribute__((visibility("default")))
@@ -33,6 +35,10 @@ DRIVER_HEADER = """#include <stdint.h>
 # flags added to the kernels' own: symbols stay local to the object, calls between them direct
 DRIVER_FLAGS = ("-fvisibility=hidden",)
 _THREADS_SETTER = "drivepack_set_threads"
+# the flags a CPU kernel may record (``default_flags``): the target's, with or without OpenMP; "" (a command
+# buffer written without flags) means the target's
+OPENMP_KERNEL_FLAGS = " ".join((*cpu.CFLAGS, *cpu.OPENMP_FLAGS))
+TARGET_FLAGS = frozenset({"", " ".join(cpu.CFLAGS), OPENMP_KERNEL_FLAGS})
 
 # scalar dtype -> (C type, unsigned C type of the same width holding its bits)
 _SCALAR_TYPES = {"bool": ("_Bool", "uint8_t"), "int8": ("int8_t", "uint8_t"), "int16": ("int16_t", "uint16_t"),
@@ -54,9 +60,13 @@ class CPUReplay(Replay):
     """A command buffer of C kernels, replayed by one call into a generated driver."""
 
     languages = ("CPU",)
+    mode = "cpu_driver"
+    mode_reason = "one call into the generated C driver runs every dispatch"
 
     def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime) -> None:
         super().__init__(cmdbuf, weights, target)
+        # package text never steers the compiler: flags are the target's own, sources the renderer's shape
+        check_kernels(cmdbuf, C, TARGET_FLAGS)
         self.slots = self._slot_table()
         source = driver_source(cmdbuf, self.slots)
         self.source = source
@@ -156,17 +166,11 @@ def _aligned_copy(target: Runtime, data: np.ndarray) -> np.ndarray:
 
 
 def _flags(cmdbuf: CommandBuffer) -> tuple[str, ...]:
-    """The flags of one translation unit holding every kernel: the union of the kernels' own flags in order of
-    appearance (a flag such as -fopenmp only changes kernels that use it); the CPU target's when none. Lanes
-    need OpenMP in the driver."""
-    merged: dict[str, None] = {}
-    for k in cmdbuf.kernels:
-        merged.update(dict.fromkeys(k.flags.split()))
-    if not merged:
-        merged.update(dict.fromkeys(cpu.CFLAGS))
-    if cmdbuf.segments:
-        merged.update(dict.fromkeys(cpu.OPENMP_FLAGS))
-    return tuple(merged)
+    """The flags of one translation unit holding every kernel: the CPU target's, with its OpenMP flags when a
+    kernel was built with them (-fopenmp only changes kernels that use it) or lanes need them in the driver. Built
+    from the target's own tuples, never from the recorded text (``check_kernels`` refused any other)."""
+    openmp = bool(cmdbuf.segments) or any(k.flags == OPENMP_KERNEL_FLAGS for k in cmdbuf.kernels)
+    return (*cpu.CFLAGS, *cpu.OPENMP_FLAGS) if openmp else cpu.CFLAGS
 
 
 def _arg(binding: str, slots: dict[str, int]) -> str:

@@ -7,7 +7,9 @@ recorded once into a command buffer (entry points fetched with clGetExtensionFun
 types declared by the one libOpenCL binding, targets/cl_binding.py) and a replay is: write the inputs into the
 buffers the recording uses (there is no mutable dispatch to rebind them), one ``clEnqueueCommandBufferKHR``,
 read each output straight into a fresh numpy array, ``clFinish``. Without
-the extension the same dispatches are enqueued one by one. Every call finishes before it returns, so the
+the extension the same dispatches are enqueued one by one; ``mode`` (``command_buffer`` / ``enqueue_loop``) and
+``mode_reason`` say which and why, and verify and replay print them. A recording that fails is an error, never a
+quiet fallback. Every call finishes before it returns, so the
 command buffer (recorded without simultaneous use) is never pending when it is enqueued again.
 """
 
@@ -37,6 +39,7 @@ from targets.cl_binding import (
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
 from targets.opencl_runtime import OpenCLRuntime
 from targets.replay import Replay, ReplayError
+from targets.source_check import OPENCL, check_kernels
 
 _KHR_FUNCTIONS = ("clCreateCommandBufferKHR", "clCommandNDRangeKernelKHR", "clFinalizeCommandBufferKHR",
                   "clEnqueueCommandBufferKHR", "clReleaseCommandBufferKHR")
@@ -77,16 +80,14 @@ class OpenCLReplay(Replay):
                  use_command_buffer: bool | None = None) -> None:
         super().__init__(cmdbuf, weights, target)
         assert isinstance(target, OpenCLRuntime)  # ENGINES maps only OpenCLRuntime and its subclasses here
+        # package text never steers the driver's compiler: build options are the target's, sources the renderer's
+        check_kernels(cmdbuf, OPENCL, {target.build_options})
         self.cl = target
         self.ffi, self.lib = libopencl()
         device_align = target.info.base_addr_align_bytes
         if cmdbuf.arena_bytes and cmdbuf.alignment % max(device_align, 1):
             raise ReplayError(f"cmdbuf.alignment: expected a multiple of the device's {device_align} bytes "
                               f"(sub-buffer origins), got {cmdbuf.alignment}")
-        for k in cmdbuf.kernels:
-            if k.flags != target.build_options:
-                raise ReplayError(f"kernel {k.name}: flags expected {target.build_options!r} (the target's build "
-                                  f"options), got {k.flags!r}")
         self._programs = target.compile_many([(k.entry, k.source, {"global_size": (1,)}) for k in cmdbuf.kernels])
         self._mems: dict[str, Any] = {}
         self._buffers: dict[str, Buffer] = {}
@@ -94,6 +95,7 @@ class OpenCLReplay(Replay):
         self._kernels = self._make_kernels()
         self.mode = "command_buffer" if use_command_buffer is not False and self.has_command_buffer() else \
             "enqueue_loop"
+        self.mode_reason = self._mode_reason(use_command_buffer)
         if use_command_buffer and self.mode != "command_buffer":
             raise ReplayError(f"use_command_buffer: expected a device offering {COMMAND_BUFFER_EXT}, got "
                               f"{target.info.name} without it")
@@ -110,6 +112,14 @@ class OpenCLReplay(Replay):
 
     def has_command_buffer(self) -> bool:
         return COMMAND_BUFFER_EXT in self.cl.info.extensions
+
+    def _mode_reason(self, use_command_buffer: bool | None) -> str:
+        """Why ``mode`` is what it is (verify and replay print it: the enqueue-loop fallback is never silent)."""
+        if self.mode == "command_buffer":
+            return f"{COMMAND_BUFFER_EXT} on {self.cl.info.name}: every dispatch recorded once"
+        if use_command_buffer is False:
+            return "use_command_buffer=False: dispatches enqueued one by one"
+        return f"fallback: {self.cl.info.name} lacks {COMMAND_BUFFER_EXT}, dispatches enqueued one by one"
 
     # --- setup ---------------------------------------------------------------------------------------------
     def _allocate(self) -> None:
@@ -246,10 +256,11 @@ class OpenCLReplay(Replay):
     def time_enqueue(self, inputs: Mapping[str, Any]) -> tuple[float, float]:
         """(seconds to write the inputs and enqueue one replay, seconds until its outputs were read back)."""
         arrays = self.check_inputs(inputs)
-        start = time.perf_counter()
-        self._submit(arrays)
-        enqueued = time.perf_counter()
-        self._read_outputs()
+        with self.lock:  # a call's own run, like __call__'s
+            start = time.perf_counter()
+            self._submit(arrays)
+            enqueued = time.perf_counter()
+            self._read_outputs()
         return enqueued - start, time.perf_counter() - start
 
     def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None:

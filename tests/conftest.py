@@ -18,12 +18,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "(default: .onnx_node_tests, generated if absent)")
 
 
+def hermetic_signing_keys(config: pytest.Config) -> None:
+    """The suite's packages are signed with a user key of its own, in a directory that lives as long as the
+    session: never the real one under ~/.config, and no trusted key from the caller's environment."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="drivepack-test-config-")
+    os.environ["DRIVEPACK_CONFIG_DIR"] = folder
+    os.environ.pop("DRIVEPACK_TRUST", None)
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
 def node_dir(config: pytest.Config) -> Path:
     given = config.getoption("--onnx-node-dir")
     return Path(given) if given else DEFAULT_NODE_DIR
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # xdist workers and subprocesses inherit the controller's environment
+        hermetic_signing_keys(config)
     if hasattr(config, "workerinput"):
         return  # xdist workers: the controller generated the folder before starting them
     folder = node_dir(config)

@@ -252,7 +252,8 @@ def square(self: Tensor) -> Tensor:
 
 # --- activations -------------------------------------------------------------------------------------
 def relu(self: Tensor) -> Tensor:
-    return (self > 0).where(self, 0)
+    # x < 0 is false for NaN: NaN comes out as NaN (as onnxruntime's Relu), with one compare per element
+    return (self < 0).where(0, self)
 
 
 def sigmoid(self: Tensor) -> Tensor:
@@ -274,7 +275,9 @@ def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
 def gelu(self: Tensor, approximate: str = "none") -> Tensor:
     x = self._float_operand()
     if approximate == "tanh":
-        return x * 0.5 * (1 + ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh())
+        # 0.5 * (1 + tanh(z)) as sigmoid(2z): PoCL's tanhf(-inf) is -0.99999994, which made gelu(-inf) -inf
+        # instead of onnxruntime's NaN (-inf * 0)
+        return x * ((x + x * x * x * 0.044715) * (2 * math.sqrt(2 / math.pi))).sigmoid()
     return x * 0.5 * (1 + (x * (1 / math.sqrt(2))).erf())
 
 

@@ -419,23 +419,24 @@ def global_max_pool(self: Tensor) -> Tensor:
 
 
 # --- softmax and normalization -----------------------------------------------------------------------
-def _shifted(x: Tensor, axis: int) -> tuple[Tensor, Tensor]:
-    """(x - max, max) along ``axis``; a row that is all -inf shifts by 0 so it does not become nan."""
+def _shifted(x: Tensor, axis: int, keep_inf: bool = False) -> tuple[Tensor, Tensor]:
+    """(x - max, max) along ``axis``; a row that is all -inf shifts by 0 so it does not become nan, and so does a
+    row whose max is +inf unless ``keep_inf`` (softmax: inf - inf makes the whole row NaN, as onnxruntime's)."""
     x = x._float_operand()
     m = x.max(axis, keepdim=True)
-    m = m.isinf().where(0.0, m)
+    m = (m == -math.inf).where(0.0, m) if keep_inf else m.isinf().where(0.0, m)
     return x - m, m
 
 
 def softmax(self: Tensor, axis: int = -1) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``axis``, shifted by the max so exp cannot overflow."""
-    e = _shifted(self, axis)[0].exp()
+    e = _shifted(self, axis, keep_inf=True)[0].exp()
     return e / e.sum(axis, keepdim=True)
 
 
 def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``."""
-    s = _shifted(self, axis)[0]
+    s = _shifted(self, axis, keep_inf=True)[0]
     return s - s.exp().sum(axis, keepdim=True).log()
 
 

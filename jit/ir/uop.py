@@ -63,8 +63,8 @@ class Ops(Enum):
     IDIV = auto()  # integer division, truncating toward zero
     MOD = auto()  # remainder with the sign of the dividend (C % / fmod)
     POW = auto()
-    MAX = auto()
-    MIN = auto()
+    MAX = auto()  # on floats a NaN operand gives NaN, whichever side (jit/ir/alu.py folds it so; renderers spell it so)
+    MIN = auto()  # likewise: not C's fmaxf/fminf, which drop a NaN
     CMPLT = auto()
     CMPEQ = auto()
     CMPNE = auto()

@@ -1,7 +1,8 @@
 """ONNX frontend: an ONNX model becomes a callable that builds lazy Tensors.
 
 ``load_onnx(path | bytes | ModelProto)`` parses with the ``onnx`` package (which never evaluates anything
-here) and returns an ``OnnxModel``. Calling it with named inputs (numpy arrays or Tensors) walks the graph
+here), validates the model (``validate.py``: opsets, node arity, single assignment, order, sizes, external
+data) and returns an ``OnnxModel``. Calling it with named inputs (numpy arrays or Tensors) walks the graph
 once, node by node, through the op handlers registered in ``jit/onnx/ops/`` (``jit/onnx/registry.py``);
 every op computes through Tensor ops, i.e. as kernels on the target, except the few whose output shape depends
 on data (``jit/onnx/host_ops.py``), which compute on the host and are recorded. Integer shape arithmetic
@@ -38,6 +39,7 @@ from jit.onnx.registry import (
     op_key,
     tensor_to_numpy,
 )
+from jit.onnx.validate import parse_model, read_model, validate_model
 from targets.registry import Device
 
 
@@ -184,24 +186,23 @@ def _input_value(name: str, data: Any) -> Value:
     return Value(host=arr, known=True)
 
 
-def load_onnx(src: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str | None = None) -> OnnxModel:
-    """Parse an ONNX model from a path, serialized bytes, or a ModelProto."""
-    base_dir = None
-    try:
-        if isinstance(src, onnx.ModelProto):
-            model = src
-        elif isinstance(src, (bytes, bytearray)):
-            model = onnx.load_from_string(bytes(src))
-        else:
-            path = Path(src)
-            if not path.exists():
-                raise OnnxError(f"model: file {str(path)!r} does not exist")
-            model = onnx.load(str(path), load_external_data=False)
-            base_dir = str(path.parent)
-    except onnx.onnx_cpp2py_export.checker.ValidationError as e:  # type: ignore[attr-defined]
-        raise OnnxError(f"model: invalid ONNX ({e})") from None
-    except OnnxError:
-        raise
-    except Exception as e:  # protobuf's DecodeError and friends
-        raise OnnxError(f"model: cannot parse ONNX ({type(e).__name__}: {e})") from None
-    return OnnxModel(model, base_dir, device)
+def load_onnx(src: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str | None = None,
+              base_dir: str | os.PathLike[str] | None = None) -> OnnxModel:
+    """Parse and validate (``jit/onnx/validate.py``) an ONNX model from a path, serialized bytes, or a ModelProto.
+
+    External data is read from the model file's directory (``base_dir`` for bytes or a ModelProto; without
+    one such a model may not name external data), never from the current directory.
+    """
+    if isinstance(src, onnx.ModelProto):
+        model = src
+        validate_model(model, base_dir)
+    elif isinstance(src, (bytes, bytearray)):
+        model = parse_model(bytes(src))
+        validate_model(model, base_dir)
+    else:
+        path = Path(src)
+        if not path.exists():
+            raise OnnxError(f"model: file {str(path)!r} does not exist")
+        model, base = read_model(path)
+        base_dir = base
+    return OnnxModel(model, None if base_dir is None else str(base_dir), device)

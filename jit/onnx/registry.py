@@ -16,12 +16,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from jit.common.dtype import DType, from_numpy
-from jit.common.errors import DrivepackError, UnsupportedOp
+from jit.common.errors import UnsupportedOp
 from jit.frontend.tensor import Tensor
-
-
-class OnnxError(DrivepackError, ValueError):
-    """A malformed model, a bad input, or a failure inside one node (named in the message)."""
+from jit.onnx.validate import OnnxError, external_tensor_bytes
 
 
 # --- values --------------------------------------------------------------------------------------------
@@ -185,6 +182,14 @@ def attribute_value(attr: onnx.AttributeProto) -> Any:
 def tensor_to_numpy(t: onnx.TensorProto, base_dir: str | None = None) -> np.ndarray:
     if t.data_type == onnx.TensorProto.STRING:
         raise UnsupportedOp(f"tensor {t.name!r}: string tensors are not supported")
-    arr = numpy_helper.to_array(t, base_dir or "")
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        # read through the checked path (inside the model's directory, in range), never numpy_helper's own lookup
+        inline = onnx.TensorProto()
+        inline.CopyFrom(t)
+        del inline.external_data[:]
+        inline.data_location = onnx.TensorProto.DEFAULT
+        inline.raw_data = external_tensor_bytes(t, base_dir)
+        t = inline
+    arr = numpy_helper.to_array(t)
     from_numpy(arr.dtype)  # raises DTypeError naming an unsupported element type
     return arr

@@ -127,8 +127,25 @@ def test_unary_special_values() -> None:
         check(t.sigmoid(), 1 / (1 + np.exp(-x)))
         check(t.abs(), np.abs(x))
         check(t.sign(), np.sign(x))
-        check(t.relu(), np.where(x > 0, x, 0))
+        check(t.relu(), np.maximum(x, 0))  # NaN stays NaN, as onnxruntime's Relu
         check(t.softplus(), np.logaddexp(0, x))
+
+
+@pytest.mark.parametrize("name,ref", [
+    ("relu", lambda x: np.maximum(x, 0)), ("leaky_relu", lambda x: np.where(x > 0, x, 0.01 * x)),
+    ("hardsigmoid", lambda x: np.clip(x / 6 + 0.5, 0, 1)), ("hardswish", lambda x: x * np.clip(x + 3, 0, 6) / 6),
+    ("clip01", lambda x: np.clip(x, 0, 1)), ("max0", lambda x: np.maximum(x, 0)), ("min0", lambda x: np.minimum(x, 0)),
+])
+def test_nan_propagates_alike_folded_and_in_kernels(name: str, ref: Callable[[np.ndarray], np.ndarray]) -> None:
+    """A NaN reaches the output whether the op runs in a kernel or is folded at compile time (jit/ir/alu.py)."""
+    fn = {"clip01": lambda t: t.clip(0, 1), "max0": lambda t: t.maximum(0), "min0": lambda t: t.minimum(0)}.get(
+        name, lambda t: getattr(t, name)())
+    x = np.array([np.nan, np.inf, -np.inf, -2.0, 0.5], dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        want = ref(x).astype(np.float32)
+    check(fn(Tensor(x)), want)
+    for v, w in zip(x, want, strict=True):
+        check(fn(Tensor.full((2,), float(v))), np.full(2, w, np.float32))
 
 
 def test_round_half_to_even_keeps_negative_zero() -> None:

@@ -15,6 +15,7 @@ import pytest
 from abi.infer import infer_abi
 from packager import __version__
 from packager.build import BuildOptions, build_package, canonical_kernels, golden_inputs
+from packager.container import FORMAT_VERSION
 from packager.errors import PackageError
 from packager.package import load_package
 from packager.samples import vision_model
@@ -65,7 +66,7 @@ def test_manifest_records_provenance(tiny_pkg: Path, tmp_path: Path) -> None:
     m = load_package(tiny_pkg).manifest
     raw = m.raw
     model_bytes = (tiny_pkg.parent / "tiny.onnx").read_bytes()
-    assert raw["drivepack_version"] == __version__ and raw["format_version"] == 1
+    assert raw["drivepack_version"] == __version__ and raw["format_version"] == FORMAT_VERSION == 2
     assert raw["model"] == {"name": "tiny.onnx", "sha256": hashlib.sha256(model_bytes).hexdigest(),
                             "bytes": len(model_bytes)}
     vehicle = (ROOT / "vehicles" / "comma3x.yaml").read_bytes()
@@ -79,6 +80,7 @@ def test_manifest_records_provenance(tiny_pkg: Path, tmp_path: Path) -> None:
     assert all(k["flops"] > 0 and k["bytes"] > 0 for k in raw["kernels"]["list"])
     assert raw["golden"]["outputs"] == [{"name": "outputs", "dtype": "float32", "shape": [1, 16], "rtol": 1e-4,
                                          "atol": 1e-4}]
+    assert raw["golden"]["reference"]["kind"] == "onnxruntime"  # the independent reference (test_golden_reference)
     assert raw["abi_check"]["ok"] is False and raw["vehicle"]["role"] is None  # tiny matches no comma3x role
 
 

@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from packager.cli import main
+from packager.container import SIGNATURE_SIZE
 from packager.synthetic import tiny_model
 from tests.packager.test_format import _rewrite
 from tests.packager.test_verify import _nudge
@@ -46,6 +47,7 @@ def test_verify_ok_and_json(pkg: Path, capsys: pytest.CaptureFixture[str]) -> No
     code, out, _ = run(["verify", str(pkg), "--json", "--mode", "tolerance"], capsys)
     doc = json.loads(out)
     assert code == 0 and doc["ok"] is True and doc["mode"] == "tolerance" and doc["sets"] == 2
+    assert doc["reference"]["kind"] == "onnxruntime" and doc["replay_mode"] == "cpu_driver"
 
 
 def test_verify_mismatch_exits_1_one_line(pkg: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,7 +60,7 @@ def test_verify_mismatch_exits_1_one_line(pkg: Path, tmp_path: Path, capsys: pyt
 def test_corrupt_package_exits_2_one_line_no_traceback(pkg: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     raw = bytearray(pkg.read_bytes())
-    raw[-1] ^= 0xFF
+    raw[-SIGNATURE_SIZE - 1] ^= 0xFF  # the last section's last byte (the signature trailer follows it)
     bad = tmp_path / "corrupt.dpk"
     bad.write_bytes(bytes(raw))
     for cmd in (["verify"], ["replay"], ["inspect"]):

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from jit import DrivepackError
 from packager.build import BuildOptions, build_package
 from packager.container import (
+    FLAG_LITTLE_ENDIAN,
+    FLAG_SIGNED,
     FORMAT_VERSION,
     HEADER,
     HEADER_SIZE,
@@ -25,6 +27,7 @@ from packager.container import (
 )
 from packager.errors import PackageError
 from packager.package import load_package
+from packager.signing import user_signing_key
 from packager.synthetic import tiny_model
 
 
@@ -37,7 +40,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _rewrite(src: Path, dst: Path, manifest_edit=None, section_edit=None) -> Path:
-    """A copy of ``src`` rewritten through the writer (so every checksum is valid) after the edits."""
+    """A copy of ``src`` rewritten through the writer (so every checksum is valid) after the edits, signed again
+    with the (test session's) user key, so the loader's checks after the signature's are what refuses it."""
     c = open_container(src)
     manifest = copy.deepcopy(c.manifest)
     entries = manifest.pop("sections")
@@ -49,7 +53,7 @@ def _rewrite(src: Path, dst: Path, manifest_edit=None, section_edit=None) -> Pat
         sections = [Section(s.name, s.kind, section_edit(s.name, s.data), s.attrs) for s in sections]
     if manifest_edit:
         manifest_edit(manifest)
-    write_container(dst, manifest, sections, align)
+    write_container(dst, manifest, sections, align, sign=user_signing_key().sign)
     return dst
 
 
@@ -79,7 +83,8 @@ def test_weights_are_aligned_zero_copy_views_of_the_file(built: Path) -> None:
 
 def test_header_fields(built: Path) -> None:
     magic, version, flags, m_off, m_size, _ = HEADER.unpack_from(built.read_bytes(), 0)
-    assert (magic, version, flags, m_off) == (b"\x89DPK\r\n\x1a\n", FORMAT_VERSION, 1, HEADER_SIZE)
+    assert (magic, version, flags, m_off) == (b"\x89DPK\r\n\x1a\n", FORMAT_VERSION,
+                                          FLAG_LITTLE_ENDIAN | FLAG_SIGNED, HEADER_SIZE)
     assert json.loads(built.read_bytes()[HEADER_SIZE:HEADER_SIZE + m_size])["format_version"] == FORMAT_VERSION
 
 
@@ -107,10 +112,12 @@ def test_truncated_at_any_length_is_refused(built: Path, tmp_path: Path, data: s
         load_package(bad)
 
 
-def test_trailing_bytes_are_refused(built: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("tail", [b"\1", b"\0", b"\0" * 64])
+def test_trailing_bytes_are_refused(built: Path, tmp_path: Path, tail: bytes) -> None:
     bad = tmp_path / "long.dpk"
-    bad.write_bytes(built.read_bytes() + b"\1")
-    with pytest.raises(PackageError, match="nothing after the last section"):
+    bad.write_bytes(built.read_bytes() + tail)  # zero bytes too: the file ends where its last section ends
+    with pytest.raises(PackageError, match=rf"file size expected \d+ \(the end of the last section\), got \d+ "
+                                           rf"\({len(tail)} trailing bytes\)"):
         load_package(bad)
 
 
@@ -121,19 +128,19 @@ def test_wrong_magic_names_it(tmp_path: Path, built: Path) -> None:
         load_package(bad)
 
 
-@pytest.mark.parametrize("version", [0, 2, 99])
+@pytest.mark.parametrize("version", [0, 3, 99])
 def test_other_format_versions_say_which_it_reads(built: Path, tmp_path: Path, version: int) -> None:
     raw = bytearray(built.read_bytes())
     struct.pack_into("<I", raw, 8, version)
     bad = tmp_path / "v.dpk"
     bad.write_bytes(bytes(raw))
-    with pytest.raises(PackageError, match=rf"reads format version 1\), got {version}"):
+    with pytest.raises(PackageError, match=rf"reads format version 1, 2\), got {version}"):
         load_package(bad)
 
 
 def test_unknown_flag_is_refused(built: Path, tmp_path: Path) -> None:
     raw = bytearray(built.read_bytes())
-    struct.pack_into("<I", raw, 12, 3)
+    struct.pack_into("<I", raw, 12, FLAG_LITTLE_ENDIAN | FLAG_SIGNED | 4)
     (tmp_path / "f.dpk").write_bytes(bytes(raw))
     with pytest.raises(PackageError, match="flags expected 0x1"):
         load_package(tmp_path / "f.dpk")

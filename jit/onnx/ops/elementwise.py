@@ -96,7 +96,11 @@ def inverse_trig(ctx: OpContext) -> Tensor:
     if op == "Cosh":
         return ((x.exp() + (-x).exp()) * 0.5).cast(x.dtype)
     if op == "Asinh":
-        return (x + (x * x + 1).sqrt()).log().cast(x.dtype)
+        # on |x| (odd function): x + sqrt(x*x + 1) at -inf is -inf + inf = NaN; past 1e18 (where x*x overflows
+        # float32) asinh is log(2|x|) within rounding
+        a = x.abs()
+        r = (a > 1e18).where(a.log() + math.log(2), (a + (a * a + 1).sqrt()).log())
+        return (x < 0).where(-r, r).cast(x.dtype)
     if op == "Acosh":
         return (x + (x * x - 1).sqrt()).log().cast(x.dtype)
     if op == "Atanh":
@@ -197,12 +201,26 @@ def clip(ctx: OpContext) -> Tensor:
         lo, hi = ctx.attr("min", None), ctx.attr("max", None)
         return x.clip(lo, hi)
     lo_t, hi_t = ctx.opt(1), ctx.opt(2)
+    # the spec's defaults are numeric_limits::lowest() and max(): an omitted bound still clips an infinity to the
+    # largest finite value, as onnxruntime does (NaN stays NaN: MAX and MIN propagate it)
+    finite = _finite_max(x.dtype)
     out = x
     if lo_t is not None:
         out = out.maximum(lo_t.cast(x.dtype))
+    elif finite is not None:
+        out = out.maximum(-finite)
     if hi_t is not None:
         out = out.minimum(hi_t.cast(x.dtype))
+    elif finite is not None:
+        out = out.minimum(finite)
     return out
+
+
+def _finite_max(d: DType) -> float | None:
+    """The largest finite value of an IEEE float type with infinities (None for others)."""
+    if d not in (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64):
+        return None
+    return (2 - 2.0 ** -d.mant_bits) * 2.0 ** (2 ** (d.exp_bits - 1) - 1)
 
 
 @onnx_op("Shrink")
