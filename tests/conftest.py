@@ -26,6 +26,8 @@ def node_dir(config: pytest.Config) -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return  # xdist workers: the controller generated the folder before starting them
+    from tests.onnx.conformance.tally import HostCodeTally
+    config.pluginmanager.register(HostCodeTally(), "onnx-host-code-tally")
     folder = node_dir(config)
     if (folder / "node").is_dir():
         return
