@@ -40,6 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
         hermetic_signing_keys(config)
     if hasattr(config, "workerinput"):
         return  # xdist workers: the controller generated the folder before starting them
+    from tests.onnx.conformance.tally import HostCodeTally
+    config.pluginmanager.register(HostCodeTally(), "onnx-host-code-tally")
     folder = node_dir(config)
     if (folder / "node").is_dir():
         return

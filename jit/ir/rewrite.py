@@ -137,7 +137,7 @@ def graph_rewrite(root: UOp, pm: PatternMatcher, ctx: Any = None, name: str | No
 
     Sources are rewritten before their users; a rule's result is itself rewritten to a fixed point.
     """
-    from jit import viz  # imported here: viz renders graphs and must not be a dependency of the engine
+    from jit.ir import viz  # imported here: viz renders graphs and must not be a dependency of the engine
 
     memo: dict[UOp, UOp] = {}
     # an explicit stack instead of recursion: driving models give graphs thousands of nodes deep

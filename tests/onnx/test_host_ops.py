@@ -20,7 +20,7 @@ from jit.onnx.loader import load_onnx
 from jit.onnx.registry import OPS
 from tests.conftest import ROOT, node_dir
 from tests.onnx.conformance.conformance import CaseResult, host_code_summary, run_case
-from tests.onnx.conformance.conftest import CASES_PROPERTY, HostCodeTally
+from tests.onnx.conformance.tally import CASES_PROPERTY, HostCodeTally
 
 
 def make(nodes: list[onnx.NodeProto], inputs: dict[str, np.ndarray], outputs: list[str],
@@ -113,10 +113,12 @@ def test_conformance_results_count_the_cases_through_host_code(cases: Path) -> N
 
 
 @pytest.mark.slow
-def test_conformance_run_prints_the_host_code_count(cases: Path) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_conformance_run_prints_the_host_code_count(cases: Path, workers: list[str]) -> None:
+    """Also under xdist, as CI runs the suite: there the controller collects no test module."""
     tests = [f"tests/onnx/conformance/test_onnx_node.py::test_node_case[{c}]" for c in ("test_nonzero_example",
                                                                                          "test_relu")]
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, *tests,
             "--onnx-node-dir", str(cases.parent)]
     run = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
