@@ -36,10 +36,9 @@ def node_dir(config: pytest.Config) -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # xdist workers and subprocesses inherit the controller's environment
-        hermetic_signing_keys(config)
     if hasattr(config, "workerinput"):
-        return  # xdist workers: the controller generated the folder before starting them
+        return  # xdist workers inherit the controller's environment and the folder it generated
+    hermetic_signing_keys(config)  # subprocesses inherit it too
     from tests.onnx.conformance.tally import HostCodeTally
     config.pluginmanager.register(HostCodeTally(), "onnx-host-code-tally")
     folder = node_dir(config)
