@@ -287,16 +287,6 @@ def build_package(model_path: str | Path, vehicle: str | Path, out: str | Path, 
                        tuning_summary)
 
 
-def model_bytes_proto(data: bytes) -> Any:
-    """An ONNX ModelProto from serialized bytes (PackageError when they are not one)."""
-    import onnx
-
-    try:
-        return onnx.load_from_string(data)
-    except Exception as e:  # protobuf raises DecodeError and others for a bad file
-        raise PackageError(f"model: expected a serialized ONNX model, got {type(e).__name__}: {e}") from None
-
-
 def _summary_policy(policy: Any) -> str:
     return policy.summary()
 

@@ -19,7 +19,7 @@ from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import global_launch_size, group_range, render_kernel
-from targets.opencl_runtime import OpenCLRuntime, group_local_size
+from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime, group_local_size
 
 OPENCL_LANGUAGE = CStyleLanguage(
     kernel_prefix="__kernel void",
@@ -37,15 +37,7 @@ OPENCL_LANGUAGE = CStyleLanguage(
     unroll_hint="#pragma unroll",
     bitcast_fmt="as_{dst_t}(({src_t})({x}))",
     image_param="read_only image2d_t",
-    # element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.common.dtype.ImageDType)
-    image_helper="#ifndef DP_READ_IMAGE\n#define DP_READ_IMAGE\n"
-                 "__constant sampler_t dp_sampler = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE |"
-                 " CLK_FILTER_NEAREST;\n"
-                 "float dp_read_image(read_only image2d_t img, int i, int width) {\n"
-                 "  int t = i >> 2, c = i & 3;\n"
-                 "  float4 v = read_imagef(img, dp_sampler, (int2)(t % width, t / width));\n"
-                 "  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;\n"
-                 "}\n#endif",
+    image_helper=IMAGE_HELPER,
     image_read="dp_read_image({buf}, {idx}, {width})",
     # float4 is the native vector of the embedded GPUs this targets (Adreno, Mali); vload/vstore take any alignment
     vector_width=4,

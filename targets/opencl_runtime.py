@@ -54,6 +54,17 @@ PREFERRED_LOCAL_SIZE = 256
 GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
 
 
+# element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.common.dtype.ImageDType).
+# The renderer (targets/opencl.py) writes it before kernels that read images; targets/source_check.py accepts it.
+IMAGE_HELPER = ("#ifndef DP_READ_IMAGE\n#define DP_READ_IMAGE\n"
+                "__constant sampler_t dp_sampler = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE |"
+                " CLK_FILTER_NEAREST;\n"
+                "float dp_read_image(read_only image2d_t img, int i, int width) {\n"
+                "  int t = i >> 2, c = i & 3;\n"
+                "  float4 v = read_imagef(img, dp_sampler, (int2)(t % width, t / width));\n"
+                "  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;\n"
+                "}\n#endif")
+
 def choose_local_size(global_size: tuple[int, ...], max_group: int, max_items: tuple[int, ...],
                       preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
     """A local size that divides ``global_size`` (OpenCL 1.2 needs uniform work-groups), stays within the

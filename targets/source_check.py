@@ -26,6 +26,7 @@ from collections.abc import Collection
 
 from targets.cmdbuf import CommandBuffer, KernelSpec
 from targets.cpu_runtime import OMP_THREADS_SETUP
+from targets.opencl_runtime import IMAGE_HELPER
 from targets.replay import ReplayError
 
 C, OPENCL = "C", "OPENCL"
@@ -36,15 +37,6 @@ EXCERPT = 80  # characters of an offending line quoted in an error
 HEADERS = {C: frozenset({"#include <math.h>", "#include <stdint.h>"}),
            OPENCL: frozenset({"#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
                               "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"})}
-# OPENCL_LANGUAGE.image_helper (targets/opencl.py), verbatim
-IMAGE_HELPER = ("#ifndef DP_READ_IMAGE\n#define DP_READ_IMAGE\n"
-                "__constant sampler_t dp_sampler = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_NONE |"
-                " CLK_FILTER_NEAREST;\n"
-                "float dp_read_image(read_only image2d_t img, int i, int width) {\n"
-                "  int t = i >> 2, c = i & 3;\n"
-                "  float4 v = read_imagef(img, dp_sampler, (int2)(t % width, t / width));\n"
-                "  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;\n"
-                "}\n#endif")
 # C integer types a helper may be written for, by dialect (the targets' type names)
 _C_INTS = ("signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int", "long long",
            "unsigned long long", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t",

@@ -301,7 +301,9 @@ class UOp:
         return render_tree(self)
 
 
-def toposort(roots: list[UOp]) -> list[UOp]:
+def toposort(roots: list[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | None = None) -> list[UOp]:
+    """Every node reachable from ``roots``, sources before users, in first-visit order; ``sources(node)`` (default:
+    ``node.src``) says which edges to follow. Iterative: driving models give graphs thousands of nodes deep."""
     order: list[UOp] = []
     seen: set[UOp] = set()
     stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(roots)]
@@ -314,7 +316,7 @@ def toposort(roots: list[UOp]) -> list[UOp]:
             continue
         seen.add(node)
         stack.append((node, True))
-        stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+        stack.extend((s, False) for s in reversed(node.src if sources is None else sources(node)) if s not in seen)
     return order
 
 

@@ -36,21 +36,7 @@ def _cannot_wrap(u: UOp) -> bool:
 def walk_order(root: UOp) -> list[UOp]:
     """``toposort([root])`` without the base pointers of INDEXes (jit/codegen/opt/hoist.py) and what only they
     use: the walk declares a base pointer where its first access is, spelling its address there."""
-    order: list[UOp] = []
-    seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        src = node.src[:2] if node.op is Ops.INDEX else node.src
-        stack.extend((s, False) for s in reversed(src) if s not in seen)
-    return order
+    return toposort([root], lambda node: node.src[:2] if node.op is Ops.INDEX else node.src)
 
 
 def park_array_name(t: str) -> str:

@@ -127,7 +127,13 @@ def lanes_cmdbuf(segments: tuple[Segment, ...] = (Segment(0, (0, 1, 0, 1)),),
         buffers=(BufferSpec("input:x", "float32", (4,), 16), BufferSpec("output:y", "float32", (4,), 16),
                  BufferSpec("output:z", "float32", (4,), 16),
                  *{BufferSpec(x, "uint8", (16,), 16) for x in (a, b)}),
-        arena_bytes=128, alignment=64, segments=segments)
+        arena_bytes=arena_end(a, b), alignment=64, segments=segments)
+
+
+def arena_end(*bindings: str, alignment: int = 64) -> int:
+    """The arena size a command buffer must declare: the end of its last arena binding, rounded up."""
+    end = max(sum(int(x) for x in b.removeprefix("arena:").split("+")) for b in bindings)
+    return -(-end // alignment) * alignment
 
 
 def test_segments_round_trip_and_documents_without_them_stay_as_before() -> None:
@@ -169,7 +175,7 @@ def test_overlapping_arena_ranges_count_as_the_same_bytes() -> None:
     cb = lanes_cmdbuf(segments=())
     doc = json.loads(cb.to_bytes())
     doc["segments"] = [{"start": 0, "lanes": [0, 1]}]
-    doc["arena_bytes"] = 192
+    doc["arena_bytes"] = arena_end("arena:0+128", "arena:64+16")
     doc["dispatches"][0]["bindings"][0] = "arena:0+128"  # lane 0 writes bytes 0..127, lane 1 writes 64..79
     doc["buffers"].append({"binding": "arena:0+128", "dtype": "uint8", "shape": [128], "nbytes": 128,
                            "init": None, "image": None})
