@@ -21,9 +21,10 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -98,41 +99,38 @@ def _public_raw(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def load_signing_key(path: str | Path) -> SigningKey:
-    """The Ed25519 private key in ``path`` (PKCS8 PEM, unencrypted, or 32 raw bytes)."""
-    p = Path(path)
-    data = _read_key_file(p, "signing key")
+def _load_key(path: Path, what: str, pem: Callable[[bytes], Any], raw: Callable[[bytes], Any], kind: type,
+              form: str, noun: str) -> Any:
+    """The Ed25519 key of class ``kind`` in ``path``: PEM read by ``pem``, or 32 raw bytes read by ``raw``."""
+    data = _read_key_file(path, what)
     try:
         if data.lstrip().startswith(b"-----BEGIN"):
-            key = serialization.load_pem_private_key(data, password=None)
+            key = pem(data)
         elif len(data) == RAW_KEY_BYTES:
-            key = Ed25519PrivateKey.from_private_bytes(data)
+            key = raw(data)
         else:
             raise ValueError(f"{len(data)} bytes that are neither PEM nor a raw 32-byte key")
     except (ValueError, TypeError, UnsupportedAlgorithm) as e:
-        raise SignatureError(f"signing key {p}: expected an unencrypted Ed25519 PKCS8 PEM or raw 32-byte private "
-                             f"key, got {' '.join(str(e).split())}") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise SignatureError(f"signing key {p}: expected an Ed25519 key, got {type(key).__name__}")
+        raise SignatureError(f"{what} {path}: expected {form} or raw 32-byte {noun}, got {' '.join(str(e).split())}") \
+            from None
+    if not isinstance(key, kind):
+        raise SignatureError(f"{what} {path}: expected an Ed25519 key, got {type(key).__name__}")
+    return key
+
+
+def load_signing_key(path: str | Path) -> SigningKey:
+    """The Ed25519 private key in ``path`` (PKCS8 PEM, unencrypted, or 32 raw bytes)."""
+    p = Path(path)
+    key = _load_key(p, "signing key", lambda d: serialization.load_pem_private_key(d, password=None),
+                    Ed25519PrivateKey.from_private_bytes, Ed25519PrivateKey,
+                    "an unencrypted Ed25519 PKCS8 PEM", "private key")
     return SigningKey(p, key, _public_raw(key.public_key()))
 
 
 def load_public_key(path: str | Path) -> bytes:
     """The raw 32 bytes of the Ed25519 public key in ``path`` (SubjectPublicKeyInfo PEM or 32 raw bytes)."""
-    p = Path(path)
-    data = _read_key_file(p, "trusted key")
-    try:
-        if data.lstrip().startswith(b"-----BEGIN"):
-            key = serialization.load_pem_public_key(data)
-        elif len(data) == RAW_KEY_BYTES:
-            key = Ed25519PublicKey.from_public_bytes(data)
-        else:
-            raise ValueError(f"{len(data)} bytes that are neither PEM nor a raw 32-byte key")
-    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
-        raise SignatureError(f"trusted key {p}: expected an Ed25519 SubjectPublicKeyInfo PEM or raw 32-byte public "
-                             f"key, got {' '.join(str(e).split())}") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise SignatureError(f"trusted key {p}: expected an Ed25519 key, got {type(key).__name__}")
+    key = _load_key(Path(path), "trusted key", serialization.load_pem_public_key, Ed25519PublicKey.from_public_bytes,
+                    Ed25519PublicKey, "an Ed25519 SubjectPublicKeyInfo PEM", "public key")
     return _public_raw(key)
 
 
