@@ -4,6 +4,9 @@ Inputs are matched by name only. For each input present on both sides every fiel
 byte size, strides, buffer, offset, device, meaning (camera / history), and alignment (the runtime's offset
 alignment must be a multiple of what the model asks). Outputs: every slice the runtime reads must exist in the
 model's ``output_slices`` with the same length, and a flat size the runtime reads must match.
+
+``match_role_detail`` picks the role (and so the openpilot generation) a model is for; ``first_difference``
+names the first field where a model and a role disagree.
 """
 
 from __future__ import annotations
@@ -71,20 +74,54 @@ def passed(rows: list[Row]) -> bool:
     return all(r.verdict == OK for r in rows)
 
 
+def first_difference(rows: list[Row]) -> Row | None:
+    """The first row that is not ``ok`` (model inputs in graph order, then extra runtime inputs, then outputs),
+    or None when every row is: the field a report names when a model is checked against the wrong role."""
+    return next((r for r in rows if r.verdict != OK), None)
+
+
+@dataclass(frozen=True)
+class RoleMatch:
+    """The role a model matched: its name, its openpilot generation (None: not a driving model) and why."""
+
+    role: str
+    generation: str | None
+    reason: str
+
+
 def match_role(model: Abi, profile: VehicleProfile) -> str:
-    """The profile role whose input names match the model's (exactly, else the unique best overlap)."""
+    """The profile role whose inputs match the model's (see ``match_role_detail``); AbiError when none does or
+    several match equally."""
+    return match_role_detail(model, profile).role
+
+
+def match_role_detail(model: Abi, profile: VehicleProfile) -> RoleMatch:
+    """The role whose inputs match the model's: by names first (the same set of names, else the most names in
+    common), then by how many of the shared inputs have the same dtype and shape. Generations reuse names
+    (``features_buffer``, ``traffic_convention``), so the names alone may not decide; ties are refused."""
     names = set(model.input_names())
-    overlap = {r: len(names & set(role.abi.input_names())) for r, role in profile.roles.items()}
-    exact = [r for r, role in profile.roles.items() if set(role.abi.input_names()) == names]
-    if len(exact) == 1:
-        return exact[0]
-    best = max(overlap.values(), default=0)
-    winners = [r for r, n in overlap.items() if n == best]
-    if best == 0 or len(winners) != 1:
-        got = "no role shares an input name" if best == 0 else f"roles {', '.join(winners)} match equally"
+    ranked = sorted(((_match_key(model, role), r) for r, role in profile.roles.items()), reverse=True)
+    if not ranked or ranked[0][0][1] == 0:
         raise AbiError([issue("<model>", "role", f"one role of {profile.name} matching inputs "
-                              f"{', '.join(sorted(names))} (pass --role)", got)])
-    return winners[0]
+                              f"{', '.join(sorted(names))} (pass --role)", "no role shares an input name")])
+    best = ranked[0][0]
+    winners = sorted(r for key, r in ranked if key == best)
+    if len(winners) != 1:
+        raise AbiError([issue("<model>", "role", f"one role of {profile.name} matching inputs "
+                              f"{', '.join(sorted(names))} (pass --role)",
+                              f"roles {', '.join(winners)} match equally")])
+    exact, shared, same = best
+    role = profile.roles[winners[0]]
+    how = "the same input names" if exact else f"{shared} of {len(names)} input names"
+    return RoleMatch(role.name, role.generation, f"{how}, {same} with the same dtype and shape")
+
+
+def _match_key(model: Abi, role: Role) -> tuple[bool, int, int]:
+    provided = {s.name: s for s in role.abi.inputs}
+    names = set(model.input_names())
+    same = sum(1 for s in model.inputs if s.name in provided
+               and (s.dtype, s.shape) == (provided[s.name].dtype, provided[s.name].shape))
+    return names == set(provided), len(names & set(provided)), same
 
 
 def _field_diffs(want: TensorSpec, got: TensorSpec) -> list[tuple[str, str, str]]:

@@ -5,18 +5,24 @@ Breaking means a runtime built for OLD can no longer feed or read NEW correctly.
 at fixed offsets in a packed buffer (the vehicle profiles), so for inputs: added, removed (the runtime still
 writes it where NEW may keep something else), renamed, retyped, reshaped, moved (buffer, offset or device),
 changed meaning, and a stricter alignment are breaking; a looser alignment is compatible. For outputs: added
-outputs and added slices are compatible; everything else that changes is breaking.
+outputs and added slices are compatible; everything else that changes is breaking. The model's own metadata
+(``vision_model``, ``policy_model``...) changes no bytes: each key added, removed or changed is an informational
+row (severity ``info``), listed last, and never breaking. States (queues a package keeps on the device) are
+compared like inputs: added, removed, retyped, reshaped or with another meaning is breaking, since what the state
+holds between calls is part of what the model was trained on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from abi.records import Abi, OutputSpec, TensorSpec, camera_to_dict, history_to_dict
+from abi.errors import excerpt
+from abi.records import Abi, OutputSpec, StateSpec, TensorSpec, camera_to_dict, history_to_dict
 
 BREAKING = "breaking"
 COMPATIBLE = "compatible"
-KINDS = ("added", "removed", "renamed", "retyped", "reshaped", "moved", "meaning", "realigned")
+INFO = "info"
+KINDS = ("added", "removed", "renamed", "retyped", "reshaped", "moved", "meaning", "realigned", "metadata")
 
 
 @dataclass(frozen=True)
@@ -36,12 +42,39 @@ class Change:
 
 
 def diff(old: Abi, new: Abi) -> list[Change]:
-    """Every change from ``old`` to ``new``, inputs first, in ``old``'s order then ``new``'s."""
-    return _diff_inputs(old, new) + _diff_outputs(old, new)
+    """Every change from ``old`` to ``new``, inputs first, in ``old``'s order then ``new``'s; metadata last."""
+    return _diff_inputs(old, new) + _diff_outputs(old, new) + _diff_states(old, new) + _diff_metadata(old, new)
+
+
+def _state_summary(t: StateSpec) -> str:
+    return f"{t.dtype} {t.shape}"
+
+
+def _diff_states(old: Abi, new: Abi) -> list[Change]:
+    out: list[Change] = []
+    olds, news = {t.name: t for t in old.states}, {t.name: t for t in new.states}
+    for name, t in olds.items():
+        if name not in news:
+            out.append(Change("removed", "state", name, "presence", _state_summary(t), "absent", BREAKING))
+            continue
+        n = news[name]
+        for kind, fld, a, b in (("retyped", "dtype", t.dtype, n.dtype), ("reshaped", "shape", t.shape, n.shape),
+                                ("meaning", "meaning", t.meaning, n.meaning)):
+            if a != b:
+                out.append(Change(kind, "state", name, fld, excerpt(str(a)), excerpt(str(b)), BREAKING))
+    for name, n in news.items():
+        if name not in olds:
+            out.append(Change("added", "state", name, "presence", "absent", _state_summary(n), BREAKING))
+    return out
 
 
 def is_breaking(changes: list[Change]) -> bool:
     return any(c.severity == BREAKING for c in changes)
+
+
+def interface_changes(changes: list[Change]) -> list[Change]:
+    """The changes that touch the bytes a runtime reads or writes (all but the informational metadata rows)."""
+    return [c for c in changes if c.severity != INFO]
 
 
 def _signature(s: TensorSpec) -> tuple:
@@ -128,6 +161,17 @@ def _diff_outputs(old: Abi, new: Abi) -> list[Change]:
     for n in new.outputs:
         if n.name not in old_by:
             out.append(Change("added", "output", n.name, "presence", "absent", _out_summary(n), COMPATIBLE))
+    return out
+
+
+def _diff_metadata(old: Abi, new: Abi) -> list[Change]:
+    a, b = dict(old.metadata), dict(new.metadata)
+    out = []
+    for key in sorted(a.keys() | b.keys()):
+        if a.get(key) != b.get(key):
+            was = excerpt(a[key]) if key in a else "absent"
+            now = excerpt(b[key]) if key in b else "absent"
+            out.append(Change("metadata", "model", key, "metadata_props", was, now, INFO))
     return out
 
 

@@ -3,7 +3,9 @@
 Meaning comes, in increasing priority, from (1) openpilot's naming conventions (``CAMERA_INPUTS``,
 ``HISTORY_INPUTS``), (2) the model's own ``drivepack_abi`` metadata_props entry (JSON: input name ->
 overrides) and (3) overrides passed in (a vehicle profile's ``model_overrides`` for the role). Inputs are
-packed in graph-input order into one host buffer; ``output_slices`` comes from the model's metadata_props.
+packed in graph-input order into one host buffer; ``output_slices`` comes from the model's metadata_props
+(JSON, or openpilot's base64 pickle read without executing it: abi.pickled_slices); the other string props
+(``vision_model``, ``policy_model``...) are kept in the record as ``metadata``.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import helper
 
 from abi import records
 from abi.errors import AbiError, issue
 from abi.layout import pack_offsets
+from abi.pickled_slices import read_output_slices
 from abi.records import DTYPES, Abi, CameraSemantics, HistorySemantics, OutputSpec, TensorSpec, itemsize
 from jit.onnx.validate import read_model, validate_model
 
@@ -30,7 +32,15 @@ CAMERA_INPUTS = {"input_imgs": "road", "img": "road", "big_input_imgs": "wide", 
 HISTORY_INPUTS = ("features_buffer", "desire", "desire_pulse", "prev_desired_curv")
 DEFAULT_SKIP = 4
 METADATA_KEY = "drivepack_abi"
+SLICES_KEY = "output_slices"
 OVERRIDE_KEYS = {"camera", "history", "alignment", "device"}
+# by enum, not through onnx.helper: older onnx releases map BFLOAT16 to its float32 storage type
+_T = onnx.TensorProto
+ONNX_DTYPES = {_T.BOOL: "bool", _T.UINT8: "uint8", _T.INT8: "int8", _T.UINT16: "uint16", _T.INT16: "int16",
+               _T.UINT32: "uint32", _T.INT32: "int32", _T.INT64: "int64", _T.UINT64: "uint64",
+               _T.FLOAT16: "float16", _T.FLOAT: "float32", _T.DOUBLE: "float64", _T.BFLOAT16: "bfloat16",
+               _T.FLOAT8E4M3FN: "float8_e4m3fn", _T.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+               _T.FLOAT8E5M2: "float8_e5m2", _T.FLOAT8E5M2FNUZ: "float8_e5m2fnuz"}
 
 
 def infer_abi(model: onnx.ModelProto | str | Path, *, overrides: Mapping[str, Any] | None = None,
@@ -93,9 +103,11 @@ def infer_abi(model: onnx.ModelProto | str | Path, *, overrides: Mapping[str, An
         outputs = _outputs(proto, props)
     except AbiError as e:
         errs += e.errors
+    metadata = _metadata(props)
+    errs += records.metadata_issues(metadata)
     if errs:
         raise AbiError(errs)
-    return Abi(tuple(inputs), tuple(outputs))
+    return Abi(tuple(inputs), tuple(outputs), metadata)
 
 
 def conventional_semantics(name: str, dtype: str, shape: tuple[int, ...]
@@ -152,12 +164,14 @@ def _tensor_type(vi: onnx.ValueInfoProto) -> tuple[str, tuple[int, ...]]:
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
         raise AbiError([issue(vi.name, "type", "a tensor", vi.type.WhichOneof("value") or "nothing")])
-    try:
-        dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-    except (KeyError, ValueError):
-        dtype = f"onnx elem_type {tt.elem_type}"
-    if dtype not in DTYPES:
-        raise AbiError([issue(vi.name, "dtype", "one of " + ", ".join(DTYPES), dtype)])
+    dtype = ONNX_DTYPES.get(tt.elem_type)
+    if dtype is None:
+        try:
+            kind = onnx.TensorProto.DataType.Name(tt.elem_type)
+        except ValueError:
+            kind = "unknown"
+        raise AbiError([issue(vi.name, "dtype", "one of " + ", ".join(DTYPES),
+                              f"onnx elem_type {tt.elem_type} ({kind})")])
     dims = []
     for i, d in enumerate(tt.shape.dim):
         if not d.HasField("dim_value") or d.dim_value <= 0:
@@ -175,18 +189,8 @@ def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
 
 def _outputs(proto: onnx.ModelProto, props: Mapping[str, str]) -> list[OutputSpec]:
     slices: list[tuple[str, int, int]] = []
-    if "output_slices" in props:
-        try:
-            data = json.loads(props["output_slices"])
-        except json.JSONDecodeError as e:
-            raise AbiError([issue("<model>", "metadata_props.output_slices", "JSON", f"invalid JSON ({e})")]) from None
-        if not isinstance(data, dict):
-            raise AbiError([issue("<model>", "metadata_props.output_slices", "an object name -> [start, stop]",
-                                  type(data).__name__)])
-        for n, v in data.items():
-            if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v)):
-                raise AbiError([issue("<model>", f"output_slices.{n}", "[start, stop]", repr(v))])
-            slices.append((n, v[0], v[1]))
+    if SLICES_KEY in props:
+        slices = [(n, a, b) for n, (a, b) in read_output_slices(props[SLICES_KEY]).items()]
     outs = []
     graph_outputs = list(proto.graph.output)
     for vo in graph_outputs:
@@ -195,3 +199,9 @@ def _outputs(proto: onnx.ModelProto, props: Mapping[str, str]) -> list[OutputSpe
         mine = vo.name == "outputs" or len(graph_outputs) == 1
         outs.append(OutputSpec(vo.name, dtype, shape, tuple(slices) if mine else ()))
     return outs
+
+
+def _metadata(props: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The model's other string props (openpilot's ``vision_model``, ``policy_model``, ``model_checkpoint``...),
+    sorted by key so that two reads of one model give equal records."""
+    return tuple(sorted((k, v) for k, v in props.items() if k not in (SLICES_KEY, METADATA_KEY)))

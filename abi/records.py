@@ -13,23 +13,74 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from abi.errors import AbiError, AbiIssue, issue
+from abi.errors import AbiError, AbiIssue, excerpt, issue, quoted
 
 SCHEMA = "drivepack.abi"
-SCHEMA_VERSION = 1
-DTYPES = ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "int64", "uint64",
-          "float16", "float32", "float64")
-LAYOUTS = ("yuv420_6ch", "luma")          # six-channel YUV420 (DESIGN.md) or one Y plane
+SCHEMA_VERSION = 2  # 2: the model's string metadata_props (``metadata``), device-resident ``states``
+# numpy knows the first twelve by name; the others are ml_dtypes' types (numpy finds them by name only once
+# ml_dtypes is imported, so the table holds the types themselves)
+_NUMPY_DTYPES: dict[str, np.dtype] = {
+    **{n: np.dtype(n) for n in ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "int64", "uint64",
+                                "float16", "float32", "float64")},
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn), "float8_e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2), "float8_e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
+}
+DTYPES = tuple(_NUMPY_DTYPES)
+FLOAT_DTYPES = ("float16", "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                "float8_e5m2fnuz")
+# bounds on the model's metadata kept in the record: it ends up in every package manifest
+MAX_METADATA = 64
+MAX_METADATA_KEY = 128
+MAX_METADATA_VALUE = 16384
+# six-channel YUV420 (DESIGN.md), one Y plane, or a whole VisionIPC NV12 camera buffer (abi/frames.py geometry)
+LAYOUTS = ("yuv420_6ch", "luma", "nv12")
 ORDERS = ("oldest_first", "newest_first")  # temporal order of stacked frames / history rows
 DEVICES = ("host", "device")
 CAMERAS = ("road", "wide", "driver")
 
 
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype of an ABI dtype name (ml_dtypes' for bfloat16 and the float8 kinds; KeyError if unknown)."""
+    return _NUMPY_DTYPES[dtype]
+
+
+def is_float(dtype: str) -> bool:
+    """Whether an ABI dtype is a floating-point kind (numpy's ``kind`` says 'V' for most ml_dtypes floats)."""
+    return dtype in FLOAT_DTYPES
+
+
 def itemsize(dtype: str) -> int:
     """Bytes per element of an ABI dtype name."""
-    return int(np.dtype(dtype).itemsize)
+    return int(numpy_dtype(dtype).itemsize)
+
+
+def metadata_issues(metadata: object) -> list[AbiIssue]:
+    """Problems of a record's ``metadata``: a tuple of at most MAX_METADATA unique (key, value) string pairs of
+    bounded length."""
+    where = "<metadata>"
+    if not isinstance(metadata, tuple):
+        return [issue(where, "metadata", "a tuple of (key, value) strings", type(metadata).__name__)]
+    if len(metadata) > MAX_METADATA:
+        return [issue(where, "metadata", f"at most {MAX_METADATA} entries", len(metadata))]
+    errs, seen = [], set()
+    for pair in metadata:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(v, str) for v in pair)):
+            errs.append(issue(where, "metadata", "(key, value) strings", quoted(pair)))
+            continue
+        key, value = pair
+        if not 0 < len(key) <= MAX_METADATA_KEY:
+            errs.append(issue(where, "metadata key", f"1 to {MAX_METADATA_KEY} characters", quoted(key)))
+        elif len(value) > MAX_METADATA_VALUE:
+            errs.append(issue(where, f"metadata.{key}", f"at most {MAX_METADATA_VALUE} characters",
+                              f"{len(value)} characters"))
+        if key in seen:
+            errs.append(issue(where, f"metadata.{quoted(key)}", "a unique key", "a duplicate"))
+        seen.add(key)
+    return errs
 
 
 def contiguous_strides(shape: tuple[int, ...], dtype: str) -> tuple[int, ...]:
@@ -61,8 +112,8 @@ class CameraSemantics:
         _check_int(errs, "camera", "frames", self.frames, 1)
         _check_int(errs, "camera", "skip", self.skip, 1)
         lo_hi = self.value_range
-        if not (isinstance(lo_hi, tuple) and len(lo_hi) == 2 and all(isinstance(v, int | float) for v in lo_hi)
-                and lo_hi[0] < lo_hi[1]):
+        if not (isinstance(lo_hi, tuple) and len(lo_hi) == 2
+                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in lo_hi) and lo_hi[0] < lo_hi[1]):
             errs.append(issue("camera", "value_range", "(low, high) with low < high", repr(lo_hi)))
         if not isinstance(self.normalized_in_model, bool):
             errs.append(issue("camera", "normalized_in_model", "a bool", repr(self.normalized_in_model)))
@@ -123,6 +174,10 @@ class TensorSpec:
             errs.append(issue(name, "camera", "CameraSemantics or None", type(self.camera).__name__))
         if self.history is not None and not isinstance(self.history, HistorySemantics):
             errs.append(issue(name, "history", "HistorySemantics or None", type(self.history).__name__))
+        if not _is_int(self.byte_size):
+            errs.append(issue(name, "byte_size", "an int", repr(self.byte_size)))
+        if not (isinstance(self.strides, tuple) and all(_is_int(v) for v in self.strides)):
+            errs.append(issue(name, "strides", "a tuple of ints", repr(self.strides)))
         if errs:
             raise AbiError(errs)
         size = math.prod(self.shape) * itemsize(self.dtype)
@@ -133,7 +188,7 @@ class TensorSpec:
         strides = contiguous_strides(self.shape, self.dtype)
         if self.strides == ():
             object.__setattr__(self, "strides", strides)
-        elif tuple(self.strides) != strides:
+        elif self.strides != strides:
             errs.append(issue(name, "strides", f"{strides} (C-contiguous)", tuple(self.strides)))
         if errs:
             raise AbiError(errs)
@@ -156,9 +211,16 @@ class OutputSpec:
 
     def __post_init__(self) -> None:
         errs: list[AbiIssue] = []
-        _check_choice(errs, self.name, "dtype", self.dtype, DTYPES)
-        if not (isinstance(self.shape, tuple) and all(isinstance(d, int) and d > 0 for d in self.shape)):
-            errs.append(issue(self.name, "shape", "a tuple of positive ints", repr(self.shape)))
+        name = self.name if isinstance(self.name, str) and self.name else "<unnamed>"
+        if name == "<unnamed>":
+            errs.append(issue(name, "name", "a non-empty string", repr(self.name)))
+        _check_choice(errs, name, "dtype", self.dtype, DTYPES)
+        if not (isinstance(self.shape, tuple) and all(_is_int(d) and d > 0 for d in self.shape)):
+            errs.append(issue(name, "shape", "a tuple of positive ints", repr(self.shape)))
+        if not _is_int(self.byte_size):
+            errs.append(issue(name, "byte_size", "an int", repr(self.byte_size)))
+        if not isinstance(self.slices, tuple):
+            errs.append(issue(name, "output_slices", "a tuple of (name, start, stop)", type(self.slices).__name__))
         if errs:
             raise AbiError(errs)
         n = math.prod(self.shape)
@@ -166,19 +228,19 @@ class OutputSpec:
         if self.byte_size == -1:
             object.__setattr__(self, "byte_size", size)
         elif self.byte_size != size:
-            errs.append(issue(self.name, "byte_size", size, self.byte_size))
+            errs.append(issue(name, "byte_size", size, self.byte_size))
         seen = set()
         for s in self.slices:
-            if not (isinstance(s, tuple) and len(s) == 3 and isinstance(s[0], str)
-                    and all(isinstance(v, int) for v in s[1:])):
-                errs.append(issue(self.name, "output_slices", "(name, start, stop)", repr(s)))
+            if not (isinstance(s, tuple) and len(s) == 3 and isinstance(s[0], str) and s[0]
+                    and all(_is_int(v) for v in s[1:])):
+                errs.append(issue(name, "output_slices", "(name: str, start: int, stop: int)", quoted(s)))
                 continue
             sname, start, stop = s
             if sname in seen:
-                errs.append(issue(self.name, f"output_slices.{sname}", "a unique name", "a duplicate"))
+                errs.append(issue(name, f"output_slices.{sname}", "a unique name", "a duplicate"))
             seen.add(sname)
             if not 0 <= start < stop <= n:
-                errs.append(issue(self.name, f"output_slices.{sname}", f"0 <= start < stop <= {n}", [start, stop]))
+                errs.append(issue(name, f"output_slices.{sname}", f"0 <= start < stop <= {n}", [start, stop]))
         if errs:
             raise AbiError(errs)
 
@@ -188,15 +250,50 @@ class OutputSpec:
 
 
 @dataclass(frozen=True)
+class StateSpec:
+    """A buffer a package keeps on the device across calls (a frame or history queue): its bytes and meaning.
+    It starts at zero and ``reset()`` zeroes it; the caller never passes it."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    meaning: str
+
+    def __post_init__(self) -> None:
+        errs: list[AbiIssue] = []
+        name = self.name if isinstance(self.name, str) and self.name else "<unnamed>"
+        if name == "<unnamed>":
+            errs.append(issue(name, "name", "a non-empty string", quoted(self.name)))
+        _check_choice(errs, name, "dtype", self.dtype, DTYPES)
+        if not (isinstance(self.shape, tuple) and all(_is_int(d) and d > 0 for d in self.shape)):
+            errs.append(issue(name, "shape", "a tuple of positive ints", quoted(self.shape)))
+        if not (isinstance(self.meaning, str) and len(self.meaning) <= MAX_METADATA_VALUE):
+            errs.append(issue(name, "meaning", f"a string of at most {MAX_METADATA_VALUE} characters",
+                              quoted(self.meaning)))
+        if errs:
+            raise AbiError(errs)
+
+    @property
+    def byte_size(self) -> int:
+        return math.prod(self.shape) * itemsize(self.dtype)
+
+
+@dataclass(frozen=True)
 class Abi:
-    """A model's whole I/O contract: inputs (bound by name, never by position) and outputs."""
+    """A model's whole I/O contract: inputs (bound by name, never by position) and outputs, plus the model's
+    own string metadata (``vision_model``, ``policy_model``...: informational, sorted (key, value) pairs)."""
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[OutputSpec, ...] = field(default=())
+    metadata: tuple[tuple[str, str], ...] = field(default=())
+    states: tuple[StateSpec, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        errs = []
-        for kind, recs in (("input", self.inputs), ("output", self.outputs)):
+        errs = metadata_issues(self.metadata)
+        for kind, recs, cls in (("input", self.inputs, TensorSpec), ("output", self.outputs, OutputSpec),
+                                ("state", self.states, StateSpec)):
+            if not (isinstance(recs, tuple) and all(isinstance(r, cls) for r in recs)):
+                raise AbiError([issue("<abi>", f"{kind}s", f"a tuple of {cls.__name__}", quoted(recs))])
             names = [r.name for r in recs]
             for dup in sorted({n for n in names if names.count(n) > 1}):
                 errs.append(issue(dup, "name", f"a unique {kind} name", "a duplicate"))
@@ -224,21 +321,29 @@ class Abi:
         """Plain data (JSON-ready) with the schema name and version; ``from_dict`` reads it back exactly."""
         return {"schema": SCHEMA, "version": SCHEMA_VERSION,
                 "inputs": [_input_to_dict(s) for s in self.inputs],
-                "outputs": [_output_to_dict(o) for o in self.outputs]}
+                "outputs": [_output_to_dict(o) for o in self.outputs],
+                "metadata": dict(self.metadata),
+                "states": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "meaning": t.meaning}
+                           for t in self.states]}
 
     @staticmethod
     def from_dict(d: Any) -> Abi:
         """Read ``to_dict`` output; refuses other schema versions and unknown or missing fields (AbiError)."""
         where = "<abi>"
-        _exact_keys(d, {"schema", "version", "inputs", "outputs"}, where)
-        if d["schema"] != SCHEMA:
-            raise AbiError([issue(where, "schema", SCHEMA, repr(d["schema"]))])
-        if d["version"] != SCHEMA_VERSION:
-            raise AbiError([issue(where, "version", SCHEMA_VERSION, repr(d["version"]))])
-        for key in ("inputs", "outputs"):
+        # schema and version first: a record of another version is named as such, not by the fields it lacks
+        if isinstance(d, Mapping) and d.get("schema", SCHEMA) != SCHEMA:
+            raise AbiError([issue(where, "schema", SCHEMA, quoted(d["schema"]))])
+        if isinstance(d, Mapping) and "version" in d and not (_is_int(d["version"]) and d["version"] == SCHEMA_VERSION):
+            raise AbiError([issue(where, "version", SCHEMA_VERSION, quoted(d["version"]))])
+        _exact_keys(d, {"schema", "version", "inputs", "outputs", "metadata", "states"}, where)
+        for key in ("inputs", "outputs", "states"):
             if not isinstance(d[key], list):
                 raise AbiError([issue(where, key, "a list", type(d[key]).__name__)])
-        return Abi(tuple(_input_from_dict(x) for x in d["inputs"]), tuple(_output_from_dict(x) for x in d["outputs"]))
+        meta = d["metadata"]
+        if not (isinstance(meta, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())):
+            raise AbiError([issue(where, "metadata", "a mapping of strings to strings", quoted(meta))])
+        return Abi(tuple(_input_from_dict(x) for x in d["inputs"]), tuple(_output_from_dict(x) for x in d["outputs"]),
+                   tuple(meta.items()), tuple(_state_from_dict(x) for x in d["states"]))
 
 
 def camera_to_dict(c: CameraSemantics) -> dict[str, Any]:
@@ -280,30 +385,44 @@ def _output_to_dict(o: OutputSpec) -> dict[str, Any]:
 def _input_from_dict(d: Any) -> TensorSpec:
     keys = {"name", "dtype", "shape", "byte_size", "strides", "buffer", "offset", "alignment", "device",
             "camera", "history"}
-    where = d.get("name", "<input>") if isinstance(d, Mapping) else "<input>"
-    _exact_keys(d, keys, str(where))
+    where = _where(d, "<input>")
+    _exact_keys(d, keys, where)
     for k in ("shape", "strides"):
         if not isinstance(d[k], list):
-            raise AbiError([issue(str(where), k, "a list of ints", repr(d[k]))])
-    cam = camera_from_dict(d["camera"], str(where)) if d["camera"] is not None else None
-    hist = history_from_dict(d["history"], str(where)) if d["history"] is not None else None
+            raise AbiError([issue(where, k, "a list of ints", repr(d[k]))])
+    cam = camera_from_dict(d["camera"], where) if d["camera"] is not None else None
+    hist = history_from_dict(d["history"], where) if d["history"] is not None else None
     return TensorSpec(d["name"], d["dtype"], tuple(d["shape"]), d["buffer"], d["offset"], d["alignment"],
                       d["device"], cam, hist, d["byte_size"], tuple(d["strides"]))
 
 
 def _output_from_dict(d: Any) -> OutputSpec:
-    where = d.get("name", "<output>") if isinstance(d, Mapping) else "<output>"
-    _exact_keys(d, {"name", "dtype", "shape", "byte_size", "slices"}, str(where))
+    where = _where(d, "<output>")
+    _exact_keys(d, {"name", "dtype", "shape", "byte_size", "slices"}, where)
     if not isinstance(d["shape"], list):
-        raise AbiError([issue(str(where), "shape", "a list of ints", repr(d["shape"]))])
+        raise AbiError([issue(where, "shape", "a list of ints", repr(d["shape"]))])
     if not isinstance(d["slices"], Mapping):
-        raise AbiError([issue(str(where), "slices", "a mapping name -> [start, stop]", repr(d["slices"]))])
+        raise AbiError([issue(where, "slices", "a mapping name -> [start, stop]", repr(d["slices"]))])
     slices = []
     for n, v in d["slices"].items():
         if not (isinstance(v, list) and len(v) == 2):
-            raise AbiError([issue(str(where), f"output_slices.{n}", "[start, stop]", repr(v))])
+            raise AbiError([issue(where, f"output_slices.{n}", "[start, stop]", repr(v))])
         slices.append((n, v[0], v[1]))
     return OutputSpec(d["name"], d["dtype"], tuple(d["shape"]), tuple(slices), d["byte_size"])
+
+
+def _where(d: Any, default: str) -> str:
+    """The record's name for messages: a string name (cut short), else ``default`` (the name check reports it)."""
+    name = d.get("name") if isinstance(d, Mapping) else None
+    return excerpt(name) if isinstance(name, str) and name else default
+
+
+def _state_from_dict(d: Any) -> StateSpec:
+    where = d.get("name", "<state>") if isinstance(d, Mapping) else "<state>"
+    _exact_keys(d, {"name", "dtype", "shape", "meaning"}, quoted(where))
+    if not isinstance(d["shape"], list):
+        raise AbiError([issue(quoted(where), "shape", "a list of ints", quoted(d["shape"]))])
+    return StateSpec(d["name"], d["dtype"], tuple(d["shape"]), d["meaning"])
 
 
 def _exact_keys(d: Any, keys: set[str], where: str) -> None:
@@ -322,5 +441,9 @@ def _check_choice(errs: list[AbiIssue], where: str, fld: str, value: object, cho
 
 
 def _check_int(errs: list[AbiIssue], where: str, fld: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+    if not _is_int(value) or value < minimum:  # type: ignore[operator]
         errs.append(issue(where, fld, f"an int >= {minimum}", repr(value)))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -21,7 +21,7 @@ import numpy as np
 
 from abi.errors import AbiError, AbiIssue, issue
 from abi.layout import layout_issues
-from abi.records import Abi, TensorSpec
+from abi.records import Abi, TensorSpec, is_float, numpy_dtype
 
 
 def validate(data: Mapping[str, Any] | Any, abi: Abi, *, reject_nonfinite: bool = True,
@@ -79,7 +79,7 @@ def _validate_arrays(arrays: Mapping[str, Any], abi: Abi, reject_nonfinite: bool
 
 def _check_array(spec: TensorSpec, arr: np.ndarray, reject_nonfinite: bool, allow_flat: bool) -> list[AbiIssue]:
     errs = []
-    want = np.dtype(spec.dtype)
+    want = numpy_dtype(spec.dtype)
     if arr.dtype != want:
         actual = str(arr.dtype)
         if want == np.uint8 and arr.dtype.kind == "f" and arr.size and np.nanmax(np.abs(arr)) <= 1.0:
@@ -95,7 +95,7 @@ def _check_array(spec: TensorSpec, arr: np.ndarray, reject_nonfinite: bool, allo
     if not arr.flags.aligned:
         errs.append(issue(spec.name, "alignment", f"aligned to {arr.dtype.itemsize} bytes",
                           f"address {arr.__array_interface__['data'][0]}"))
-    if reject_nonfinite and arr.dtype == want and want.kind == "f":
+    if reject_nonfinite and arr.dtype == want and is_float(spec.dtype):
         bad = _nonfinite(arr)
         if bad:
             errs.append(issue(spec.name, "values", "finite", bad))
@@ -136,9 +136,9 @@ def _validate_packed(buffers: Mapping[str, Any], abi: Abi, reject_nonfinite: boo
             errs.append(issue(spec.name, "offset", f"in bounds: {spec.offset} + {spec.byte_size} <= {view.nbytes}",
                               f"ends at {spec.end}"))
             continue
-        if reject_nonfinite and np.dtype(spec.dtype).kind == "f":
-            arr = np.frombuffer(view, dtype=spec.dtype, count=spec.byte_size // np.dtype(spec.dtype).itemsize,
-                                offset=spec.offset)
+        if reject_nonfinite and is_float(spec.dtype):
+            want = numpy_dtype(spec.dtype)
+            arr = np.frombuffer(view, dtype=want, count=spec.byte_size // want.itemsize, offset=spec.offset)
             bad = _nonfinite(arr)
             if bad:
                 errs.append(issue(spec.name, "values", "finite", bad))

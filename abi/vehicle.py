@@ -3,7 +3,8 @@ schema cannot state, and expose each model role's runtime ABI as an ``Abi``.
 
 Every problem is a ProfileError naming the file, the line and the dotted key. A profile says what the runtime
 *provides* for each role (inputs: buffer, offset, dtype, shape, meaning) and what it *reads* (output slices by
-name and length); ``abi.check`` compares that with what a model needs.
+name and length, and which slices it feeds back into a history); ``abi.check`` compares that with what a
+model needs. Each role belongs to one openpilot model generation (``GENERATIONS``, ``ROLE_GENERATIONS``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,21 @@ from abi.yaml_lines import LineDict, line_of, load_yaml
 
 VEHICLES_DIR = Path(__file__).resolve().parents[1] / "vehicles"
 SCHEMA_PATH = VEHICLES_DIR / "schema.yaml"
-ROLES = ("vision", "policy", "dmonitoring")
+# openpilot's driving-model generations (DESIGN.md "openpilot model generations"); schema.yaml enumerates the
+# same names, and a test keeps the two equal
+GENERATIONS = {
+    "split-0.10": "openpilot 0.9-0.10 split vision + policy models; the caller warps the frames and keeps "
+                  "the histories",
+    "split-pipeline": "split vision + policy models fed by the in-graph frame pipeline (the modeld step)",
+    "supercombo-0.11": "openpilot 0.11 merged float16 supercombo; its hidden_state slice is the next call's "
+                       "features",
+}
+# a role's name fixes its generation, so that `--role vision` keeps meaning what it meant before generations
+# existed; the profile states it anyway so that a reader of the YAML sees it, and a disagreement is an error
+ROLE_GENERATIONS: dict[str, str | None] = {
+    "vision": "split-0.10", "policy": "split-0.10", "vision_pipeline": "split-pipeline",
+    "policy_pipeline": "split-pipeline", "supercombo": "supercombo-0.11", "dmonitoring": None}
+ROLES = tuple(ROLE_GENERATIONS)
 
 
 @dataclass(frozen=True)
@@ -43,12 +58,15 @@ class Camera:
 
 @dataclass(frozen=True)
 class OutputNeed:
-    """What the runtime reads from one model output: dtype, flat size (None: any), slice name -> length."""
+    """What the runtime reads from one model output: dtype, flat size (None: any), slice name -> length, and
+    which slices it feeds back into a history input."""
 
     name: str
     dtype: str
     size: int | None
     slices: dict[str, int] = field(default_factory=dict)
+    # slice name -> the history input the runtime appends it to: "input" of this role or "role.input"
+    feeds: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +79,11 @@ class Role:
     budget_mean_ms: float
     budget_max_ms: float
     model_overrides: dict[str, dict[str, Any]]
+    generation: str | None = None  # a key of GENERATIONS; None: not a driving model (dmonitoring)
+
+    def generation_text(self) -> str:
+        """``name: description`` of the role's generation, or ``none`` (what abi-check prints)."""
+        return f"{self.generation}: {GENERATIONS[self.generation]}" if self.generation else "none"
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,7 @@ class VehicleProfile:
     model_max_ms: float
     cameras: dict[str, Camera]
     roles: dict[str, Role]
+    float16: bool = False  # compute in float16 (compile3's FLOAT16=1 where the GPU has it)
 
 
 def available_vehicles() -> list[str]:
@@ -156,14 +180,17 @@ def _build(d: LineDict, path: Path) -> VehicleProfile:
                    f"expected <= frame {budget['frame']}, got {budget['model_max']}")
     cameras = {name: _camera(path, d["cameras"], name) for name in d["cameras"]}
     roles = {}
-    for name, role in d["roles"].items():
+    for name in d["roles"]:
         if name not in ROLES:
             raise _err(path, d["roles"], name, f"roles.{name}",
                        f"expected one of {', '.join(ROLES)}, got {quoted(name)}")
-        roles[name] = _role(path, role, name, cameras)
+        roles[name] = _role(path, d["roles"], name, cameras)
+    for name, role in roles.items():
+        _check_feeds(path, d["roles"][name], role, roles)
     return VehicleProfile(d["name"], path, dict(d["device"]), target["name"], arch, emulated,
                           bool(options.get("images", False)), float(d["frame_rate_hz"]), float(budget["frame"]),
-                          float(budget["model_mean"]), float(budget["model_max"]), cameras, roles)
+                          float(budget["model_mean"]), float(budget["model_max"]), cameras, roles,
+                          bool(options.get("float16", False)))
 
 
 def _camera(path: Path, cams: LineDict, name: str) -> Camera:
@@ -189,8 +216,14 @@ def _camera(path: Path, cams: LineDict, name: str) -> Camera:
                   float(intr["cy"]))
 
 
-def _role(path: Path, r: LineDict, name: str, cameras: dict[str, Camera]) -> Role:
-    key = f"roles.{name}"
+def _role(path: Path, roles: LineDict, name: str, cameras: dict[str, Camera]) -> Role:
+    r, key = roles[name], f"roles.{name}"
+    want_gen, gen = ROLE_GENERATIONS[name], r.get("generation")
+    if gen != want_gen:
+        want = f"generation {want_gen!r}" if want_gen else "no generation"
+        # a missing key is reported on the role's own line
+        where, k = (r, "generation") if "generation" in r else (roles, name)
+        raise _err(path, where, k, f"{key}.generation", f"expected {want} for role {name}, got {quoted(gen)}")
     b = r["budget_ms"]
     if b["mean"] > b["max"]:
         raise _err(path, b, "mean", f"{key}.budget_ms.mean", f"expected <= max {b['max']}, got {b['mean']}")
@@ -202,10 +235,37 @@ def _role(path: Path, r: LineDict, name: str, cameras: dict[str, Camera]) -> Rol
     for problem in layout_issues(abi):
         raise _err(path, r["inputs"][problem.input], problem.field, f"{key}.inputs.{problem.input}.{problem.field}",
                    f"expected {problem.expected}, got {problem.actual}")
-    outs = tuple(OutputNeed(o, spec["dtype"], spec.get("size"), dict(spec.get("slices", {})))
+    outs = tuple(OutputNeed(o, spec["dtype"], spec.get("size"), dict(spec.get("slices", {})),
+                            dict(spec.get("feeds", {})))
                  for o, spec in r["outputs"].items())
     overrides = {k: dict(v) for k, v in r.get("model_overrides", {}).items()}
-    return Role(name, abi, outs, float(b["mean"]), float(b["max"]), overrides)
+    return Role(name, abi, outs, float(b["mean"]), float(b["max"]), overrides, gen)
+
+
+def _check_feeds(path: Path, r: LineDict, role: Role, roles: dict[str, Role]) -> None:
+    """Each fed-back slice names a slice the runtime reads and a history input (of this role or another one)
+    whose per-step width is the slice's length: what one call appends to the history."""
+    for need in role.outputs:
+        feeds = r["outputs"][need.name].get("feeds", {})
+        for sname, target in feeds.items():
+            key = f"roles.{role.name}.outputs.{need.name}.feeds.{sname}"
+            if sname not in need.slices:
+                raise _err(path, feeds, sname, key, f"expected a slice of outputs.{need.name} "
+                                                    f"({', '.join(need.slices) or 'none'}), got {quoted(sname)}")
+            rname, _, iname = target.rpartition(".")
+            dest = roles.get(rname or role.name)
+            if dest is None:
+                raise _err(path, feeds, sname, key, f"expected a role of this profile before '.' "
+                                                    f"({', '.join(roles)}), got {quoted(rname)}")
+            spec = next((s for s in dest.abi.inputs if s.name == iname), None)
+            if spec is None or spec.history is None:
+                have = ", ".join(s.name for s in dest.abi.inputs if s.history) or "none"
+                raise _err(path, feeds, sname, key, f"expected a history input of role {dest.name} ({have}), "
+                                                    f"got {quoted(target)}")
+            width = math.prod(spec.shape[2:])
+            if need.slices[sname] != width:
+                raise _err(path, feeds, sname, key, f"expected slice length {width} (one step of {target} "
+                                                    f"{list(spec.shape)}), got {need.slices[sname]}")
 
 
 def _input(path: Path, inputs: LineDict, iname: str, ikey: str, cameras: dict[str, Camera]) -> TensorSpec:

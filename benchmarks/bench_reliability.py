@@ -227,11 +227,11 @@ def rewrite(src: Path, dst: Path, manifest: Callable[[dict[str, Any]], Any] | No
     out = []
     for s in secs:
         data = s.data
-        if s.name == "cmdbuf" and cmdbuf is not None:
+        if s.kind == "cmdbuf" and cmdbuf is not None:
             cb = json.loads(data)
             cmdbuf(cb)
             data = canonical_json(cb)
-        if s.name == "kernel/0" and kernel0 is not None:
+        if s.name.endswith("/kernel/0") and kernel0 is not None:  # the first entry's first kernel
             data = kernel0(data.decode()).encode()
         out.append(Section(s.name, s.kind, data, s.attrs))
     write_container(dst, doc, out, align, sign=user_signing_key().sign if sign == "user" else sign)
@@ -260,14 +260,17 @@ FLIP_ROWS = {"header": "header", "manifest": "manifest", "cmdbuf": "command buff
              "signature": "signature trailer"}
 
 NAMED_EDITS: list[tuple[str, tuple[Any, ...], Any]] = [
-    ("manifest", ("format_version",), 1), ("manifest", ("format_version",), 3),
-    ("manifest", ("arena_bytes",), 1 << 40), ("manifest", ("kernels", "list", 0, "section"), "kernel/1"),
-    ("manifest", ("golden", "sets"), 2), ("manifest", ("abi", "inputs", 1, "dtype"), "float16"),
-    ("manifest", ("abi", "outputs", 0, "shape"), [1, 32]),
+    ("manifest", ("format_version",), 2), ("manifest", ("format_version",), 4),
+    ("manifest", ("entries", 0, "arena_bytes"), 1 << 40),
+    ("manifest", ("entries", 0, "kernels", "list", 0, "section"), "tiny/kernel/1"),
+    ("manifest", ("entries", 0, "golden", "sets"), 2),
+    ("manifest", ("entries", 0, "abi", "inputs", 1, "dtype"), "float16"),
+    ("manifest", ("entries", 0, "abi", "outputs", 0, "shape"), [1, 32]),
     ("cmdbuf", ("version",), 2), ("cmdbuf", ("arena_bytes",), 1 << 40), ("cmdbuf", ("arena_bytes",), 192),
     ("cmdbuf", ("alignment",), 48), ("cmdbuf", ("dispatches", 0, "kernel"), 2),
     ("cmdbuf", ("dispatches", 0, "bindings", 0), "weight:0"), ("cmdbuf", ("dispatches", 0, "bindings", 0), "input:x"),
     ("cmdbuf", ("dispatches", 0, "bindings", 1), "weight:9"), ("cmdbuf", ("dispatches", 0, "global_size"), [1 << 40]),
+    ("cmdbuf", ("dispatches", 0, "bindings", 2), "input:x"),  # 64 bytes where the kernel reads 16 KB
     ("cmdbuf", ("buffers", 3, "nbytes"), 16380), ("cmdbuf", ("buffers", 3, "shape"), [1 << 40]),
     ("cmdbuf", ("buffers", 7, "binding"), "arena:64+128"), ("cmdbuf", ("buffers", 2, "dtype"), "float16"),
 ]
@@ -309,11 +312,11 @@ def package_probes(src: Path, out: Path, rng: random.Random, quick: bool) -> lis
         (out / f"tail_{k}.dpk").write_bytes(raw + tail)
         add("appended bytes", f"+{len(tail)} bytes", out / f"tail_{k}.dpk")
     edits = [(w, p, v) for w, p, v in NAMED_EDITS]
-    cb_doc = json.loads(bytes(c.view("cmdbuf")))
+    cb_doc = json.loads(bytes(c.view(next(e["name"] for e in c.manifest["sections"] if e["kind"] == "cmdbuf"))))
     cb_leaves = [p for p in _leaves(cb_doc) if p[0] in ("arena_bytes", "alignment", "dispatches", "buffers",
                                                         "version")]
-    m_leaves = [p for p in _leaves(_sections(src)[0]) if p[0] in ("format_version", "arena_bytes", "kernels",
-                                                                  "golden", "abi")]
+    m_leaves = [p for p in _leaves(_sections(src)[0]) if p[0] == "format_version" or
+                (p[0] == "entries" and p[2] in ("arena_bytes", "kernels", "golden", "abi"))]
     for k in range(n_random):
         where = "cmdbuf" if k % 3 else "manifest"
         edits.append((where, rng.choice(cb_leaves if where == "cmdbuf" else m_leaves), rng.choice(EDGE_VALUES)))
@@ -335,7 +338,7 @@ def package_probes(src: Path, out: Path, rng: random.Random, quick: bool) -> lis
                                          ("a b", False), (f"{entry0}(void){{}}void x", False),
                                          (cb_doc["kernels"][1]["entry"], False), ("k" * 5000, True)]):
         def both(doc: dict[str, Any], e: str = entry, where: str = "cmdbuf") -> None:
-            (doc["kernels"] if where == "cmdbuf" else doc["kernels"]["list"])[0]["entry"] = e
+            (doc["kernels"] if where == "cmdbuf" else doc["entries"][0]["kernels"]["list"])[0]["entry"] = e
         add("crafted entry names", repr(entry)[:60],
             rewrite(src, out / f"entry_{k}.dpk", cmdbuf=both, manifest=lambda d, e=entry: both(d, e, "manifest"),
                     kernel0=(lambda s, e=entry: s.replace(entry0, e)) if rename else None))

@@ -93,9 +93,11 @@ class Captured:
         self.cmdbuf, self.weights, self.replay, self.report = cmdbuf, weights, replay, report
 
     @staticmethod
-    def from_cmdbuf(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str) -> Captured:
-        """A replay from a command buffer and weight bytes alone (no model, no tracing)."""
-        return Captured(cmdbuf, dict(weights), make_replay(cmdbuf, weights, target))
+    def from_cmdbuf(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str,
+                    share_states_with: Replay | None = None) -> Captured:
+        """A replay from a command buffer and weight bytes alone (no model, no tracing); states of the same name
+        as ``share_states_with``'s are its buffers."""
+        return Captured(cmdbuf, dict(weights), make_replay(cmdbuf, weights, target, share_states_with))
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, np.ndarray]:
         return self.replay(inputs, **kwargs)

@@ -1,9 +1,11 @@
 """The ``abi-check`` and ``abi-diff`` commands.
 
 abi-check MODEL --vehicle NAME|PATH [--role ROLE] [--json]: what the model needs vs what the vehicle runtime
-provides for the role; exit 0 when every row is ok, 1 on any mismatch, 2 on bad usage or a bad file.
+provides for the role (found by matching the model's inputs, which also says the openpilot generation), and the
+first field that differs; exit 0 when every row is ok, 1 on any mismatch, 2 on bad usage or a bad file.
 abi-diff OLD NEW [--json]: every change, breaking or compatible; exit 0 no change, 1 breaking, 3 only
-compatible changes, 2 on bad usage or a bad file. MODEL/OLD/NEW: .onnx, .abi.json (or .dpk once packages exist).
+compatible changes, 2 on bad usage or a bad file. MODEL/OLD/NEW: .onnx, .abi.json or .dpk (abi-check checks
+every entry of a package against its role).
 """
 
 from __future__ import annotations
@@ -11,17 +13,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import Any
 
 PROG = "drivepack"
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_COMPATIBLE = 0, 1, 2, 3
 
 
 def add_abi_check_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="an .onnx model, an .abi.json ABI (or a .dpk package, issue 8)")
+    parser.add_argument("model", help="an .onnx model, an .abi.json ABI or a .dpk package (each entry vs its role)")
     parser.add_argument("--vehicle", required=True, help="a profile name from vehicles/ or a path to a .yaml")
-    parser.add_argument("--role", choices=("vision", "policy", "dmonitoring"),
-                        help="model role (default: found by matching input names)")
+    # no argparse choices: the roles are the profile's, and a wrong one is reported with the profile's list
+    parser.add_argument("--role", help="model role, e.g. vision, policy, vision_pipeline, policy_pipeline, "
+                                       "supercombo, dmonitoring (default: the role the model's inputs match)")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of the table")
 
 
@@ -38,38 +42,85 @@ def _fail(message: str) -> int:
 
 def run_abi_check(args: argparse.Namespace) -> int:
     # imported here so that `drivepack --version` and other commands do not load onnx
-    from abi.check import check_role, match_role, passed
     from abi.errors import AbiError, AbiFileError, ProfileError
     from abi.load import load_abi
+    from abi.records import Abi
     from abi.vehicle import load_vehicle
 
     try:
         profile = load_vehicle(args.vehicle)
-        model = load_abi(args.model)
-        role_name = args.role or match_role(model, profile)
-        if role_name not in profile.roles:
-            return _fail(f"--role: expected one of {', '.join(profile.roles)} for {profile.name}, got {role_name}")
-        role = profile.roles[role_name]
-        if role.model_overrides:
-            model = load_abi(args.model, overrides=role.model_overrides)
+        if str(args.model).endswith(".dpk"):  # each entry against its role (the recorded one unless --role)
+            from packager.errors import PackageError
+            from packager.package import read_package_abis
+
+            try:
+                entries = [(f"{args.model} entry {name}", Abi.from_dict(abi), args.role or role,
+                            "--role" if args.role else "the entry's role", False)
+                           for name, (role, abi) in read_package_abis(args.model).items()]
+            except PackageError as e:
+                raise AbiFileError(str(args.model), f"not a trusted drivepack package: {e}") from None
+        else:
+            entries = [(str(args.model), load_abi(args.model), args.role, "--role", True)]
+        reports = [_check_one(label, abi, role, why, profile, args.model if reloadable else None)
+                   for label, abi, role, why, reloadable in entries]
     except (ProfileError, AbiFileError, AbiError) as e:
         return _fail(str(e))
+    if any(r is None for r in reports):
+        return _fail(f"--role: expected one of {', '.join(profile.roles)} for {profile.name}, got {args.role}")
+    if args.json:
+        docs = [r.doc for r in reports if r is not None]
+        print(json.dumps(docs[0] if len(docs) == 1 else {"model": args.model, "ok": all(d["ok"] for d in docs),
+                                                            "entries": docs}, indent=1))
+    else:
+        for r in reports:
+            assert r is not None
+            print("\n".join(r.lines))
+    return EXIT_OK if all(r is not None and r.doc["ok"] for r in reports) else EXIT_MISMATCH
+
+
+@dataclass
+class _Report:
+    doc: dict[str, Any]
+    lines: list[str]
+
+
+def _check_one(label: str, model: Any, role_name: str | None, why: str, profile: Any,
+               reload_from: str | None) -> _Report | None:
+    """One model ABI against its role (matched when ``role_name`` is None, else chosen by ``why``); None for a
+    role the profile lacks. ``reload_from``: the model file, read again with the role's model overrides (not for
+    a package's ABI)."""
+    from abi.check import check_role, first_difference, match_role_detail, passed
+    from abi.load import load_abi
+
+    matched = None if role_name else match_role_detail(model, profile)
+    role_name = matched.role if matched else role_name
+    if role_name not in profile.roles:
+        return None
+    role = profile.roles[role_name]
+    if role.model_overrides and reload_from is not None:
+        model = load_abi(reload_from, overrides=role.model_overrides)
     rows = check_role(model, role)
     ok = passed(rows)
-    if args.json:
-        print(json.dumps({"model": args.model, "vehicle": profile.name, "role": role_name, "ok": ok,
-                          "rows": [asdict(r) for r in rows]}, indent=1))
+    first = first_difference(rows)
+    doc = {"model": label, "vehicle": profile.name, "role": role_name, "generation": role.generation,
+           "matched": matched.reason if matched else None, "ok": ok,
+           "first_difference": asdict(first) if first else None, "rows": [asdict(r) for r in rows]}
+    gen = f"generation {role.generation_text()}"
+    how = f"matched role {role_name} ({gen}) by {matched.reason}" if matched else f"role {role_name} ({why}; {gen})"
+    lines = [f"{label} on {profile.name} ({profile.target}), {how}",
+             *_table(["input", "expected", "provided", "verdict"],
+                     [[r.input, r.expected, r.provided, r.verdict] for r in rows])]
+    bad = sum(r.verdict != "ok" for r in rows)
+    if first is None:
+        lines.append("abi-check: ok")
     else:
-        print(f"{args.model} on {profile.name} ({profile.target}), role {role_name}")
-        _table(["input", "expected", "provided", "verdict"],
-               [[r.input, r.expected, r.provided, r.verdict] for r in rows])
-        bad = sum(r.verdict != "ok" for r in rows)
-        print("abi-check: ok" if ok else f"abi-check: {bad} mismatch{'es' if bad != 1 else ''}")
-    return EXIT_OK if ok else EXIT_MISMATCH
+        lines.append(f"abi-check: {bad} mismatch{'es' if bad != 1 else ''}; first: {first.input}: {first.verdict}: "
+                     f"expected {first.expected}, provided {first.provided}")
+    return _Report(doc, lines)
 
 
 def run_abi_diff(args: argparse.Namespace) -> int:
-    from abi.diff import diff, is_breaking
+    from abi.diff import diff, interface_changes, is_breaking
     from abi.errors import AbiError, AbiFileError
     from abi.load import load_abi
 
@@ -79,20 +130,21 @@ def run_abi_diff(args: argparse.Namespace) -> int:
         return _fail(str(e))
     changes = diff(old, new)
     breaking = is_breaking(changes)
-    verdict = "breaking" if breaking else "compatible" if changes else "identical"
+    # metadata_props rows are shown, but a change of metadata alone leaves the interface identical
+    verdict = "breaking" if breaking else "compatible" if interface_changes(changes) else "identical"
     if args.json:
         print(json.dumps({"old": args.old, "new": args.new, "verdict": verdict,
                           "changes": [asdict(c) for c in changes]}, indent=1))
     else:
-        _table(["severity", "kind", "io", "name", "field", "old", "new"],
-               [[c.severity, c.kind, c.io, c.name, c.field, c.old, c.new] for c in changes])
+        print("\n".join(_table(["severity", "kind", "io", "name", "field", "old", "new"],
+                                [[c.severity, c.kind, c.io, c.name, c.field, c.old, c.new] for c in changes])))
         print(f"abi-diff: {verdict} ({len(changes)} change{'s' if len(changes) != 1 else ''})")
-    return EXIT_MISMATCH if breaking else EXIT_COMPATIBLE if changes else EXIT_OK
+    return EXIT_MISMATCH if breaking else EXIT_COMPATIBLE if interface_changes(changes) else EXIT_OK
 
 
-def _table(header: list[str], rows: list[list[str]]) -> None:
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     if not rows:
-        return
+        return []
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    return ["  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
+            for r in [header, ["-" * w for w in widths], *rows]]

@@ -59,13 +59,13 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "demo": Command("package the built-in sample vision model for a profile that runs here, verify and replay it",
                     add_demo_args, run_demo),
-    "package": Command("compile an ONNX model for a vehicle into a verified .dpk package", add_package_args,
-                       run_package),
-    "verify": Command("replay a package's golden inputs and compare with its golden outputs", add_verify_args,
+    "package": Command("compile one or more ONNX models for a vehicle into a verified .dpk package (one entry "
+                       "each)", add_package_args, run_package),
+    "verify": Command("replay each entry's golden inputs and compare with its golden outputs", add_verify_args,
                       run_verify),
     "replay": Command("benchmark a package: latency percentiles, deadline misses, per-kernel time",
                       add_replay_args, run_replay),
-    "inspect": Command("show a package's manifest, ABI, kernels and command buffer (text, JSON or Graphviz)",
+    "inspect": Command("show a package's manifest and entries: ABI, kernels, command buffer (text, JSON, Graphviz)",
                        add_inspect_args, run_inspect),
     "keygen": Command("make an Ed25519 signing key: a private key file (mode 0600) and PATH.pub",
                       add_keygen_args, run_keygen),

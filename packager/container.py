@@ -4,8 +4,8 @@ Layout (all integers little-endian; docs/package-format.md is the normative desc
 
     0   8   magic            b"\\x89DPK\\r\\n\\x1a\\n"
     8   4   format version   uint32 (FORMAT_VERSION)
-    12  4   flags            uint32; bit 0 (FLAG_LITTLE_ENDIAN) must be set; bit 1 (FLAG_SIGNED, version 2 only):
-                             the file ends with a signature trailer; every other bit clear
+    12  4   flags            uint32; bit 0 (FLAG_LITTLE_ENDIAN) must be set; bit 1 (FLAG_SIGNED): the file ends
+                             with a signature trailer; every other bit clear
     16  8   manifest offset  uint64, always HEADER_SIZE (64)
     24  8   manifest size    uint64
     32  32  manifest sha256
@@ -39,8 +39,11 @@ from jit.common.json_limits import bounded_json
 from packager.errors import PackageError
 
 MAGIC = b"\x89DPK\r\n\x1a\n"
-FORMAT_VERSION = 2  # 2: FLAG_SIGNED and the signature trailer; a version 1 file reads as an unsigned package
-READS_VERSIONS = (1, 2)
+# 2: FLAG_SIGNED and the signature trailer; 3: the manifest's entries (one or more models per file), each entry's
+# sections named under it (packager/entries.py). Versions 1 and 2 are refused: their single-model manifest has no
+# entries, and reading it as one would keep a second loader alive for a layout nothing writes any more.
+FORMAT_VERSION = 3
+READS_VERSIONS = (3,)
 FLAG_LITTLE_ENDIAN = 1
 FLAG_SIGNED = 2
 KNOWN_FLAGS = FLAG_LITTLE_ENDIAN | FLAG_SIGNED
@@ -200,10 +203,9 @@ def read_header(data: Any, where: str) -> tuple[int, int, int]:
     if version not in READS_VERSIONS:
         raise PackageError(f"{where}: format version expected one of {list(READS_VERSIONS)} (this drivepack reads "
                            f"format version {', '.join(map(str, READS_VERSIONS))}), got {version}")
-    if flags & ~KNOWN_FLAGS or not flags & FLAG_LITTLE_ENDIAN or (flags & FLAG_SIGNED and version < 2):
-        raise PackageError(f"{where}: flags expected {FLAG_LITTLE_ENDIAN:#x} or, from format version 2, "
-                           f"{FLAG_LITTLE_ENDIAN | FLAG_SIGNED:#x} (little-endian, signed, no other bit), got "
-                           f"{flags:#x} in format version {version}")
+    if flags & ~KNOWN_FLAGS or not flags & FLAG_LITTLE_ENDIAN:
+        raise PackageError(f"{where}: flags expected {FLAG_LITTLE_ENDIAN:#x} or {FLAG_LITTLE_ENDIAN | FLAG_SIGNED:#x} "
+                           f"(little-endian, signed, no other bit), got {flags:#x}")
     if m_off != HEADER_SIZE:
         raise PackageError(f"{where}: manifest offset expected {HEADER_SIZE}, got {m_off}")
     if HEADER_SIZE + m_size > len(data):

@@ -1,33 +1,35 @@
-"""What is inside a package, for people and tools: manifest, ABI table, kernels, command buffer; as text, JSON
-or a Graphviz graph (dispatches as boxes, buffers as ellipses; an edge into a dispatch is a read, out of it the
-write: a dispatch's first binding is the buffer its kernel writes)."""
+"""What is inside a package, for people and tools: manifest, entries, and per entry its reference, ABI table,
+kernels and command buffer; as text, JSON or a Graphviz graph (one cluster per entry; dispatches as boxes, buffers
+as ellipses; an edge into a dispatch is a read, out of it the write: a dispatch's first binding is the buffer its
+kernel writes)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from packager.package import Package
+from packager.package import Entry, Package
+from packager.verify import describe_reference
 
 
-def kernel_rows(pkg: Package) -> list[dict[str, Any]]:
+def kernel_rows(entry: Entry) -> list[dict[str, Any]]:
     """Per kernel: name, the launch dims of its dispatches (distinct), dispatch count, FLOPs and bytes."""
     rows = []
-    for i, (k, entry) in enumerate(zip(pkg.cmdbuf.kernels, pkg.manifest.kernels, strict=True)):
-        ds = [d for d in pkg.cmdbuf.dispatches if d.kernel == i]
+    for i, (k, listed) in enumerate(zip(entry.cmdbuf.kernels, entry.manifest.kernels, strict=True)):
+        ds = [d for d in entry.cmdbuf.dispatches if d.kernel == i]
         launches = sorted({(tuple(d.global_size), tuple(d.local_size) if d.local_size else None) for d in ds},
                           key=str)
-        rows.append({"name": k.name, "dispatches": len(ds), "flops": entry.flops, "bytes": entry.bytes,
+        rows.append({"name": k.name, "dispatches": len(ds), "flops": listed.flops, "bytes": listed.bytes,
                      "launches": [{"global": list(g), "local": list(lo) if lo else None} for g, lo in launches],
                      "source_bytes": len(k.source.encode())})
     return rows
 
 
-def abi_rows(pkg: Package) -> list[dict[str, Any]]:
+def abi_rows(entry: Entry) -> list[dict[str, Any]]:
     rows = [{"io": "input", "name": s.name, "dtype": s.dtype, "shape": list(s.shape), "bytes": s.byte_size,
-             "buffer": s.buffer, "offset": s.offset} for s in pkg.abi.inputs]
+             "buffer": s.buffer, "offset": s.offset} for s in entry.abi.inputs]
     rows += [{"io": "output", "name": o.name, "dtype": o.dtype, "shape": list(o.shape), "bytes": o.byte_size,
-              "buffer": None, "offset": None} for o in pkg.abi.outputs]
+              "buffer": None, "offset": None} for o in entry.abi.outputs]
     return rows
 
 
@@ -38,11 +40,11 @@ def signature_json(pkg: Package) -> dict[str, Any]:
             "trusted": bool(sig and sig.trusted), "trusted_by": sig.trusted_by if sig else None}
 
 
-def inspect_json(pkg: Package) -> dict[str, Any]:
-    cb = pkg.cmdbuf
-    return {"path": str(pkg.path), "size": pkg.size, "manifest": pkg.manifest.raw, "abi": abi_rows(pkg),
-            "signature": signature_json(pkg),
-            "kernels": kernel_rows(pkg),
+def entry_json(entry: Entry) -> dict[str, Any]:
+    cb, m = entry.cmdbuf, entry.manifest
+    return {"name": entry.name, "role": m.role, "model": m.raw["model"], "reference": m.reference,
+            "accuracy": list(m.accuracy), "abi": abi_rows(entry), "metadata": dict(entry.abi.metadata),
+            "kernels": kernel_rows(entry),
             "command_buffer": {"target": cb.target, "arena_bytes": cb.arena_bytes, "alignment": cb.alignment,
                                "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape),
                                             "nbytes": b.nbytes} for b in cb.buffers],
@@ -53,30 +55,47 @@ def inspect_json(pkg: Package) -> dict[str, Any]:
                                               for i, d in enumerate(cb.dispatches)]}}
 
 
+def inspect_json(pkg: Package) -> dict[str, Any]:
+    return {"path": str(pkg.path), "size": pkg.size, "manifest": pkg.manifest.raw, "signature": signature_json(pkg),
+            "entries": [entry_json(pkg.entry(n)) for n in pkg.entries]}
+
+
 def inspect_text(pkg: Package) -> list[str]:
     m, raw = pkg.manifest, pkg.manifest.raw
-    k = raw["kernels"]
     out = [f"{pkg.path}: {pkg.size} bytes, format {raw['format']} v{raw['format_version']}, drivepack "
            f"{m.drivepack_version}",
            f"signature: {pkg.signature.describe() if pkg.signature else 'not checked'}",
-           f"model {m.model_name} sha256 {m.model_sha256[:16]}...; vehicle {m.vehicle_name} role {m.role} "
-           f"(budget mean {m.budget_mean_ms:g} ms, max {m.budget_max_ms:g} ms)",
-           f"target {m.target_device}; emulated dtypes {raw['target']['emulated_dtypes'] or 'none'}; settings "
-           f"{json.dumps(raw['settings'], sort_keys=True)}",
-           f"kernels {k['kept']} kept of {k['traced']} traced ({k['pruned']} pruned), {len(pkg.cmdbuf.dispatches)} "
-           f"dispatches, arena {m.arena_bytes} bytes, {len(pkg.weights)} weights "
-           f"({sum(w.nbytes for w in pkg.weights.values())} bytes), {m.golden_sets} golden sets", "", "ABI:"]
-    for r in abi_rows(pkg):
+           f"vehicle {m.vehicle_name}; target {m.target_device}; emulated dtypes "
+           f"{raw['target']['emulated_dtypes'] or 'none'}; settings {json.dumps(raw['settings'], sort_keys=True)}",
+           f"entries ({len(pkg.entries)}): {', '.join(pkg.entries)}"]
+    for name in pkg.entries:
+        out += ["", *_entry_text(pkg.entry(name))]
+    return out
+
+
+def _entry_text(entry: Entry) -> list[str]:
+    m, k = entry.manifest, entry.manifest.raw["kernels"]
+    out = [f"entry {entry.name}: model {m.model_name} sha256 {m.model_sha256[:16]}...; role {m.role} (budget mean "
+           f"{m.budget_mean_ms:g} ms, max {m.budget_max_ms:g} ms)",
+           f"  golden reference: {describe_reference(m.reference)}",
+           f"  kernels {k['kept']} kept of {k['traced']} traced ({k['pruned']} pruned), {len(entry.cmdbuf.dispatches)} "
+           f"dispatches, arena {m.arena_bytes} bytes, {len(entry.weights)} weights "
+           f"({sum(w.nbytes for w in entry.weights.values())} bytes), {m.golden_sets} golden sets", "", "  ABI:"]
+    for r in abi_rows(entry):
         where = f" buffer {r['buffer']}+{r['offset']}" if r["buffer"] else ""
-        out.append(f"  {r['io']:6s} {r['name']:24s} {r['dtype']:8s} {str(tuple(r['shape'])):20s}{where}")
-    out += ["", f"{'kernel':40s} {'disp':>4s} {'MFLOP':>9s} {'MB':>8s}  launch (global / local)"]
-    for r in kernel_rows(pkg):
+        out.append(f"    {r['io']:6s} {r['name']:24s} {r['dtype']:8s} {str(tuple(r['shape'])):20s}{where}")
+    for key, value in entry.abi.metadata:  # the model's own metadata_props (vision_model, policy_model, ...)
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        out.append(f"    metadata {key} = {shown!r}")
+    out += ["", f"  {'kernel':40s} {'disp':>4s} {'MFLOP':>9s} {'MB':>8s}  launch (global / local)"]
+    for r in kernel_rows(entry):
         launch = "; ".join(f"{tuple(x['global'])} / {tuple(x['local']) if x['local'] else '-'}"
                            for x in r["launches"])
-        out.append(f"{r['name']:40s} {r['dispatches']:4d} {r['flops'] / 1e6:9.2f} {r['bytes'] / 1e6:8.2f}  {launch}")
-    out += ["", "command buffer:"]
-    for i, d in enumerate(pkg.cmdbuf.dispatches):
-        out.append(f"  {i:3d} {pkg.cmdbuf.kernels[d.kernel].name:40s} {' '.join(d.bindings)}")
+        out.append(f"  {r['name']:40s} {r['dispatches']:4d} {r['flops'] / 1e6:9.2f} {r['bytes'] / 1e6:8.2f}  "
+                   f"{launch}")
+    out += ["", "  command buffer:"]
+    for i, d in enumerate(entry.cmdbuf.dispatches):
+        out.append(f"    {i:3d} {entry.cmdbuf.kernels[d.kernel].name:40s} {' '.join(d.bindings)}")
     return out
 
 
@@ -85,18 +104,22 @@ def _q(text: str) -> str:
 
 
 def inspect_dot(pkg: Package) -> str:
-    """A Graphviz digraph of dispatches and buffers (see the module docstring)."""
-    cb = pkg.cmdbuf
+    """A Graphviz digraph of dispatches and buffers (see the module docstring); node ids are prefixed with the
+    entry's name (``vision/input:input_imgs``, ``vision/d0``): entries never share a buffer."""
     lines = [f"digraph {_q(pkg.path.name)} {{", "  rankdir=LR;", "  node [fontname=monospace];"]
-    for b in cb.buffers:
-        label = _q(f"{b.binding}\n{b.dtype} {tuple(b.shape)}")
-        lines.append(f"  {_q(b.binding)} [shape=ellipse, label={label}];")
-    for i, d in enumerate(cb.dispatches):
-        node, label = f"d{i}", _q(f"#{i} {cb.kernels[d.kernel].name}")
-        lines.append(f"  {node} [shape=box, label={label}];")
-        if d.bindings:
-            lines.append(f"  {node} -> {_q(d.bindings[0])};")
-        for b in d.bindings[1:]:
-            lines.append(f"  {_q(b)} -> {node};")
+    for name in pkg.entries:
+        cb = pkg.entry(name).cmdbuf
+        lines += [f"  subgraph {_q(f'cluster_{name}')} {{", f"    label={_q(name)};"]
+        for b in cb.buffers:
+            label = _q(f"{b.binding}\n{b.dtype} {tuple(b.shape)}")
+            lines.append(f"    {_q(f'{name}/{b.binding}')} [shape=ellipse, label={label}];")
+        for i, d in enumerate(cb.dispatches):
+            node, label = _q(f"{name}/d{i}"), _q(f"#{i} {cb.kernels[d.kernel].name}")
+            lines.append(f"    {node} [shape=box, label={label}];")
+            if d.bindings:
+                lines.append(f"    {node} -> {_q(f'{name}/{d.bindings[0]}')};")
+            for b in d.bindings[1:]:
+                lines.append(f"    {_q(f'{name}/{b}')} -> {node};")
+        lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"

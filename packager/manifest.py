@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from packager.entries import MAX_ENTRIES, check_entry_name
 from packager.errors import PackageError
 
 FORMAT_NAME = "drivepack-package"
@@ -42,17 +43,15 @@ class KernelEntry:
 
 
 @dataclass(frozen=True)
-class Manifest:
-    """The checked manifest; ``raw`` is the whole plain-data document (inspect prints it)."""
+class EntryManifest:
+    """One entry's checked fields (one captured model: its role, ABI, kernels, golden I/O, accuracy); ``raw`` is
+    its plain-data object."""
 
     raw: dict[str, Any]
-    drivepack_version: str
+    name: str
+    role: str | None
     model_name: str
     model_sha256: str
-    target_device: str
-    target_name: str
-    vehicle_name: str
-    role: str | None
     budget_mean_ms: float
     budget_max_ms: float
     kernels: tuple[KernelEntry, ...]
@@ -63,7 +62,53 @@ class Manifest:
     outputs: tuple[OutputTolerance, ...]
     checked_on: dict[str, str]
     abi: dict[str, Any]
-    reference: dict[str, str] | None = None  # golden.reference (packager/reference.py); optional: None if absent
+    reference: dict[str, str]  # golden.reference (packager/reference.py)
+    accuracy: tuple[dict[str, Any], ...]  # accuracy.slices (packager/accuracy.py), target vs reference
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The checked manifest: the file-level fields once, then the entries in order; ``raw`` is the whole
+    plain-data document (inspect prints it). The per-entry attributes below (``role``, ``abi``, ``golden_sets``,
+    ...) are those of the only entry, for single-entry packages; with several entries they raise PackageError
+    listing the names (use ``entry(name)``)."""
+
+    raw: dict[str, Any]
+    drivepack_version: str
+    target_device: str
+    target_name: str
+    vehicle_name: str
+    entries: tuple[EntryManifest, ...]
+
+    @property
+    def entry_names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.entries)
+
+    def entry(self, name: str | None = None) -> EntryManifest:
+        """Entry ``name``; ``None``: the only one (a PackageError listing the names when there are several)."""
+        if name is None:
+            if len(self.entries) != 1:
+                raise PackageError(f"entry: expected one of {list(self.entry_names)} (the package has "
+                                   f"{len(self.entries)} entries), got none")
+            return self.entries[0]
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise PackageError(f"entry: expected one of {list(self.entry_names)}, got {name!r}")
+
+    @property
+    def only(self) -> EntryManifest:
+        return self.entry(None)
+
+    def __getattr__(self, name: str) -> Any:
+        # the per-entry fields (role, abi, golden_sets, kernels, ...) of the only entry; called only for names
+        # the dataclass itself lacks, so a typo is still an AttributeError
+        if name in _ENTRY_FIELDS:
+            return getattr(self.only, name)
+        raise AttributeError(f"Manifest has no field {name!r}")
+
+
+_ENTRY_FIELDS = frozenset(EntryManifest.__dataclass_fields__)
 
 
 class _Fields:
@@ -116,16 +161,39 @@ def parse_manifest(doc: dict[str, Any], where: str = "manifest") -> Manifest:
     """A Manifest from plain data; PackageError naming the first field that is missing or out of range."""
     f = _Fields(doc, where)
     f.str("format", (FORMAT_NAME,))
-    model, target, vehicle = f.obj_("model"), f.obj_("target"), f.obj_("vehicle")
-    kern, golden = f.obj_("kernels"), f.obj_("golden")
-    entries = []
+    target, vehicle = f.obj_("target"), f.obj_("vehicle")
+    f.obj_("settings")
+    raw_entries = f.list("entries")
+    if not 1 <= len(raw_entries) <= MAX_ENTRIES:
+        raise PackageError(f"{where}.entries: expected 1..MAX_ENTRIES = {MAX_ENTRIES} entries, got "
+                           f"{len(raw_entries)}")
+    entries: list[EntryManifest] = []
+    for i, raw in enumerate(raw_entries):
+        e = _entry(raw, where, i)
+        if e.name in {x.name for x in entries}:
+            raise PackageError(f"{where}.entries[{i}].name: expected a name no other entry has, got {e.name!r} "
+                               "twice")
+        entries.append(e)
+    return Manifest(raw=doc, drivepack_version=f.str("drivepack_version"), target_device=target.str("device"),
+                    target_name=target.str("name", TARGETS), vehicle_name=vehicle.str("name"),
+                    entries=tuple(entries))
+
+
+def _entry(doc: Any, manifest: str, index: int) -> EntryManifest:
+    """Entry ``index`` of ``manifest.entries`` (docs/package-format.md, "Entries"); errors name the field as
+    ``manifest.entries[NAME].field``."""
+    f = _Fields(doc, f"{manifest}.entries[{index}]")
+    name = check_entry_name(f.raw("name"), f"{manifest}.entries[{index}].name")
+    where = f.where = f"{manifest}.entries[{name}]"
+    model, kern, golden = f.obj_("model"), f.obj_("kernels"), f.obj_("golden")
+    kernels = []
     for i, k in enumerate(kern.list("list")):
         kf = _Fields(k, f"{where}.kernels.list[{i}]")
-        entries.append(KernelEntry(kf.str("name"), kf.str("entry"), kf.str("section"), kf.int("flops"),
+        kernels.append(KernelEntry(kf.str("name"), kf.str("entry"), kf.str("section"), kf.int("flops"),
                                    kf.int("bytes")))
     traced, kept = kern.int("traced"), kern.int("kept")
-    if kept != len(entries):
-        raise PackageError(f"{where}.kernels.kept: expected {len(entries)} (the kernel list's length), got {kept}")
+    if kept != len(kernels):
+        raise PackageError(f"{where}.kernels.kept: expected {len(kernels)} (the kernel list's length), got {kept}")
     pruned = kern.int("pruned")
     if pruned != traced - kept:
         raise PackageError(f"{where}.kernels.pruned: expected traced - kept = {traced - kept}, got {pruned}")
@@ -137,23 +205,41 @@ def parse_manifest(doc: dict[str, Any], where: str = "manifest") -> Manifest:
             raise PackageError(f"{where}.golden.outputs[{i}].shape: expected non-negative integers, got {list(shape)}")
         outputs.append(OutputTolerance(of.str("name"), of.str("dtype"), shape, of.num("rtol"), of.num("atol")))
     checked = golden.obj_("checked_on").obj
-    reference = golden.obj.get("reference")
-    if reference is not None and (not isinstance(reference, dict) or reference.get("kind") not in REFERENCE_KINDS
-                                  or any(not isinstance(v, str) for v in reference.values())):
-        raise PackageError(f"{where}.golden.reference: expected an object with string values and kind one of "
-                           f"{list(REFERENCE_KINDS)}, got {reference!r:.120}")
     if any(not isinstance(v, str) for v in checked.values()):
         raise PackageError(f"{where}.golden.checked_on: expected string values, got {checked!r}")
-    role = vehicle.raw("role")
+    reference = golden.raw("reference")
+    if not isinstance(reference, dict) or reference.get("kind") not in REFERENCE_KINDS \
+            or any(not isinstance(v, str) for v in reference.values()):
+        raise PackageError(f"{where}.golden.reference: expected an object with string values and kind one of "
+                           f"{list(REFERENCE_KINDS)}, got {reference!r:.120}")
+    role = f.raw("role")
     if role is not None and not isinstance(role, str):
-        raise PackageError(f"{where}.vehicle.role: expected a string or null, got {type(role).__name__}")
-    for key in ("settings", "dtype_policy"):
-        f.obj_(key)
-    return Manifest(
-        raw=doc, drivepack_version=f.str("drivepack_version"), model_name=model.str("name"),
-        model_sha256=model.str("sha256", pattern=_SHA256), target_device=target.str("device"),
-        target_name=target.str("name", TARGETS), vehicle_name=vehicle.str("name"), role=role,
-        budget_mean_ms=vehicle.num("budget_mean_ms"), budget_max_ms=vehicle.num("budget_max_ms"),
-        kernels=tuple(entries), kernels_traced=traced, kernels_pruned=pruned, arena_bytes=f.int("arena_bytes"),
-        golden_sets=golden.int("sets", 1, 64), outputs=tuple(outputs), checked_on=dict(checked),
-        abi=f.obj_("abi").obj, reference=reference)
+        raise PackageError(f"{where}.role: expected a string or null, got {type(role).__name__}")
+    f.obj_("dtype_policy")
+    return EntryManifest(
+        raw=doc, name=name, role=role, model_name=model.str("name"),
+        model_sha256=model.str("sha256", pattern=_SHA256), budget_mean_ms=f.num("budget_mean_ms"),
+        budget_max_ms=f.num("budget_max_ms"), kernels=tuple(kernels), kernels_traced=traced, kernels_pruned=pruned,
+        arena_bytes=f.int("arena_bytes"), golden_sets=golden.int("sets", 1, 64), outputs=tuple(outputs),
+        checked_on=dict(checked), abi=f.obj_("abi").obj, reference=reference,
+        accuracy=_accuracy(f.obj_("accuracy"), reference["kind"]))
+
+
+_ROW_KEYS = {"output": str, "start": int, "stop": int, "max_abs_err": (int, float), "max_rel_err": (int, float),
+             "outside": int, "ok": bool}
+
+
+def _accuracy(f: _Fields, kind: str) -> tuple[dict[str, Any], ...]:
+    """``accuracy``: ``reference`` (the golden reference's kind) and its ``slices`` rows, each field typed."""
+    f.str("reference", (kind,))
+    rows = []
+    for i, row in enumerate(f.list("slices")):
+        rf = _Fields(row, f"{f.where}.slices[{i}]")
+        for key, kind_ in _ROW_KEYS.items():
+            v = rf.raw(key)
+            if not isinstance(v, kind_) or (kind_ is not bool and isinstance(v, bool)):
+                raise PackageError(f"{rf.where}.{key}: expected {getattr(kind_, '__name__', 'a number')}, got {v!r}")
+        if rf.raw("slice") is not None and not isinstance(row["slice"], str):
+            raise PackageError(f"{rf.where}.slice: expected a string or null, got {row['slice']!r}")
+        rows.append(dict(row))
+    return tuple(rows)

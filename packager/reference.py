@@ -71,10 +71,14 @@ def onnxruntime_outputs(model_bytes: bytes, sets: Sequence[dict[str, np.ndarray]
     return result, str(onnxruntime.__version__)
 
 
-def reference_outputs(model_bytes: bytes, sets: Sequence[dict[str, np.ndarray]], outputs: Sequence[BufferSpec],
-                      noopt_run: Callable[[], list[dict[str, np.ndarray]]]) -> Reference:
+def reference_outputs(model_bytes: bytes | None, sets: Sequence[dict[str, np.ndarray]],
+                      outputs: Sequence[BufferSpec], noopt_run: Callable[[], list[dict[str, np.ndarray]]]) -> Reference:
     """The reference of the module docstring: onnxruntime's outputs, else ``noopt_run()`` (the caller's NOOPT CPU
-    build run over the same sets), recorded with the reason onnxruntime was not used."""
+    build run over the same sets), recorded with the reason onnxruntime was not used. ``model_bytes`` None: what
+    is packaged is not one ONNX graph (a modeld step), so only the NOOPT build can run it."""
+    if model_bytes is None:
+        return Reference(noopt_run(), {"kind": "drivepack-noopt", "version": __version__, "device": "CPU",
+                                       "reason": "not one ONNX graph: the modeld step (warp, queues and models)"})
     try:
         outs, version = onnxruntime_outputs(model_bytes, sets, outputs)
     except ImportError as e:

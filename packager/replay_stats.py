@@ -1,8 +1,8 @@
 """Replay benchmark of a loaded package: latency percentiles, deadline misses, enqueue vs completion where the
 target separates them, and per-kernel attribution; the JSON document ``drivepack replay --json`` prints.
 
-JSON schema (documented in docs/package-format.md, "replay --json"): ``{"package", "device", "iters", "warmup",
-"latency_ms": {"p50", "p90", "p99", "p999", "max", "mean", "stddev"}, "deadline_ms", "deadline_misses",
+JSON schema (documented in docs/package-format.md, "replay --json"): ``{"package", "entry", "device", "iters",
+"warmup", "latency_ms": {"p50", "p90", "p99", "p999", "max", "mean", "stddev"}, "deadline_ms", "deadline_misses",
 "enqueue_ms": same keys as latency_ms or null, "kernels": [{"name", "dispatches", "ms", "share"}], "replay_mode",
 "replay_mode_reason"}`` (how the replay ran its dispatches, Replay.mode, and why). Latency is
 one whole replay call (inputs in, outputs back on the host), measured with ``time.perf_counter``.
@@ -36,6 +36,7 @@ class ReplayStats:
     """The result of one ``replay`` benchmark run (see the module docstring for its JSON form)."""
 
     package: str
+    entry: str
     device: str
     iters: int
     warmup: int
@@ -48,14 +49,15 @@ class ReplayStats:
     replay_mode_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"package": self.package, "device": self.device, "iters": self.iters, "warmup": self.warmup,
+        return {"package": self.package, "entry": self.entry, "device": self.device, "iters": self.iters,
+                "warmup": self.warmup,
                 "latency_ms": self.latency_ms, "deadline_ms": self.deadline_ms,
                 "deadline_misses": self.deadline_misses, "enqueue_ms": self.enqueue_ms, "kernels": self.kernels,
                 "replay_mode": self.replay_mode, "replay_mode_reason": self.replay_mode_reason}
 
     def lines(self) -> list[str]:
         lat = self.latency_ms
-        out = [f"{self.package} on {self.device}: {self.iters} iters after {self.warmup} warmup",
+        out = [f"{self.package} entry {self.entry} on {self.device}: {self.iters} iters after {self.warmup} warmup",
                f"replay mode: {self.replay_mode} ({self.replay_mode_reason})",
                "latency ms: " + "  ".join(f"{k} {lat[k]:.3f}" for k in (*PERCENTILES, "max", "mean", "stddev")),
                f"deadline {self.deadline_ms:g} ms: {self.deadline_misses} miss(es) of {self.iters}"]
@@ -82,14 +84,16 @@ def kernel_profile(replay: Any, inputs: dict[str, np.ndarray], runs: int) -> lis
 
 
 def run_replay_benchmark(pkg: Any, iters: int, warmup: int, profile: bool = False, device: str | None = None,
-                         profile_runs: int = 3) -> ReplayStats:
-    """Replay golden set 0 of ``pkg`` ``warmup`` + ``iters`` times and summarise (see the module docstring)."""
+                         profile_runs: int = 3, entry: str | None = None) -> ReplayStats:
+    """Replay golden set 0 of entry ``entry`` of ``pkg`` (may be omitted when the package has one entry)
+    ``warmup`` + ``iters`` times and summarise (see the module docstring)."""
     if iters < 1:
         raise PackageError(f"--iters: expected >= 1, got {iters}")
     if warmup < 0:
         raise PackageError(f"--warmup: expected >= 0, got {warmup}")
-    replay = pkg.make_replay(device)
-    inputs = dict(pkg.golden(0).inputs)
+    view = pkg.entry(entry)  # an unknown or missing entry fails before anything is compiled
+    replay = view.make_replay(device)
+    inputs = dict(view.golden(0).inputs)
     for _ in range(warmup):
         replay(inputs)
     split = hasattr(replay, "time_enqueue")  # OpenCL: enqueue returns before the device finishes
@@ -103,8 +107,8 @@ def run_replay_benchmark(pkg: Any, iters: int, warmup: int, profile: bool = Fals
             start = time.perf_counter()
             replay(inputs)
             times.append(time.perf_counter() - start)
-    deadline = pkg.manifest.budget_max_ms
+    deadline = view.manifest.budget_max_ms
     misses = sum(t * 1e3 > deadline for t in times)
     kernels = kernel_profile(replay, inputs, profile_runs) if profile else []
-    return ReplayStats(pkg.path.name, replay.target.name, iters, warmup, latency_summary(times), deadline, misses,
-                       latency_summary(enqueue) if split else None, kernels, replay.mode, replay.mode_reason)
+    return ReplayStats(pkg.path.name, view.name, replay.target.name, iters, warmup, latency_summary(times), deadline,
+                       misses, latency_summary(enqueue) if split else None, kernels, replay.mode, replay.mode_reason)

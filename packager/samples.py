@@ -1,19 +1,31 @@
 """Built-in sample models, shaped like openpilot's driving models, generated with onnx.helper and a fixed seed.
 
-* ``vision``: two uint8 camera inputs ``input_imgs`` and ``big_input_imgs`` of shape (1, 12, 128, 256) (two
-  YUV420 frames of six 128x256 channels each); cast and normalise, a strided conv stack with batch norm and
-  residual blocks per camera, global pooling, an MLP, and one flat float32 output whose named slices are in
-  the model's ``output_slices`` metadata (JSON: name -> [start, stop]).
-* ``policy``: float32 ``features_buffer`` (1, 25, 512), ``desire`` (1, 25, 8), ``traffic_convention`` (1, 2),
-  ``lateral_control_params`` (1, 2), ``prev_desired_curv`` (1, 25, 1); per-step projections, one self-attention
-  block over the 25-step history with layer norm, and an MLP head with one flat float32 output.
+One sample per role of the vehicle profiles (``SAMPLES``: role name -> builder), in three openpilot generations
+(DESIGN.md "openpilot model generations"):
 
+* split-0.10, ``vision``: two uint8 camera inputs ``input_imgs`` and ``big_input_imgs`` of shape (1, 12, 128,
+  256) (two YUV420 frames of six 128x256 channels each); cast and normalise, a strided conv stack with batch norm
+  and residual blocks per camera, global pooling, an MLP, and one flat float32 output.
+* split-0.10, ``policy``: float32 ``features_buffer`` (1, 25, 512), ``desire`` (1, 25, 8), ``traffic_convention``
+  (1, 2), ``lateral_control_params`` (1, 2), ``prev_desired_curv`` (1, 25, 1); per-step projections, one
+  self-attention block over the 25-step history with layer norm, and an MLP head with one flat float32 output.
+* split-pipeline, ``vision_pipeline`` (uint8 ``img``, ``big_img``) and ``policy_pipeline`` (float32
+  ``features_buffer`` (1, 25, 512), ``desire_pulse`` (1, 25, 8), ``traffic_convention`` (1, 2)): small strided
+  conv towers and MLPs, fed by the in-graph frame pipeline on the device.
+* supercombo-0.11, ``supercombo``: uint8 ``img``, ``big_img``; float16 ``features_buffer`` (1, 24, 512),
+  ``desire_pulse`` (1, 25, 8), ``traffic_convention`` (1, 2), ``action_t`` (1, 2); computing in float16, one
+  float16 output (1, 2576) whose ``hidden_state`` slice is the next call's newest features.
+
+Every sample writes ``output_slices`` as openpilot's build does (``openpilot_output_slices``: base64 of a
+pickle of {name: slice(start, stop, None)}) and names itself in ``vision_model`` / ``policy_model``.
 Nothing is downloaded: the weights come from ``numpy.random.default_rng(seed)``.
 """
 
 from __future__ import annotations
 
-import json
+import base64
+import pickle
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -28,13 +40,37 @@ POLICY_OUTPUT_SLICES = {"plan": (0, 495), "desire_state": (495, 503), "desired_c
                         "meta": (504, 559)}
 POLICY_INPUTS = {"features_buffer": (1, 25, 512), "desire": (1, 25, 8), "traffic_convention": (1, 2),
                  "lateral_control_params": (1, 2), "prev_desired_curv": (1, 25, 1)}
+CAMERA_SHAPE = (1, 12, 128, 256)
+# split-pipeline: the vision output is laid out as in 0.10; the policy's head has no curvature history input
+POLICY_PIPELINE_INPUTS = {"features_buffer": (1, 25, 512), "desire_pulse": (1, 25, 8), "traffic_convention": (1, 2)}
+POLICY_PIPELINE_OUTPUT_SLICES = {"plan": (0, 495), "desire_state": (495, 503), "action": (503, 505),
+                                 "meta": (505, 560)}
+# supercombo-0.11: float16 inputs after the two uint8 cameras; features_buffer holds the 24 past steps, the
+# newest one is computed in the graph. The output layout is drivepack's guess (the real one is the model's
+# output_slices); hidden_state is last so that the feedback is one contiguous copy
+SUPERCOMBO_INPUTS = {"features_buffer": (1, 24, 512), "desire_pulse": (1, 25, 8), "traffic_convention": (1, 2),
+                     "action_t": (1, 2)}
+SUPERCOMBO_OUTPUT_SLICES = {"plan": (0, 990), "lane_lines": (990, 1518), "lane_lines_prob": (1518, 1526),
+                            "road_edges": (1526, 1790), "lead": (1790, 1934), "lead_prob": (1934, 1937),
+                            "desire_state": (1937, 1945), "meta": (1945, 2000), "desire_pred": (2000, 2032),
+                            "pose": (2032, 2044), "wide_from_device_euler": (2044, 2050),
+                            "road_transform": (2050, 2062), "action": (2062, 2064), "hidden_state": (2064, 2576)}
+# fixed, so that a sample's bytes do not depend on the Python version's default protocol
+PICKLE_PROTOCOL = 4
+
+
+def openpilot_output_slices(slices: dict[str, tuple[int, int]]) -> str:
+    """``output_slices`` metadata as openpilot's build writes it: base64 of a pickle of {name: slice}."""
+    as_slices = {k: slice(a, b, None) for k, (a, b) in slices.items()}
+    return base64.b64encode(pickle.dumps(as_slices, protocol=PICKLE_PROTOCOL)).decode()
 
 
 class _Builder:
     """Accumulates nodes and initializers with unique names."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, float_dtype: type[np.floating] = np.float32) -> None:
         self.rng = np.random.default_rng(seed)
+        self.fdt = float_dtype  # dtype of the weights weight() and the fully connected biases make
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.count = 0
@@ -46,7 +82,7 @@ class _Builder:
     def weight(self, prefix: str, shape: tuple[int, ...], scale: float | None = None) -> str:
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
         std = scale if scale is not None else (2.0 / max(fan_in, 1)) ** 0.5
-        return self.const(prefix, (self.rng.standard_normal(shape) * std).astype(np.float32))
+        return self.const(prefix, (self.rng.standard_normal(shape) * std).astype(np.float32).astype(self.fdt))
 
     def const(self, prefix: str, value: np.ndarray) -> str:
         name = self.name(prefix)
@@ -75,21 +111,29 @@ class _Builder:
 
     def gemm(self, x: str, n_in: int, n_out: int, relu: bool = False) -> str:
         w = self.weight("fc_w", (n_in, n_out), scale=(1.0 / n_in) ** 0.5)
-        b = self.const("fc_b", (0.01 * self.rng.standard_normal(n_out)).astype(np.float32))
+        b = self.const("fc_b", (0.01 * self.rng.standard_normal(n_out)).astype(np.float32).astype(self.fdt))
         y = self.op("Gemm", [x, w, b])
         return self.op("Relu", [y]) if relu else y
 
     def matmul(self, x: str, n_in: int, n_out: int) -> str:
         w = self.weight("mm_w", (n_in, n_out), scale=(1.0 / n_in) ** 0.5)
-        b = self.const("mm_b", (0.01 * self.rng.standard_normal(n_out)).astype(np.float32))
+        b = self.const("mm_b", (0.01 * self.rng.standard_normal(n_out)).astype(np.float32).astype(self.fdt))
         return self.op("Add", [self.op("MatMul", [x, w]), b])
 
+    def conv(self, x: str, cin: int, cout: int, stride: int) -> str:
+        """A 3x3 convolution with bias and ReLU (the small towers: no batch norm to fold)."""
+        w = self.weight("conv_w", (cout, cin, 3, 3))
+        b = self.const("conv_b", (0.01 * self.rng.standard_normal(cout)).astype(np.float32).astype(self.fdt))
+        y = self.op("Conv", [x, w, b], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[stride, stride])
+        return self.op("Relu", [y])
+
     def model(self, name: str, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
-              slices: dict[str, tuple[int, int]]) -> onnx.ModelProto:
+              slices: dict[str, tuple[int, int]], names: dict[str, str]) -> onnx.ModelProto:
+        """The checked model; ``names``: openpilot's ``vision_model`` / ``policy_model`` strings."""
         graph = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="drivepack")
         model.ir_version = 8
-        helper.set_model_props(model, {"output_slices": json.dumps({k: list(v) for k, v in slices.items()})})
+        helper.set_model_props(model, {"output_slices": openpilot_output_slices(slices), **names})
         onnx.checker.check_model(model)
         return model
 
@@ -122,7 +166,7 @@ def vision_model(seed: int = 0) -> onnx.ModelProto:
               for n in ("input_imgs", "big_input_imgs")]
     del out
     return b.model("vision", frames, [helper.make_tensor_value_info("outputs", TensorProto.FLOAT, [1, n_out])],
-                   VISION_OUTPUT_SLICES)
+                   VISION_OUTPUT_SLICES, {"vision_model": f"drivepack-sample-vision-seed{seed}"})
 
 
 def policy_model(seed: int = 1) -> onnx.ModelProto:
@@ -146,7 +190,76 @@ def policy_model(seed: int = 1) -> onnx.ModelProto:
     b.nodes[-1].output[0] = "outputs"
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in POLICY_INPUTS.items()]
     return b.model("policy", inputs, [helper.make_tensor_value_info("outputs", TensorProto.FLOAT, [1, n_out])],
-                   POLICY_OUTPUT_SLICES)
+                   POLICY_OUTPUT_SLICES, {"policy_model": f"drivepack-sample-policy-seed{seed}"})
+
+
+def _small_tower(b: _Builder, img: str, to: int) -> str:
+    """A light camera tower (three strided convs, pooled to 64 features): the pipeline and supercombo samples
+    are about the ABI, not the compute, and must compile in seconds."""
+    scale, one = (b.const(n, np.array(v, b.fdt)) for n, v in (("scale", 128.0), ("one", 1.0)))
+    x = b.op("Sub", [b.op("Div", [b.op("Cast", [img], to=to), scale]), one])  # uint8 0..255 -> about -1..1
+    x = b.conv(x, 12, 16, 4)   # 32 x 64
+    x = b.conv(x, 16, 32, 4)   # 8 x 16
+    x = b.conv(x, 32, 64, 2)   # 4 x 8
+    return b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+
+
+def _frames(names: tuple[str, str]) -> list[onnx.ValueInfoProto]:
+    return [helper.make_tensor_value_info(n, TensorProto.UINT8, list(CAMERA_SHAPE)) for n in names]
+
+
+def _named_output(b: _Builder, elem_type: int, n_out: int) -> list[onnx.ValueInfoProto]:
+    b.nodes[-1].output[0] = "outputs"  # openpilot's name for the one flat output
+    return [helper.make_tensor_value_info("outputs", elem_type, [1, n_out])]
+
+
+def vision_pipeline_model(seed: int = 2) -> onnx.ModelProto:
+    """split-pipeline vision: ``img``, ``big_img`` -> the 0.10 vision output layout (hidden_state included)."""
+    b = _Builder(seed)
+    feat = b.op("Concat", [_small_tower(b, "img", TensorProto.FLOAT), _small_tower(b, "big_img", TensorProto.FLOAT)],
+                axis=1)
+    hidden = b.gemm(feat, 128, 512, relu=True)
+    n_out = max(stop for _, stop in VISION_OUTPUT_SLICES.values())
+    b.gemm(hidden, 512, n_out)
+    outputs = _named_output(b, TensorProto.FLOAT, n_out)
+    return b.model("vision_pipeline", _frames(("img", "big_img")), outputs, VISION_OUTPUT_SLICES,
+                   {"vision_model": f"drivepack-sample-vision_pipeline-seed{seed}"})
+
+
+def policy_pipeline_model(seed: int = 3) -> onnx.ModelProto:
+    """split-pipeline policy: the feature history (projected per step), the pooled desire pulses and the traffic
+    convention through an MLP."""
+    b = _Builder(seed)
+    steps = b.op("Flatten", [b.matmul("features_buffer", 512, 32)], axis=1)   # (1, 800)
+    desire = b.op("Flatten", ["desire_pulse"], axis=1)                         # (1, 200)
+    ctx = b.op("Concat", [steps, desire, "traffic_convention"], axis=1)        # (1, 1002)
+    hidden = b.gemm(ctx, 1002, 256, relu=True)
+    n_out = max(stop for _, stop in POLICY_PIPELINE_OUTPUT_SLICES.values())
+    b.gemm(hidden, 256, n_out)
+    outputs = _named_output(b, TensorProto.FLOAT, n_out)
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in POLICY_PIPELINE_INPUTS.items()]
+    return b.model("policy_pipeline", inputs, outputs, POLICY_PIPELINE_OUTPUT_SLICES,
+                   {"policy_model": f"drivepack-sample-policy_pipeline-seed{seed}"})
+
+
+def supercombo_model(seed: int = 4) -> onnx.ModelProto:
+    """supercombo-0.11, computing in float16: the vision towers give this step's features (the output's
+    hidden_state), the history and the other inputs go through the policy MLP; one float16 output (1, 2576)."""
+    b = _Builder(seed, np.float16)
+    f16 = TensorProto.FLOAT16
+    feat = b.op("Concat", [_small_tower(b, "img", f16), _small_tower(b, "big_img", f16)], axis=1)
+    hidden = b.gemm(feat, 128, 512, relu=True)                                  # (1, 512): fed back
+    history = b.op("Flatten", [b.matmul("features_buffer", 512, 32)], axis=1)  # (1, 768)
+    desire = b.op("Flatten", ["desire_pulse"], axis=1)                         # (1, 200)
+    ctx = b.op("Concat", [hidden, history, desire, "traffic_convention", "action_t"], axis=1)  # (1, 1484)
+    head = b.gemm(b.gemm(ctx, 1484, 256, relu=True), 256, SUPERCOMBO_OUTPUT_SLICES["hidden_state"][0])
+    b.op("Concat", [head, hidden], axis=1)
+    outputs = _named_output(b, f16, SUPERCOMBO_OUTPUT_SLICES["hidden_state"][1])
+    inputs = [*_frames(("img", "big_img")),
+              *(helper.make_tensor_value_info(n, f16, list(s)) for n, s in SUPERCOMBO_INPUTS.items())]
+    return b.model("supercombo", inputs, outputs, SUPERCOMBO_OUTPUT_SLICES,
+                   {"vision_model": f"drivepack-sample-supercombo-vision-seed{seed}",
+                    "policy_model": f"drivepack-sample-supercombo-policy-seed{seed}"})
 
 
 def sample_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -184,4 +297,7 @@ def float16_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-SAMPLES = {"vision": vision_model, "policy": policy_model}
+# role name (as in the vehicle profiles) -> builder
+SAMPLES: dict[str, Callable[[], onnx.ModelProto]] = {
+    "vision": vision_model, "policy": policy_model, "vision_pipeline": vision_pipeline_model,
+    "policy_pipeline": policy_pipeline_model, "supercombo": supercombo_model}

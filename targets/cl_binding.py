@@ -65,6 +65,9 @@ typedef struct { cl_uint image_channel_order; cl_uint image_channel_data_type; }
 typedef struct { cl_uint image_type; size_t image_width; size_t image_height; size_t image_depth;
                  size_t image_array_size; size_t image_row_pitch; size_t image_slice_pitch; cl_uint num_mip_levels;
                  cl_uint num_samples; cl_mem buffer; } cl_image_desc;
+void* clEnqueueMapBuffer(cl_command_queue, cl_mem, cl_bool, cl_bitfield, size_t, size_t, cl_uint, const cl_event*,
+                         cl_event*, cl_int*);
+cl_int clEnqueueUnmapMemObject(cl_command_queue, cl_mem, void*, cl_uint, const cl_event*, cl_event*);
 cl_mem clCreateImage(cl_context, cl_bitfield, const cl_image_format*, const cl_image_desc*, void*, cl_int*);
 // sub-buffers, and the types of the cl_khr_command_buffer 0.9.x entry points (fetched per platform with
 // clGetExtensionFunctionAddressForPlatform: targets/replay_opencl.py)
@@ -94,10 +97,11 @@ CL_DEVICE_IMAGE2D_MAX_WIDTH, CL_DEVICE_IMAGE2D_MAX_HEIGHT = 0x1011, 0x1012
 CL_DEVICE_IMAGE_SUPPORT, CL_DEVICE_MEM_BASE_ADDR_ALIGN, CL_DEVICE_GLOBAL_MEM_SIZE = 0x1016, 0x1019, 0x101F
 CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE = 0x101D, 0x101E
 CL_DEVICE_NAME, CL_DRIVER_VERSION, CL_DEVICE_PROFILE, CL_DEVICE_VERSION = 0x102B, 0x102D, 0x102E, 0x102F
-CL_DEVICE_EXTENSIONS = 0x1030
+CL_DEVICE_EXTENSIONS, CL_DEVICE_HOST_UNIFIED_MEMORY = 0x1030, 0x1035
 CL_DEVICE_TYPE, CL_DEVICE_TYPE_GPU = 0x1000, 1 << 2
 CL_QUEUE_PROFILING_ENABLE = 1 << 1
-CL_MEM_READ_WRITE, CL_MEM_READ_ONLY, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 2, 1 << 5
+CL_MEM_READ_WRITE, CL_MEM_READ_ONLY, CL_MEM_USE_HOST_PTR, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 2, 1 << 3, 1 << 5
+CL_MAP_WRITE_INVALIDATE_REGION = 1 << 2
 CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_PROGRAM_BUILD_LOG = 0x1183
@@ -233,6 +237,8 @@ class CLDeviceInfo:
     device_type: int = 0  # CL_DEVICE_TYPE bits
     global_mem_cache_size: int = 0  # bytes; 0: the driver reports no global memory cache
     global_mem_cacheline_size: int = 0
+    # CL_DEVICE_HOST_UNIFIED_MEMORY: device and host share memory, so a CL_MEM_USE_HOST_PTR buffer is read in place
+    host_unified_memory: bool = False
 
 
 def _platforms() -> list[tuple[Any, str]]:
@@ -266,7 +272,8 @@ def _device_info(index: int, platform: Any, platform_name: str, dev: Any) -> CLD
         max_compute_units=info_uint(q, dev, CL_DEVICE_MAX_COMPUTE_UNITS),
         device_type=info_uint(q, dev, CL_DEVICE_TYPE),
         global_mem_cache_size=info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE),
-        global_mem_cacheline_size=info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE))
+        global_mem_cacheline_size=info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE),
+        host_unified_memory=bool(info_uint(q, dev, CL_DEVICE_HOST_UNIFIED_MEMORY)))
 
 
 def list_devices() -> list[tuple[Any, Any, CLDeviceInfo]]:

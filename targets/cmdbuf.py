@@ -29,6 +29,7 @@ from typing import Any
 from jit.common.dtype import dtypes
 from jit.common.errors import DrivepackError, DTypeError
 from jit.common.json_limits import bounded_json
+from targets.index_ranges import IndexRangeError, check_extents, check_kernel_text
 from targets.kernel_params import KernelParamsError, check_kernel
 
 FORMAT = "drivepack-cmdbuf"
@@ -192,7 +193,8 @@ class CommandBuffer:
 
     # --- consistency ------------------------------------------------------------------------------------
     def validate(self) -> None:
-        """CmdbufError unless every reference resolves: kernel ids, bindings, arena ranges, byte sizes."""
+        """CmdbufError unless every reference resolves (kernel ids, bindings, arena ranges, byte sizes) and every
+        dispatch's kernel accesses only bytes of the buffers bound to it (targets/index_ranges.py)."""
         if not 1 <= self.alignment <= MAX_ALIGNMENT or self.alignment & (self.alignment - 1):
             raise CmdbufError(f"alignment: expected a power of two <= MAX_ALIGNMENT = {MAX_ALIGNMENT}, got "
                               f"{self.alignment}")
@@ -229,8 +231,10 @@ class CommandBuffer:
                     or math.prod(d.global_size) > MAX_LAUNCH:
                 raise CmdbufError(f"{where}.global_size: expected positive sizes (1..3 of them, at most MAX_LAUNCH "
                                   f"= {MAX_LAUNCH} work-items), got {d.global_size}")
-            if d.local_size is not None and len(d.local_size) != len(d.global_size):
-                raise CmdbufError(f"{where}.local_size: expected {len(d.global_size)} dims, got {d.local_size}")
+            if d.local_size is not None and (len(d.local_size) != len(d.global_size) or any(
+                    not isinstance(n, int) or n < 1 for n in d.local_size)):
+                raise CmdbufError(f"{where}.local_size: expected {len(d.global_size)} positive sizes, got "
+                                  f"{d.local_size}")
             for bind in d.bindings:
                 if bind not in table:
                     raise CmdbufError(f"{where}.bindings: expected entries of the buffer table, got {bind!r}")
@@ -246,7 +250,17 @@ class CommandBuffer:
                 try:
                     check_kernel(k.source, k.entry, [(b, table[b].image is not None) for b in d.bindings],
                                  len(d.scalars), f"{where} (kernel {k.name})")
-                except KernelParamsError as e:
+                    check_extents(k.source, k.entry, d.global_size, d.local_size,
+                                  [(b, table[b].nbytes, table[b].image) for b in d.bindings],
+                                  [(s.dtype, s.bits) for s in d.scalars], f"{where} (kernel {k.name})")
+                except (KernelParamsError, IndexRangeError) as e:
+                    raise CmdbufError(str(e)) from None
+        dispatched = {d.kernel for d in self.dispatches}
+        for j, k in enumerate(self.kernels):
+            if k.source and j not in dispatched:  # built into the same file as the others: in the grammar too
+                try:
+                    check_kernel_text(k.source, k.entry, f"kernel {k.name}")
+                except IndexRangeError as e:
                     raise CmdbufError(str(e)) from None
         for b in self.outputs + self.states:
             if b.nbytes and b.binding not in written:

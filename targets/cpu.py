@@ -13,7 +13,7 @@ from jit.common.dtype import DType, dtypes
 from jit.ir.uop import UOp
 from targets.base import Target, TargetLimits
 from targets.cpu_caches import cpu_caches
-from targets.cpu_runtime import OMP_THREADS_SETUP, CPURuntime
+from targets.cpu_runtime import CPURuntime
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import render_kernel_info
 
@@ -33,9 +33,9 @@ HOST_CACHES = cpu_caches()  # kernels are compiled for this machine (-march=nati
 CPU_LANGUAGE = CStyleLanguage(
     headers=("#include <math.h>", "#include <stdint.h>"),
     type_names={dtypes.bool: "_Bool", dtypes.float16: "_Float16"},
-    parallel_for="#pragma omp parallel for collapse({collapse}) num_threads(dp_omp_threads) schedule(static)",
-    # the team size is a variable the runtime writes after loading (targets/cpu_runtime.py)
-    parallel_setup=OMP_THREADS_SETUP,
+    # parallel kernels take their loop range as parameters; the launcher splits it over the thread pool
+    # (targets/cpu_pool.py): no OpenMP, no team barrier waiting for a thread the OS did not schedule
+    parallel_range=True,
     # GCC vector extensions; loads and stores go through memcpy, which compiles to one unaligned vector move
     vector_width=CPU_VECTOR_WIDTH,
     vector_type="dp_{name}x{n}",
@@ -56,7 +56,7 @@ CPU_DTYPES: frozenset[DType] = frozenset({
 
 
 class CPUTarget(CPURuntime, Target):
-    """The CPU runtime plus rendering: kernels in C with GCC vector extensions and OpenMP."""
+    """The CPU runtime plus rendering: kernels in C with GCC vector extensions, split over the thread pool."""
 
     name = "CPU"
     # the caches the optimizer sizes loops by: what the OS says about this machine's (targets/cpu_caches.py)
@@ -71,4 +71,6 @@ class CPUTarget(CPURuntime, Target):
     def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
         self.check_dtypes(name, sink)
         rendered = render_kernel_info(self.language, name, sink)
-        return rendered.source, {"global_size": (1,), "local_size": None, "openmp": rendered.parallel}
+        if rendered.parallel:  # the launch covers [0, trips) of its range parameters
+            return rendered.source, {"global_size": (rendered.trips,), "local_size": None, "parallel": True}
+        return rendered.source, {"global_size": (1,), "local_size": None}

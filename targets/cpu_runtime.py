@@ -2,7 +2,9 @@
 
 This is all a CPU replay needs; it imports no renderer (the compiler-facing CPUTarget in targets/cpu.py adds
 rendering on top). Compiled shared objects are cached on disk (targets/kernel_cache.py) by a hash of (source,
-compiler, flags), so a second process compiles nothing.
+compiler, flags), so a second process compiles nothing. A parallel kernel (its loop range as its last two
+parameters) is launched over the process's thread pool (targets/cpu_pool.py, ``thread_pool``) with this runtime's
+thread count; kernels with the OpenMP pragma (an earlier renderer's, still loadable) are built with -fopenmp.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import weakref
 from functools import cache
@@ -24,6 +27,7 @@ import cffi
 import numpy as np
 
 from jit.common.errors import CompileError
+from targets import cpu_pool
 from targets.base import Buffer, Program, Runtime, TargetLimits
 from targets.kernel_cache import cache_dir, cached_artifact, publish
 
@@ -35,6 +39,17 @@ OMP_THREADS_SETUP = f"#ifndef DP_OMP_THREADS\n#define DP_OMP_THREADS\nint {OMP_T
 # work-stealing bookkeeping); kernels with the pragma are built with OPENMP_FLAGS, the rest without
 OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
 THREADS_ENV = "DRIVEPACK_CPU_THREADS"
+# a parallel kernel's range parameters (targets/cstyle/walk.py): the last two, ``int dp_lo, int dp_hi``; its
+# eager launches go through a wrapper ``<name>_dp_job(void **args, int lo, int hi)`` compiled beside it
+RANGE_PARAMS = ("int dp_lo", "int dp_hi")
+JOB_SUFFIX = "_dp_job"
+
+
+def job_wrapper(name: str, source: str) -> str:
+    """The pool's entry into parallel kernel ``name``: its buffer arguments from a table, then the range."""
+    n_params = source.split(f" {name}(", 1)[1].split(")", 1)[0].count(",") + 1
+    args = "".join(f"a[{i}], " for i in range(n_params - 2))
+    return f"\nvoid {name}{JOB_SUFFIX}(void *ctx, int lo, int hi) {{ void **a = ctx; {name}({args}lo, hi); }}\n"
 
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
                            "-fno-strict-aliasing")
@@ -100,6 +115,20 @@ def cpu_threads() -> int:
     return int(raw)
 
 
+_pool: list[cpu_pool.Pool] = []
+_pool_lock = threading.Lock()
+
+
+def thread_pool() -> cpu_pool.Pool:
+    """The process's thread pool (targets/cpu_pool.py), compiled (or found in the cache) and loaded on first use."""
+    if not _pool:
+        with _pool_lock:
+            if not _pool:
+                path = compile_shared(cpu_pool.POOL_SOURCE, flags=(*CFLAGS, *cpu_pool.POOL_FLAGS))
+                _pool.append(cpu_pool.Pool(str(path)))
+    return _pool[0]
+
+
 _openmp_runtime: list[ctypes.CDLL] = []
 
 
@@ -156,13 +185,16 @@ class CPURuntime(Runtime):
         return self.compile_many([(name, source, meta)])[0]
 
     def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
-        # one compiler run per flag set: single-threaded kernels keep their flags (and cache entries)
+        # one compiler run per flag set: single-threaded kernels keep their flags (and cache entries); a parallel
+        # kernel (its range as its last two parameters) is compiled with the job wrapper the pool calls
         paths: list[Path | None] = [None] * len(items)
+        built = [source + job_wrapper(name, source) if meta.get("parallel") else source
+                 for name, source, meta in items]
         for openmp in (False, True):
             picked = [i for i, (_, _, meta) in enumerate(items) if bool(meta.get("openmp")) == openmp]
             if picked:
                 flags = CFLAGS + OPENMP_FLAGS if openmp else CFLAGS
-                for i, path in zip(picked, compile_shared_many([items[i][1] for i in picked], flags=flags),
+                for i, path in zip(picked, compile_shared_many([built[i] for i in picked], flags=flags),
                                    strict=True):
                     paths[i] = path
         return [self._load(name, source, meta, path) for (name, source, meta), path in zip(items, paths, strict=True)]
@@ -170,7 +202,11 @@ class CPURuntime(Runtime):
     def _load(self, name: str, source: str, meta: dict[str, Any], path: Path) -> Program:
         ffi = cffi.FFI()
         n_params = source.split(f" {name}(", 1)[1].split(")", 1)[0].count(",") + 1
-        ffi.cdef(f"void {name}({', '.join(['void*'] * n_params)});")
+        if meta.get("parallel"):
+            ffi.cdef(f"void {name}({', '.join(['void*'] * (n_params - 2) + ['int', 'int'])});")
+            ffi.cdef(f"void {name}{JOB_SUFFIX}(void *ctx, int lo, int hi);")
+        else:
+            ffi.cdef(f"void {name}({', '.join(['void*'] * n_params)});")
         if meta.get("openmp"):
             ffi.cdef(f"extern int {OMP_THREADS_SYMBOL};")
         if meta.get("openmp"):
@@ -181,7 +217,11 @@ class CPURuntime(Runtime):
             setattr(lib, OMP_THREADS_SYMBOL, self.threads)
             self._loaded_parallel = True
         self.compile_count += 1
-        return Program(name, source, getattr(lib, name), meta=meta | {"lib": lib, "ffi": ffi})
+        extra: dict[str, Any] = {"lib": lib, "ffi": ffi}
+        if meta.get("parallel"):
+            extra["job"] = ffi.cast("uintptr_t", getattr(lib, name + JOB_SUFFIX))
+        return Program(name, source, getattr(lib, name), tuple(meta.get("global_size", (1,))),
+                       meta=meta | extra)
 
     def allocate(self, nbytes: int) -> Buffer:
         # over-allocate and slice so the data pointer is aligned
@@ -207,5 +247,12 @@ class CPURuntime(Runtime):
             # the team size lives in the shared object, which other targets may share: set it per launch
             setattr(prog.meta["lib"], OMP_THREADS_SYMBOL, self.threads)
         start = time.perf_counter()
-        prog.handle(*args)
+        if prog.meta.get("parallel"):
+            # the kernel's range [0, n) split over the pool (targets/cpu_pool.py); the caller works too
+            p = thread_pool()
+            table = p.ffi.new("void*[]", [p.ffi.cast("void*", b.handle.ctypes.data) for b in bufs] or 1)
+            p.lib.dp_parallel_for(self.threads, prog.global_size[0], 0, p.ffi.cast("dp_fn", int(prog.meta["job"])),
+                                  table)
+        else:
+            prog.handle(*args)
         return time.perf_counter() - start if wait else None

@@ -3,8 +3,9 @@
 The renderer (targets/cstyle/walk.py) names buffer parameter ``i`` ``data<i>``, in binding order, and stores only
 through ``data0`` (the binding a dispatch writes, the first). A package's source is text from the file, so the
 loader reads those facts back from it instead of trusting the dispatch: the parameter count must equal the
-dispatch's binding count (else the driver passes too few pointers), an image parameter may only be bound to a
-weight held as an image, and no statement may store through ``data<i>`` for ``i >= 1`` (a parameter a
+dispatch's binding count plus its scalars (else the driver passes too few pointers), not counting a parallel
+kernel's trailing range parameters ``int dp_lo, int dp_hi``, which the launcher passes; an image parameter may only
+be bound to a weight held as an image; and no statement may store through ``data<i>`` for ``i >= 1`` (a parameter a
 dispatch may bind to a weight or an input). Anything that reads otherwise is a CmdbufError naming the kernel.
 """
 
@@ -42,6 +43,20 @@ def kernel_params(source: str, entry: str, where: str) -> list[Param]:
         raise KernelParamsError(f"{where}: source expected a definition of {entry}(...) {{, got none")
     parts = [p.strip() for p in m.group(1).split(",")] if m.group(1).strip() else []
     return [Param(p, "*" in p, "image2d_t" in p) for p in parts]
+
+
+RANGE_PARAMS = ("int dp_lo", "int dp_hi")
+
+
+def has_range_params(params: list[Param]) -> bool:
+    """Whether the last two parameters are a parallel kernel's range, ``int dp_lo, int dp_hi``
+    (targets/cstyle/walk.py): the launcher passes them, a subrange of ``[0, global_size[0]]``, not the dispatch."""
+    return tuple(" ".join(p.text.split()) for p in params[-2:]) == RANGE_PARAMS
+
+
+def range_kernel(source: str, entry: str, where: str = "kernel") -> bool:
+    """Whether ``entry`` of ``source`` takes the range parameters (see ``has_range_params``)."""
+    return has_range_params(kernel_params(source, entry, where))
 
 
 def stored_params(source: str) -> set[int]:
@@ -170,6 +185,8 @@ def check_kernel(source: str, entry: str, bindings: list[tuple[str, bool]], n_sc
     image weight)``) then one per scalar, images exactly where the binding is one, and stores through data0
     only."""
     params = kernel_params(source, entry, where)
+    if has_range_params(params):
+        params = params[:-2]  # what the launcher passes: a subrange of [0, the dispatch's global_size[0]]
     if len(params) != len(bindings) + n_scalars:
         raise KernelParamsError(f"{where}: parameters expected {len(bindings)} buffers + {n_scalars} scalars (the "
                                 f"dispatch's), got {len(params)} in the source")

@@ -3,9 +3,23 @@
 A replay is built from a CommandBuffer and its weight bytes alone (``make_replay(cmdbuf, weights, target)``) on a
 target's device side (targets.base.Runtime); it never sees the compiler's objects, so a package file is replayed
 without the ONNX front end, the renderer or the compiler's IR. Every call
-checks its inputs by name before anything runs: missing or unexpected names, the device (host numpy arrays
-only), dtype, shape, byte size, C-contiguity and alignment, each failure an InputError naming the input and the
-field (``features_buffer: shape expected (1, 25, 512), got (1, 24, 512)``).
+checks its inputs by name before anything runs: missing or unexpected names, the kind of object, dtype, shape,
+byte size, C-contiguity and alignment, each failure an InputError naming the input and the field
+(``features_buffer: shape expected (1, 25, 512), got (1, 24, 512)``).
+
+Zero-copy inputs: besides a numpy array, an input may be ``bytes``, a ``bytearray``, a ``memoryview`` (its format,
+when not plain bytes, must be the input's dtype) or a ``RawBuffer(address, nbytes)`` (the caller keeps the memory
+alive and unchanged for the call): each is checked for its exact byte size and read where it lies. Such untyped
+memory that is not aligned to the input's dtype is copied once into an aligned array (a numpy array that is not
+is refused, as numpy itself marks it unaligned). ``input_modes`` says, per input, how the last call read it:
+``in place``, or ``copied: <why>`` (the OpenCL engine adds its own reasons: a device without host-unified memory,
+an address off CL_DEVICE_MEM_BASE_ADDR_ALIGN, a small input, a first call at an address).
+
+Shared states: ``make_replay(..., share_states_with=other)`` binds ``other``'s device buffers for every state of
+the same name (dtype, shape, byte size and initial bytes must match), so two captured functions of one step (the
+modeld ``run`` and ``prepare``) update one frame queue on the device, never copied to the host between calls.
+Both replays then hold one lock, so their calls never interleave; ``reset_state`` on either resets the shared
+buffers (to the one initial value both have), and building a sharer leaves them as they are.
 
 Outputs are fresh numpy arrays on every call (the one device-to-host read writes into them), so a later replay
 never overwrites what an earlier one returned. State buffers persist across calls inside the replay.
@@ -15,7 +29,7 @@ reset at a time (calls from other threads wait; inputs are checked before the wa
 device buffers and command buffers are therefore never used by two calls at once, and every call's outputs are
 exactly those of a single-threaded run over the same inputs and state. For calls that run in parallel, give each
 thread its own replay (``make_replay`` or ``Package.make_replay`` again). A forked child gets fresh locks: a call
-there never waits for a thread that exists only in the parent.
+there never waits for a thread that exists only in the parent (replays that shared one lock share one again).
 """
 
 from __future__ import annotations
@@ -49,8 +63,9 @@ _LIVE: weakref.WeakSet[Replay] = weakref.WeakSet()
 
 
 def _fresh_locks_after_fork() -> None:
+    fresh: dict[int, threading.Lock] = {}  # old lock -> its replacement, so replays sharing states still share one
     for replay in list(_LIVE):
-        replay.lock = threading.Lock()
+        replay.lock = fresh.setdefault(id(replay.lock), threading.Lock())
 
 
 os.register_at_fork(after_in_child=_fresh_locks_after_fork)
@@ -62,6 +77,18 @@ class InputError(DrivepackError, ValueError):
 
 class ReplayError(DrivepackError, ValueError):
     """Weights or kernels that do not fit the command buffer or the target (names the field)."""
+
+
+@dataclass(frozen=True)
+class RawBuffer:
+    """Host memory given by address: ``nbytes`` bytes at ``address``, read in place. The caller guarantees the
+    memory stays valid and unchanged until the call returns (a camera buffer mapped by VisionIPC, say)."""
+
+    address: int
+    nbytes: int
+
+
+IN_PLACE = "in place"
 
 
 @dataclass(frozen=True)
@@ -95,11 +122,22 @@ def _input_check(spec: BufferSpec) -> _InputCheck:
 
 
 def check_input(c: _InputCheck, value: Any) -> np.ndarray:
-    """``value`` when it is a host array matching ``c``; else an InputError naming the input and the field."""
-    if not isinstance(value, np.ndarray):
-        where = getattr(value, "device", None)
-        got = f"{type(value).__name__} on {where}" if where is not None else type(value).__name__
-        raise InputError(f"{c.name}: device expected a host numpy.ndarray, got {got}")
+    """``value`` as a host array matching ``c`` (no copy unless untyped memory is misaligned); else an InputError
+    naming the input and the field."""
+    return host_input(c, value)[0]
+
+
+class _AddressView:
+    """Exposes raw memory to numpy without a copy (numpy's array interface over an address)."""
+
+    def __init__(self, address: int, nbytes: int) -> None:
+        self.__array_interface__ = {"data": (address, True), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+
+_BYTE_FORMATS = frozenset({"B", "b", "c", "@B", "=B", "<B", ">B"})
+
+
+def _check_array(c: _InputCheck, value: np.ndarray) -> np.ndarray:
     if value.dtype != c.dtype:
         raise InputError(f"{c.name}: dtype expected {c.dtype}, got {value.dtype}")
     if value.shape != c.shape:
@@ -115,6 +153,52 @@ def check_input(c: _InputCheck, value: Any) -> np.ndarray:
     return value
 
 
+def _raw_bytes(c: _InputCheck, value: Any) -> np.ndarray | None:
+    """The bytes of an untyped input object as a uint8 array over the same memory; None for another kind."""
+    if isinstance(value, RawBuffer):
+        if not isinstance(value.nbytes, int) or value.nbytes < 0:
+            raise InputError(f"{c.name}: nbytes expected a non-negative int, got {value.nbytes!r}")
+        if not isinstance(value.address, int) or value.address < 0 or (value.address == 0 and value.nbytes):
+            raise InputError(f"{c.name}: address expected a non-zero int, got {value.address!r}")
+        if value.nbytes != c.nbytes:  # before numpy sees the address: never read past what the caller gave
+            raise InputError(f"{c.name}: nbytes expected {c.nbytes}, got {value.nbytes}")
+        return np.asarray(_AddressView(value.address, value.nbytes)) if value.nbytes else np.empty(0, np.uint8)
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        return None
+    view = memoryview(value)
+    if not view.c_contiguous:
+        raise InputError(f"{c.name}: strides expected C-contiguous memory, got a memoryview of strides "
+                         f"{view.strides}")
+    if view.format not in _BYTE_FORMATS:
+        try:
+            fmt = np.dtype(view.format)
+        except TypeError:
+            fmt = None
+        if fmt != c.dtype:
+            raise InputError(f"{c.name}: dtype expected {c.dtype}, got memoryview format {view.format!r}")
+    if view.nbytes != c.nbytes:
+        raise InputError(f"{c.name}: nbytes expected {c.nbytes}, got {view.nbytes}")
+    return np.frombuffer(view, dtype=np.uint8) if view.nbytes else np.empty(0, np.uint8)
+
+
+def host_input(c: _InputCheck, value: Any) -> tuple[np.ndarray, str]:
+    """(the input as a host array of ``c``'s dtype and shape, how it is read: ``in place`` or ``copied: why``)."""
+    if isinstance(value, np.ndarray):
+        return _check_array(c, value), IN_PLACE
+    raw = _raw_bytes(c, value)
+    if raw is None:
+        where = getattr(value, "device", None)
+        got = f"{type(value).__name__} on {where}" if where is not None else type(value).__name__
+        # tests/targets/test_replay_inputs.py pins this text; bytes-like and RawBuffer are the module doc's
+        raise InputError(f"{c.name}: device expected a host numpy.ndarray, got {got}")
+    arr = raw.view(c.dtype).reshape(c.shape)
+    address = raw.__array_interface__["data"][0]
+    if address % c.align:
+        # bytes carry no alignment promise, and the kernels read whole elements: one aligned copy
+        return arr.copy(), f"copied: address not {c.align}-byte aligned (address % {c.align} == {address % c.align})"
+    return arr, IN_PLACE
+
+
 class Replay(abc.ABC):
     """A command buffer made runnable on one target. Subclasses implement ``_run``, ``_profile`` and state
     access; this class checks inputs and weights and holds what every engine shares."""
@@ -126,7 +210,8 @@ class Replay(abc.ABC):
     mode: str = ""
     mode_reason: str = ""
 
-    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime) -> None:
+    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime,
+                 share_states_with: Replay | None = None) -> None:
         self.cmdbuf, self.target = cmdbuf, target
         for k in cmdbuf.kernels:
             if k.target.split(":", 1)[0] not in self.languages:
@@ -139,7 +224,46 @@ class Replay(abc.ABC):
         self.output_dtypes = [to_numpy(dtypes.from_name(b.dtype)) for b in self.output_specs]
         # one run at a time: engines bind inputs into tables and buffers every call of this replay shares
         self.lock = threading.Lock()
+        # how the last call read each input (``in place`` / ``copied: why``)
+        self.input_modes: dict[str, str] = {}
+        self.share_source = share_states_with
+        self.shared_states = self._shared_states(share_states_with)
+        if share_states_with is not None:
+            self.lock = share_states_with.lock  # the other replay's calls write these buffers too
         _LIVE.add(self)
+
+    def _shared_states(self, other: Replay | None) -> frozenset[str]:
+        """The names of the states bound to ``other``'s buffers; ReplayError when they cannot be shared."""
+        if other is None:
+            return frozenset()
+        if not isinstance(other, Replay):
+            raise ReplayError(f"share_states_with: expected a Replay, got {type(other).__name__}")
+        mismatch = self.device_mismatch(other)
+        if mismatch:
+            raise ReplayError(f"share_states_with: device {mismatch}")
+        theirs = {b.name: b for b in other.cmdbuf.states}
+        shared = []
+        for b in self.cmdbuf.states:
+            o = theirs.get(b.name)
+            if o is None:
+                continue  # a state only this replay has stays its own
+            for field in ("dtype", "shape", "nbytes"):
+                if getattr(b, field) != getattr(o, field):
+                    raise ReplayError(f"state {b.name}: {field} expected {getattr(o, field)} (the shared replay's), "
+                                      f"got {getattr(b, field)}")
+            assert b.init is not None and o.init is not None  # CommandBuffer.validate guarantees it
+            # one initial value, so a reset through either replay leaves the buffer in the same state
+            if not np.array_equal(self.weights[b.init], other.weights[o.init]):
+                raise ReplayError(f"state {b.name}: init expected the shared replay's initial bytes, got other bytes")
+            shared.append(b.name)
+        return frozenset(shared)
+
+    def device_mismatch(self, other: Replay) -> str:
+        """Why ``other``'s buffers cannot be bound here ("" when they can): another engine by default."""
+        if type(other) is not type(self):
+            return f"expected engine {type(self).__name__} on {self.target.name}, got {type(other).__name__} on " \
+                   f"{other.target.name}"
+        return ""
 
     @staticmethod
     def default_flags(target: Runtime, program: Program) -> str:
@@ -160,16 +284,22 @@ class Replay(abc.ABC):
 
     def check_inputs(self, given: Mapping[str, Any]) -> list[np.ndarray]:
         """The inputs in command-buffer order, each checked; InputError on the first mismatch."""
+        return self.checked_inputs(given)[0]
+
+    def checked_inputs(self, given: Mapping[str, Any]) -> tuple[list[np.ndarray], list[str]]:
+        """(the inputs in command-buffer order, each checked, how each is read on the host side)."""
         if given.keys() != self._names:
             missing = sorted(self._names - given.keys())
             extra = sorted(given.keys() - self._names)
             raise InputError(f"inputs: names expected {sorted(self._names)}, got missing {missing}, "
                              f"unexpected {extra}")
-        return [check_input(c, given[c.name]) for c in self._checks]
+        pairs = [host_input(c, given[c.name]) for c in self._checks]
+        return [a for a, _ in pairs], [m for _, m in pairs]
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, np.ndarray]:
-        arrays = self.check_inputs({**inputs, **kwargs} if inputs else kwargs)
+        arrays, modes = self.checked_inputs({**inputs, **kwargs} if inputs else kwargs)
         with self.lock:
+            self.input_modes = dict(zip(self.input_names, modes, strict=True))
             outputs = self._run(arrays)
         return dict(zip(self.output_names, outputs, strict=True))
 
@@ -179,8 +309,9 @@ class Replay(abc.ABC):
 
     def profile(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> list[DispatchTime]:
         """Run once, one dispatch at a time, timing each (slower than a replay; for attribution only)."""
-        arrays = self.check_inputs({**inputs, **kwargs} if inputs else kwargs)
+        arrays, modes = self.checked_inputs({**inputs, **kwargs} if inputs else kwargs)
         with self.lock:
+            self.input_modes = dict(zip(self.input_names, modes, strict=True))
             times = self._profile(arrays)
         names = [self.cmdbuf.kernels[d.kernel].name for d in self.cmdbuf.dispatches]
         return [DispatchTime(i, n, t) for i, (n, t) in enumerate(zip(names, times, strict=True))]
@@ -200,11 +331,25 @@ class Replay(abc.ABC):
         return out
 
     def reset_state(self) -> None:
-        """Every state buffer back to its initial bytes."""
+        """Every state buffer back to its initial bytes (shared ones too: the replay sharing them sees it)."""
         with self.lock:
-            for spec in self.cmdbuf.states:
-                assert spec.init is not None  # CommandBuffer.validate guarantees it
-                self._write_state(spec, self.weights[spec.init])
+            self._write_initial(self.cmdbuf.states)
+
+    def reset_own_states(self) -> None:
+        """The states this replay does not share back to their initial bytes (what a new replay starts from:
+        building one never resets buffers another replay is using)."""
+        with self.lock:
+            self._write_initial([b for b in self.cmdbuf.states if b.name not in self.shared_states])
+
+    def _write_initial(self, specs: list[BufferSpec]) -> None:
+        for spec in specs:
+            assert spec.init is not None  # CommandBuffer.validate guarantees it
+            self._write_state(spec, self.weights[spec.init])
+
+    @abc.abstractmethod
+    def state_handle(self, name: str) -> int:
+        """The device buffer of state ``name`` as an integer: its host address on the CPU, its cl_mem handle on
+        OpenCL. Two replays sharing a state give the same value; it never changes across calls."""
 
     @abc.abstractmethod
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -250,9 +395,10 @@ def kernel_flags(target: Runtime, program: Program) -> str:
     return engine_for(target).default_flags(target, program)
 
 
-def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime | str) -> Replay:
+def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime | str,
+                share_states_with: Replay | None = None) -> Replay:
     """The replay engine of ``target`` (a runtime, or a device name: its ``Device.runtime``) built from a command
-    buffer and weights."""
+    buffer and weights; with ``share_states_with``, its states of the same names are that replay's buffers."""
     if isinstance(target, str):
         target = Device.runtime(target)
-    return engine_for(target)(cmdbuf, weights, target)
+    return engine_for(target)(cmdbuf, weights, target, share_states_with=share_states_with)

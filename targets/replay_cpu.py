@@ -10,6 +10,19 @@ per-kernel timing. Kernels and driver are one translation unit built through the
 same-named kernels of other loaded objects. Before anything is compiled every kernel's recorded flags and source
 are checked (targets/source_check.py): the compiler only ever sees the target's own flags. No state lives in the
 shared object itself: two replays of one command buffer share the code and keep separate tables.
+
+Threads: a parallel kernel takes the range of its parallel loops as its last two parameters (``int dp_lo, int
+dp_hi``, targets/cstyle/walk.py); its dispatch records the range's n as ``global_size[0]`` (the index check bounds
+the parameters by it, targets/index_ranges.py), and the driver calls it through a job function that the process's
+thread pool (targets/cpu_pool.py) runs over chunks of ``[0, n)``, the calling thread included. A segment's lanes
+are chunks of one pool region too (a kernel's own split inside a lane runs on the lane's thread). The driver's
+glue follows every kernel in the file, so no kernel can name it. ``set_threads`` sets the count per replay;
+kernels of an earlier renderer (the OpenMP pragma) still build, with -fopenmp, and follow the same count.
+
+Inputs are read where the caller's memory lies (numpy array, bytes, memoryview or RawBuffer: the slot gets its
+address): the kernels need no more than the dtype's natural alignment (vector loads go through memcpy), so only
+untyped memory off that alignment is copied (``Replay.input_modes`` says so). A replay built with
+``share_states_with`` points its state slots at the other replay's arrays: one buffer, written by both drivers.
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ import numpy as np
 import targets.cpu_runtime as cpu
 from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, Scalar, parse_arena
+from targets.kernel_params import range_kernel
 from targets.replay import Replay, ReplayError
 from targets.source_check import C, check_kernels
 
@@ -63,8 +77,9 @@ class CPUReplay(Replay):
     mode = "cpu_driver"
     mode_reason = "one call into the generated C driver runs every dispatch"
 
-    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime) -> None:
-        super().__init__(cmdbuf, weights, target)
+    def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime,
+                 share_states_with: Replay | None = None) -> None:
+        super().__init__(cmdbuf, weights, target, share_states_with)
         # package text never steers the compiler: flags are the target's own, sources the renderer's shape
         check_kernels(cmdbuf, C, TARGET_FLAGS)
         self.slots = self._slot_table()
@@ -75,14 +90,17 @@ class CPUReplay(Replay):
         if any(f in self.flags for f in cpu.OPENMP_FLAGS):
             cpu.pin_openmp_runtime()
         self._ffi = cffi.FFI()
-        self._ffi.cdef("void drivepack_run(void **p); int drivepack_dispatch(void **p, int i);")
+        self._ffi.cdef("void drivepack_run(void **p); int drivepack_dispatch(void **p, int i); "
+                       f"void {_THREADS_SETTER}(int n); void drivepack_set_pool(void *f);")
         self._lib = self._ffi.dlopen(str(path))
         self._run_fn, self._dispatch_fn = self._lib.drivepack_run, self._lib.drivepack_dispatch
         self.threads = 1
-        if _THREADS_SETTER in source:
-            self._ffi.cdef(f"void {_THREADS_SETTER}(int n);")
-            self.set_threads(int(getattr(target, "threads", 1)))
-            # a forked child cannot use the parent's OpenMP thread pool: it runs single-threaded
+        if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
+            self._lib.drivepack_set_pool(self._ffi.cast("void*", cpu.thread_pool().parallel_for_address))
+        self.set_threads(int(getattr(target, "threads", 1)))
+        if cpu.OMP_THREADS_SYMBOL in source:
+            # a forked child cannot use the parent's OpenMP thread pool (kernels of an earlier version's pragma):
+            # it runs single-threaded; the drivepack pool starts its own workers in a child
             os.register_at_fork(after_in_child=cpu.call_if_alive(weakref.WeakMethod(self._single_thread)))
         # memory the table points at; kept referenced for as long as the replay lives
         self._arena = target.allocate(cmdbuf.arena_bytes)
@@ -91,25 +109,28 @@ class CPUReplay(Replay):
             self._keep[f"weight:{wid}"] = data if data.ctypes.data % cmdbuf.alignment == 0 else _aligned_copy(
                 target, data)
         for spec in cmdbuf.states:
-            self._keep[spec.binding] = target.allocate(spec.nbytes).handle
+            if spec.name in self.shared_states:
+                assert isinstance(share_states_with, CPUReplay)  # device_mismatch refused any other engine
+                self._keep[spec.binding] = share_states_with.state_array(spec.name)
+            else:
+                self._keep[spec.binding] = target.allocate(spec.nbytes).handle
         self._table = self._ffi.new("void*[]", max(len(self.slots), 1))
         for binding, slot in self.slots.items():
             if binding in self._keep:
                 self._table[slot] = self._ffi.cast("void*", self._keep[binding].ctypes.data)
         self._in_slots = [self.slots[b.binding] for b in cmdbuf.inputs]
         self._out_slots = [self.slots[b.binding] for b in cmdbuf.outputs]
-        self.reset_state()
+        self.reset_own_states()
 
     @staticmethod
     def default_flags(target: Runtime, program: Program) -> str:
-        # kernels with a thread pragma are built with the target's OpenMP flags as well
+        # kernels with a thread pragma (an earlier renderer's) are built with the target's OpenMP flags as well
         extra = cpu.OPENMP_FLAGS if program.meta.get("openmp") else ()
         return " ".join((*cpu.CFLAGS, *extra))
 
     def set_threads(self, n: int) -> None:
-        """Threads the driver's parallel kernels use (the CPU target's count at load)."""
-        if _THREADS_SETTER not in self.source:
-            return
+        """Threads the driver's parallel kernels and lanes use from the next call on (the CPU target's count at
+        load: ``$DRIVEPACK_CPU_THREADS``, else the cores this process may run on)."""
         if n < 1:
             raise ReplayError(f"threads: expected a positive integer, got {n}")
         getattr(self._lib, _THREADS_SETTER)(n)
@@ -152,6 +173,13 @@ class CPUReplay(Replay):
         del keep
         return times
 
+    def state_array(self, name: str) -> np.ndarray:
+        """The aligned host array state ``name`` lives in (no copy: what the driver's slot points at)."""
+        return self._keep[self.state_spec(name).binding]
+
+    def state_handle(self, name: str) -> int:
+        return int(self.state_array(name).ctypes.data)
+
     def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None:
         out[:] = self._keep[spec.binding][:spec.nbytes]
 
@@ -167,9 +195,10 @@ def _aligned_copy(target: Runtime, data: np.ndarray) -> np.ndarray:
 
 def _flags(cmdbuf: CommandBuffer) -> tuple[str, ...]:
     """The flags of one translation unit holding every kernel: the CPU target's, with its OpenMP flags when a
-    kernel was built with them (-fopenmp only changes kernels that use it) or lanes need them in the driver. Built
-    from the target's own tuples, never from the recorded text (``check_kernels`` refused any other)."""
-    openmp = bool(cmdbuf.segments) or any(k.flags == OPENMP_KERNEL_FLAGS for k in cmdbuf.kernels)
+    kernel was built with them (a command buffer of an earlier version, whose kernels carry the OpenMP pragma;
+    -fopenmp only changes kernels that use it). Built from the target's own tuples, never from the recorded text
+    (``check_kernels`` refused any other)."""
+    openmp = any(k.flags == OPENMP_KERNEL_FLAGS for k in cmdbuf.kernels)
     return (*cpu.CFLAGS, *cpu.OPENMP_FLAGS) if openmp else cpu.CFLAGS
 
 
@@ -180,15 +209,64 @@ def _arg(binding: str, slots: dict[str, int]) -> str:
     return f"p[{slots[binding]}]"
 
 
-def _call(cmdbuf: CommandBuffer, d: Dispatch, slots: dict[str, int]) -> str:
+def _call(cmdbuf: CommandBuffer, d: Dispatch, slots: dict[str, int], lo_hi: str = "") -> str:
     args = [_arg(b, slots) for b in d.bindings] + [scalar_expr(s) for s in d.scalars]
-    return f"{cmdbuf.kernels[d.kernel].entry}({', '.join(args)});"
+    return f"{cmdbuf.kernels[d.kernel].entry}({', '.join(args + ([lo_hi] if lo_hi else []))});"
 
 
-def _run_body(cmdbuf: CommandBuffer, calls: list[str]) -> list[str]:
-    """Every dispatch in order, except that each segment's lanes run in one OpenMP team: thread t runs lanes
-    t, t + team size, ... (a team of one runs them all, in order). A kernel's own parallel loop inside a lane is
-    a nested region, which OpenMP runs on the lane's thread alone (libgomp's default of one active level)."""
+def _ranged(cmdbuf: CommandBuffer) -> list[bool]:
+    """Per kernel: whether it takes the range parameters (a parallel kernel the driver splits over the pool)."""
+    return [range_kernel(k.source, k.entry, k.name) for k in cmdbuf.kernels]
+
+
+# the driver's own part, after every kernel (so that no kernel can name it): the pool's entry (set at load), the
+# thread count, and the split of one range over the pool (inline when there is no pool or one thread)
+DRIVER_POOL = """typedef void (*dp_job_fn)(void *ctx, int lo, int hi);
+typedef void (*dp_parallel_fn)(int threads, int n, int chunks, dp_job_fn fn, void *ctx);
+static dp_parallel_fn dp_parallel;
+static int dp_threads = 1;
+static void dp_split(int n, int chunks, dp_job_fn fn, void *ctx) {
+  if (dp_parallel && dp_threads > 1) dp_parallel(dp_threads, n, chunks, fn, ctx); else fn(ctx, 0, n);
+}
+DP_EXPORT void drivepack_set_pool(void *f) { dp_parallel = (dp_parallel_fn)f; }
+"""
+
+
+def _statements(cmdbuf: CommandBuffer, slots: dict[str, int]) -> tuple[list[str], list[str]]:
+    """Per dispatch the statement that runs it (a parallel one: its range split over the pool, through a job
+    function taking the subrange), and the job functions."""
+    ranged = _ranged(cmdbuf)
+    calls, jobs = [], []
+    for i, d in enumerate(cmdbuf.dispatches):
+        if not ranged[d.kernel]:
+            calls.append(_call(cmdbuf, d, slots))
+            continue
+        jobs.append(f"static void dp_job{i}(void *ctx, int lo, int hi) {{ void **p = ctx; "
+                    f"{_call(cmdbuf, d, slots, 'lo, hi')} }}")
+        calls.append(f"dp_split({d.global_size[0]}, 0, dp_job{i}, p);")
+    return calls, jobs
+
+
+def _lanes(cmdbuf: CommandBuffer, calls: list[str]) -> tuple[dict[int, str], list[str]]:
+    """Per segment start the statement that runs its lanes side by side on the pool (one chunk per lane: lanes
+    claimed by whichever thread is free, the caller included), and the lane functions. A kernel's own split inside
+    a lane runs on the lane's thread alone (the pool is busy with the lanes)."""
+    starts, fns = {}, []
+    for k, seg in enumerate(cmdbuf.segments):
+        n_lanes = max(seg.lanes) + 1
+        body = [f"static void dp_lanes{k}(void *ctx, int lo, int hi) {{", "  void **p = ctx;",
+                "  for (int lane = lo; lane < hi; lane++) {", "    switch (lane) {"]
+        for lane in range(n_lanes):
+            body.append(f"    case {lane}:")
+            body += [f"      {calls[j]}" for j in range(seg.start, seg.end) if seg.lanes[j - seg.start] == lane]
+            body.append("      break;")
+        fns.append("\n".join([*body, "    }", "  }", "}"]))
+        starts[seg.start] = f"dp_split({n_lanes}, {n_lanes}, dp_lanes{k}, p);"
+    return starts, fns
+
+
+def _run_body(cmdbuf: CommandBuffer, calls: list[str], lanes: dict[int, str]) -> list[str]:
+    """Every dispatch in order, except that each segment's dispatches run as its lanes."""
     lines: list[str] = []
     segments = {s.start: s for s in cmdbuf.segments}
     i = 0
@@ -198,32 +276,22 @@ def _run_body(cmdbuf: CommandBuffer, calls: list[str]) -> list[str]:
             lines.append(f"  {calls[i]}")
             i += 1
             continue
-        n_lanes = max(seg.lanes) + 1
-        lines += [f"  #pragma omp parallel num_threads({cpu.OMP_THREADS_SYMBOL} < {n_lanes} ? "
-                  f"{cpu.OMP_THREADS_SYMBOL} : {n_lanes})",
-                  f"  for (int lane = omp_get_thread_num(); lane < {n_lanes}; lane += omp_get_num_threads()) {{",
-                  "    switch (lane) {"]
-        for lane in range(n_lanes):
-            lines.append(f"    case {lane}:")
-            lines += [f"      {calls[j]}" for j in range(seg.start, seg.end) if seg.lanes[j - seg.start] == lane]
-            lines.append("      break;")
-        lines += ["    }", "  }"]
+        lines.append(f"  {lanes[i]}")
         i = seg.end
     return lines
 
 
 def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
-    """The kernels followed by ``drivepack_run`` (every dispatch in order, segments' lanes concurrently) and
-    ``drivepack_dispatch`` (one), and a thread-count setter when the kernels declare the CPU target's OpenMP
-    team-size variable or segments need it (hidden here)."""
-    calls = [_call(cmdbuf, d, slots) for d in cmdbuf.dispatches]
-    lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), ""]
+    """The kernels followed by the driver's pool glue, ``drivepack_run`` (every dispatch in order, segments'
+    lanes concurrently), ``drivepack_dispatch`` (one) and the thread-count setter (which also sets the OpenMP
+    team size of kernels built with the pragma, in command buffers of earlier versions)."""
+    calls, jobs = _statements(cmdbuf, slots)
+    lanes, lane_fns = _lanes(cmdbuf, calls)
+    lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), "", DRIVER_POOL, *jobs, *lane_fns, ""]
     symbol = cpu.OMP_THREADS_SYMBOL
-    if cmdbuf.segments:
-        lines += ["#include <omp.h>", cpu.OMP_THREADS_SETUP, ""]
-    if cmdbuf.segments or any(f"int {symbol}" in k.source for k in cmdbuf.kernels):
-        lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ {symbol} = n; }}", ""]
-    lines += ["DP_EXPORT void drivepack_run(void **p) {", *_run_body(cmdbuf, calls)]
+    omp = f" {symbol} = n;" if any(f"int {symbol}" in k.source for k in cmdbuf.kernels) else ""
+    lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ dp_threads = n;{omp} }}", ""]
+    lines += ["DP_EXPORT void drivepack_run(void **p) {", *_run_body(cmdbuf, calls, lanes)]
     lines += ["}", "", "DP_EXPORT int drivepack_dispatch(void **p, int i) {", "  switch (i) {"]
     lines += [f"  case {i}: {c} return 0;" for i, c in enumerate(calls)]
     lines += ["  default: return -1;", "  }", "}", ""]

@@ -11,12 +11,30 @@ the extension the same dispatches are enqueued one by one; ``mode`` (``command_b
 ``mode_reason`` say which and why, and verify and replay print them. A recording that fails is an error, never a
 quiet fallback. Every call finishes before it returns, so the
 command buffer (recorded without simultaneous use) is never pending when it is enqueued again.
+
+Zero-copy inputs: where the device reports CL_DEVICE_HOST_UNIFIED_MEMORY, an input of at least
+``HOST_PTR_MIN_BYTES`` whose address is a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN is bound as a
+CL_MEM_USE_HOST_PTR buffer over the caller's memory instead of being written into the replay's own buffer. Such
+buffers are kept per set of input addresses (camera buffers come from a small fixed pool, so the same addresses
+recur), at most ``HOST_PTR_BINDINGS`` sets, the least recently used released first. Each set has cl_kernels of its
+own for the dispatches that read such an input, and with a command buffer its own recording: no kernel's
+arguments change after it is made, since PoCL's command buffers read them at enqueue time, and PoCL has no
+cl_khr_command_buffer_mutable_dispatch to rebind a recording. Recording costs time per dispatch, for a model of
+hundreds of dispatches more than copying a camera frame, so a set is recorded only when it recurs (its first call
+copies and says so); an enqueue loop binds a new set at once. Every call maps each such buffer
+for writing with CL_MAP_WRITE_INVALIDATE_REGION and unmaps it: the specification's way of telling a driver that
+the host changed the memory, a no-op where the device reads host memory directly. ``input_modes`` says for each
+input which way the last call took and why a copy was needed.
+
+Shared states (``share_states_with``): the other replay's cl_mem objects are this replay's state buffers, set as
+kernel arguments and recorded into the command buffer like its own; both replays must use one context and queue.
 """
 
 from __future__ import annotations
 
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +45,10 @@ from targets.base import Buffer, Program, Runtime
 from targets.cl_binding import (
     CL_BUFFER_CREATE_TYPE_REGION,
     CL_FALSE,
+    CL_MAP_WRITE_INVALIDATE_REGION,
+    CL_MEM_READ_ONLY,
     CL_MEM_READ_WRITE,
+    CL_MEM_USE_HOST_PTR,
     CL_PROFILING_COMMAND_END,
     CL_PROFILING_COMMAND_START,
     COMMAND_BUFFER_EXT,
@@ -38,8 +59,17 @@ from targets.cl_binding import (
 )
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
 from targets.opencl_runtime import OpenCLRuntime
-from targets.replay import Replay, ReplayError
+from targets.replay import IN_PLACE, Replay, ReplayError
 from targets.source_check import OPENCL, check_kernels
+
+# inputs below this many bytes are written: a write of a few bytes costs less than mapping a host-pointer buffer,
+# and small arrays are usually fresh each call, so their addresses would never repeat
+HOST_PTR_MIN_BYTES = 1 << 16
+# sets of input addresses kept bound (with their recorded command buffers): room for two cameras' buffer pools
+# that do not advance in step (4 x 4 combinations, say)
+HOST_PTR_BINDINGS = 32
+# input address sets remembered from one call (a recording is made when one recurs)
+SEEN_ADDRESS_SETS = 4 * HOST_PTR_BINDINGS
 
 _KHR_FUNCTIONS = ("clCreateCommandBufferKHR", "clCommandNDRangeKernelKHR", "clFinalizeCommandBufferKHR",
                   "clEnqueueCommandBufferKHR", "clReleaseCommandBufferKHR")
@@ -71,15 +101,39 @@ def _release_mems(lib: Any, mems: list[Any]) -> None:
         lib.clReleaseMemObject(m)
 
 
+class _InputBinding:
+    """The cl_mem each input is bound to for one set of input addresses (None: the replay's own buffer, written
+    each call), the launches that read them (kernels of their own for the dispatches reading an input) and the
+    command buffer recorded from those launches."""
+
+    def __init__(self, mems: list[Any], launches: list[Any], kernels: list[Any]) -> None:
+        self.mems, self.launches, self.kernels = mems, launches, kernels
+        self.command_buffer: Any = None
+
+    def release(self, lib: Any, release_cb: Any) -> None:
+        if self.command_buffer is not None:
+            release_cb(self.command_buffer)
+            self.command_buffer = None
+        _release_kernels(lib, self.kernels)
+        _release_mems(lib, [m for m in self.mems if m is not None])
+        self.mems, self.launches, self.kernels = [], [], []
+
+
+def _release_bindings(lib: Any, release_cb: Any, bindings: OrderedDict[Any, _InputBinding]) -> None:
+    for b in bindings.values():
+        b.release(lib, release_cb)
+    bindings.clear()
+
+
 class OpenCLReplay(Replay):
     """A command buffer of OpenCL C kernels on one OpenCL device (the QCOM profile included)."""
 
     languages = ("OPENCL", "QCOM")
 
     def __init__(self, cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime,
-                 use_command_buffer: bool | None = None) -> None:
-        super().__init__(cmdbuf, weights, target)
+                 use_command_buffer: bool | None = None, share_states_with: Replay | None = None) -> None:
         assert isinstance(target, OpenCLRuntime)  # ENGINES maps only OpenCLRuntime and its subclasses here
+        super().__init__(cmdbuf, weights, target, share_states_with)
         # package text never steers the driver's compiler: build options are the target's, sources the renderer's
         check_kernels(cmdbuf, OPENCL, {target.build_options})
         self.cl = target
@@ -91,7 +145,7 @@ class OpenCLReplay(Replay):
         self._programs = target.compile_many([(k.entry, k.source, {"global_size": (1,)}) for k in cmdbuf.kernels])
         self._mems: dict[str, Any] = {}
         self._buffers: dict[str, Buffer] = {}
-        self._allocate()
+        self._allocate(share_states_with)
         self._kernels = self._make_kernels()
         self.mode = "command_buffer" if use_command_buffer is not False and self.has_command_buffer() else \
             "enqueue_loop"
@@ -100,11 +154,22 @@ class OpenCLReplay(Replay):
             raise ReplayError(f"use_command_buffer: expected a device offering {COMMAND_BUFFER_EXT}, got "
                               f"{target.info.name} without it")
         self._launches = [self._launch_args(i) for i in range(self.n_dispatches)]
-        self._command_buffer = self._record() if self.mode == "command_buffer" else None
+        self._khr = khr_functions(target.platform_id) if self.mode == "command_buffer" else {}
+        self._command_buffer = self._record(self._launches) if self.mode == "command_buffer" else None
         self._in = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.inputs]
         self._out = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.outputs]
         self._queue1 = self.ffi.new("cl_command_queue[1]", [target.queue])
-        self.reset_state()
+        self._own = _InputBinding([None] * len(self._in), self._launches, [])
+        self._own.command_buffer = self._command_buffer
+        self._host_bindings: OrderedDict[tuple[Any, ...], _InputBinding] = OrderedDict()
+        self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+        release_cb = self._khr.get("clReleaseCommandBufferKHR")
+        weakref.finalize(self, _release_bindings, self.lib, release_cb, self._host_bindings).atexit = False
+        info = target.info
+        self._host_ptr_refusal = "" if info.host_unified_memory else \
+            f"copied: {info.name} reports no CL_DEVICE_HOST_UNIFIED_MEMORY"
+        self._host_align = max(info.base_addr_align_bytes, 1)
+        self.reset_own_states()
 
     @staticmethod
     def default_flags(target: Runtime, program: Program) -> str:
@@ -121,12 +186,26 @@ class OpenCLReplay(Replay):
             return "use_command_buffer=False: dispatches enqueued one by one"
         return f"fallback: {self.cl.info.name} lacks {COMMAND_BUFFER_EXT}, dispatches enqueued one by one"
 
+    def device_mismatch(self, other: Replay) -> str:
+        found = super().device_mismatch(other)
+        if found or not isinstance(other, OpenCLReplay):
+            return found
+        mine, theirs = self.target, other.target  # called before __init__ names them ``cl``
+        assert isinstance(mine, OpenCLRuntime) and isinstance(theirs, OpenCLRuntime)
+        if theirs.context != mine.context or theirs.queue != mine.queue:
+            # buffers belong to one context, and one in-order queue orders the two replays' commands
+            return f"expected the OpenCL context and queue of {mine!r}, got those of {theirs!r}"
+        return ""
+
     # --- setup ---------------------------------------------------------------------------------------------
-    def _allocate(self) -> None:
+    def _allocate(self, share: Replay | None) -> None:
         cb, t = self.cmdbuf, self.cl
         for b in cb.buffers:
             if b.image is not None:  # read-only: created holding its bytes
                 self._buffers[b.binding] = t.allocate_image(*b.image, memoryview(self.weights[int(b.name)]))
+            elif b.kind == "state" and b.name in self.shared_states:
+                assert isinstance(share, OpenCLReplay)  # device_mismatch refused any other engine
+                self._buffers[b.binding] = share.state_buffer(b.name)  # held here too: it lives while we do
             elif b.kind in ("input", "output", "state", "weight"):
                 self._buffers[b.binding] = t.allocate(b.nbytes)
                 if b.kind == "weight" and b.nbytes:
@@ -147,39 +226,55 @@ class OpenCLReplay(Replay):
 
     def _make_kernels(self) -> list[Any]:
         """One cl_kernel per dispatch, every argument set now (a kernel object keeps its arguments)."""
-        ffi, lib = self.ffi, self.lib
         made: list[Any] = []
-        weakref.finalize(self, _release_kernels, lib, made).atexit = False
-        for i, d in enumerate(self.cmdbuf.dispatches):
-            spec = self.cmdbuf.kernels[d.kernel]
-            program = self._programs[d.kernel].handle.program
-            k = checked_create(f"clCreateKernel({spec.entry})", lib.clCreateKernel, program, spec.entry.encode())
-            made.append(k)
+        weakref.finalize(self, _release_kernels, self.lib, made).atexit = False
+        for i in range(self.n_dispatches):
+            made.append(self._make_kernel(i, self._mems))
+        return made
+
+    def _make_kernel(self, i: int, mems: Mapping[str, Any]) -> Any:
+        """The cl_kernel of dispatch ``i`` with its buffer arguments the ``mems`` of its bindings. A kernel's
+        arguments are never set again once made: PoCL's command buffers read them when enqueued, not when recorded,
+        so changing one would change what a recording runs."""
+        ffi, lib = self.ffi, self.lib
+        d = self.cmdbuf.dispatches[i]
+        spec = self.cmdbuf.kernels[d.kernel]
+        program = self._programs[d.kernel].handle.program
+        k = checked_create(f"clCreateKernel({spec.entry})", lib.clCreateKernel, program, spec.entry.encode())
+        try:
             for arg, binding in enumerate(d.bindings):
                 check(f"dispatches[{i}] clSetKernelArg({spec.entry}, {arg})",
-                      lib.clSetKernelArg(k, arg, ffi.sizeof("cl_mem"), ffi.new("cl_mem*", self._mems[binding])))
+                      lib.clSetKernelArg(k, arg, ffi.sizeof("cl_mem"), ffi.new("cl_mem*", mems[binding])))
             for j, s in enumerate(d.scalars):
                 raw = _scalar_bytes(s.dtype, s.bits)
                 check(f"dispatches[{i}] clSetKernelArg({spec.entry}, {len(d.bindings) + j})",
                       lib.clSetKernelArg(k, len(d.bindings) + j, len(raw), ffi.from_buffer(raw)))
-        return made
+        except OpenCLError:
+            lib.clReleaseKernel(k)
+            raise
+        return k
 
-    def _launch_args(self, i: int) -> tuple[Any, int, Any, Any] | None:
-        """(kernel, dims, global size, local size or NULL) of dispatch ``i``; None when it has no work items."""
+    def _launch_args(self, i: int, kernel: Any = None) -> tuple[Any, int, Any, Any] | None:
+        """(kernel, dims, global size, local size or NULL) of dispatch ``i`` (its own kernel unless ``kernel``
+        is given); None when it has no work items."""
         d = self.cmdbuf.dispatches[i]
         if prod(d.global_size) == 0:
             return None
         local = self.ffi.new("size_t[]", d.local_size) if d.local_size else self.ffi.NULL
-        return self._kernels[i], len(d.global_size), self.ffi.new("size_t[]", d.global_size), local
+        return self._kernels[i] if kernel is None else kernel, len(d.global_size), \
+            self.ffi.new("size_t[]", d.global_size), local
 
-    def _record(self) -> Any:
-        ffi, khr = self.ffi, khr_functions(self.cl.platform_id)
+    def _record(self, launches: list[Any], owned: bool = True) -> Any:
+        """A command buffer of ``launches`` (one per dispatch); ``owned``: released with the replay (a host-pointer
+        binding's own is released with the binding)."""
+        ffi, khr = self.ffi, self._khr
         err = ffi.new("cl_int*")
         cb = khr["clCreateCommandBufferKHR"](1, ffi.new("cl_command_queue[1]", [self.cl.queue]), ffi.NULL, err)
         if err[0] != 0:
             raise OpenCLError("clCreateCommandBufferKHR", err[0])
-        weakref.finalize(self, _release_command_buffer, khr["clReleaseCommandBufferKHR"], cb).atexit = False
-        for i, launch in enumerate(self._launches):
+        if owned:
+            weakref.finalize(self, _release_command_buffer, khr["clReleaseCommandBufferKHR"], cb).atexit = False
+        for i, launch in enumerate(launches):
             if launch is None:
                 continue
             kernel, dims, gsize, lsize = launch
@@ -190,13 +285,97 @@ class OpenCLReplay(Replay):
         return cb
 
     # --- running -------------------------------------------------------------------------------------------
-    def _write_inputs(self, inputs: list[np.ndarray]) -> None:
+    def _host_ptr_reason(self, address: int, n: int) -> str:
+        """"" when an input of ``n`` bytes at ``address`` may be bound in place, else ``copied: why``."""
+        if self._host_ptr_refusal:
+            return self._host_ptr_refusal
+        if n < HOST_PTR_MIN_BYTES:
+            return f"copied: {n} bytes, below HOST_PTR_MIN_BYTES = {HOST_PTR_MIN_BYTES}"
+        if address % self._host_align:
+            return f"copied: address not {self._host_align}-byte aligned (CL_DEVICE_MEM_BASE_ADDR_ALIGN; address " \
+                   f"% {self._host_align} == {address % self._host_align})"
+        return ""
+
+    def _bind_inputs(self, inputs: list[np.ndarray]) -> _InputBinding:
+        """Write the inputs that are copied, map and unmap those bound in place, and return the binding to run
+        with."""
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
-        for (mem, n), a in zip(self._in, inputs, strict=True):
-            if n:  # non-blocking: the call's clFinish waits for it before the caller may touch ``a`` again
+        addresses = [a.__array_interface__["data"][0] for a in inputs]
+        reasons = []
+        for (_, n), address, name in zip(self._in, addresses, self.input_names, strict=True):
+            host_note = self.input_modes.get(name, IN_PLACE)
+            reasons.append(host_note if host_note != IN_PLACE else self._host_ptr_reason(address, n))
+        key = tuple(None if r or not n else (address, n) for r, (_, n), address in zip(reasons, self._in, addresses,
+                                                                                       strict=True))
+        if any(key) and self._command_buffer is not None and key not in self._host_bindings \
+                and not self._seen_before(key):
+            # a recording costs more than a copy: only addresses that recur (a camera buffer pool) earn one
+            reasons = [r or ("copied: first call at this address (bound in place when it recurs)" if k else "")
+                       for r, k in zip(reasons, key, strict=True)]
+            key = (None,) * len(key)
+        for (mem, n), address, name, reason in zip(self._in, addresses, self.input_names, reasons, strict=True):
+            if n and reason:  # non-blocking: the call's clFinish waits for it before the caller may touch the input
                 check("clEnqueueWriteBuffer", lib.clEnqueueWriteBuffer(
-                    queue, mem, CL_FALSE, 0, n, ffi.cast("void*", a.__array_interface__["data"][0]), 0, ffi.NULL,
-                    ffi.NULL))
+                    queue, mem, CL_FALSE, 0, n, ffi.cast("void*", address), 0, ffi.NULL, ffi.NULL))
+            self.input_modes[name] = reason or IN_PLACE
+        binding = self._own if not any(key) else self._host_binding(key)
+        for mem, (_, n), k in zip(binding.mems, self._in, key, strict=True):
+            if mem is not None:
+                self._sync_host_ptr(mem, k[0], n)
+        return binding
+
+    def _seen_before(self, key: tuple[Any, ...]) -> bool:
+        """Whether an earlier call came with these input addresses (remembering this one, boundedly)."""
+        if key in self._seen:
+            del self._seen[key]
+            return True
+        self._seen[key] = None
+        if len(self._seen) > SEEN_ADDRESS_SETS:
+            self._seen.popitem(last=False)
+        return False
+
+    def _host_binding(self, key: tuple[Any, ...]) -> _InputBinding:
+        """The binding of this set of input addresses: kept from an earlier call, else made (and the least
+        recently used one released when ``HOST_PTR_BINDINGS`` are kept)."""
+        found = self._host_bindings.get(key)
+        if found is not None:
+            self._host_bindings.move_to_end(key)
+            return found
+        if len(self._host_bindings) >= HOST_PTR_BINDINGS:
+            _, old = self._host_bindings.popitem(last=False)
+            old.release(self.lib, self._khr.get("clReleaseCommandBufferKHR"))
+        binding = _InputBinding([], list(self._launches), [])
+        try:
+            for k in key:
+                binding.mems.append(None if k is None else checked_create(
+                    "clCreateBuffer(CL_MEM_USE_HOST_PTR)", self.lib.clCreateBuffer, self.cl.context,
+                    CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, k[1], self.ffi.cast("void*", k[0])))
+            mems = dict(self._mems)
+            mems.update((b.binding, m) for b, m in zip(self.cmdbuf.inputs, binding.mems, strict=True) if m is not None)
+            for i, d in enumerate(self.cmdbuf.dispatches):  # kernels of its own where a dispatch reads one
+                if binding.launches[i] is not None and any(mems[b] is not self._mems[b] for b in d.bindings):
+                    binding.kernels.append(self._make_kernel(i, mems))
+                    binding.launches[i] = self._launch_args(i, binding.kernels[-1])
+            if self.mode == "command_buffer":
+                binding.command_buffer = self._record(binding.launches, owned=False)
+        except OpenCLError:
+            binding.release(self.lib, self._khr.get("clReleaseCommandBufferKHR"))
+            raise
+        self._host_bindings[key] = binding
+        return binding
+
+    def _sync_host_ptr(self, mem: Any, address: int, n: int) -> None:
+        """Tell the driver the host wrote the memory under ``mem`` (a no-op on host-unified memory)."""
+        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        err = ffi.new("cl_int*")
+        ptr = lib.clEnqueueMapBuffer(queue, mem, CL_FALSE, CL_MAP_WRITE_INVALIDATE_REGION, 0, n, 0, ffi.NULL,
+                                     ffi.NULL, err)
+        if err[0] != 0:
+            raise OpenCLError("clEnqueueMapBuffer(CL_MEM_USE_HOST_PTR)", err[0])
+        check("clEnqueueUnmapMemObject", lib.clEnqueueUnmapMemObject(queue, mem, ptr, 0, ffi.NULL, ffi.NULL))
+        if int(ffi.cast("uintptr_t", ptr)) != address:  # the specification promises host_ptr itself
+            raise ReplayError(f"clEnqueueMapBuffer: pointer expected the host pointer {address:#x}, got "
+                              f"{int(ffi.cast('uintptr_t', ptr)):#x}")
 
     def _read_outputs(self) -> list[np.ndarray]:
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
@@ -210,15 +389,15 @@ class OpenCLReplay(Replay):
         return outputs
 
     def _submit(self, inputs: list[np.ndarray]) -> None:
-        """Write the inputs and enqueue every dispatch (one command-buffer enqueue where recorded)."""
+        """Bind or write the inputs and enqueue every dispatch (one command-buffer enqueue where recorded)."""
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
-        self._write_inputs(inputs)
-        if self._command_buffer is not None:
-            check("clEnqueueCommandBufferKHR", self._enqueue_cb(1, self._queue1, self._command_buffer, 0, ffi.NULL,
-                                                                ffi.NULL))
+        binding = self._bind_inputs(inputs)
+        if binding.command_buffer is not None:
+            check("clEnqueueCommandBufferKHR", self._enqueue_cb(1, self._queue1, binding.command_buffer, 0,
+                                                                ffi.NULL, ffi.NULL))
             return
         enqueue = lib.clEnqueueNDRangeKernel
-        for launch in self._launches:
+        for launch in binding.launches:
             if launch is not None:
                 code = enqueue(queue, launch[0], launch[1], ffi.NULL, launch[2], launch[3], 0, ffi.NULL, ffi.NULL)
                 if code != 0:
@@ -230,10 +409,10 @@ class OpenCLReplay(Replay):
 
     def _profile(self, inputs: list[np.ndarray]) -> list[float]:
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
-        self._write_inputs(inputs)
+        binding = self._bind_inputs(inputs)
         times = []
         t = ffi.new("cl_ulong*")
-        for launch in self._launches:
+        for launch in binding.launches:
             if launch is None:
                 times.append(0.0)
                 continue
@@ -255,13 +434,21 @@ class OpenCLReplay(Replay):
 
     def time_enqueue(self, inputs: Mapping[str, Any]) -> tuple[float, float]:
         """(seconds to write the inputs and enqueue one replay, seconds until its outputs were read back)."""
-        arrays = self.check_inputs(inputs)
+        arrays, modes = self.checked_inputs(inputs)
         with self.lock:  # a call's own run, like __call__'s
+            self.input_modes = dict(zip(self.input_names, modes, strict=True))
             start = time.perf_counter()
             self._submit(arrays)
             enqueued = time.perf_counter()
             self._read_outputs()
         return enqueued - start, time.perf_counter() - start
+
+    def state_buffer(self, name: str) -> Buffer:
+        """The device buffer state ``name`` lives in (its cl_mem is what the kernels bind)."""
+        return self._buffers[self.state_spec(name).binding]
+
+    def state_handle(self, name: str) -> int:
+        return int(self.ffi.cast("uintptr_t", self._mems[self.state_spec(name).binding]))
 
     def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None:
         self.cl.copyout(self._buffers[spec.binding], memoryview(out))

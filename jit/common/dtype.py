@@ -204,6 +204,9 @@ DTYPES_BY_NAME: Final[dict[str, DType]] = {d.name: d for d in ALL_DTYPES} | {
     "int": dtypes.int32, "long": dtypes.int64, "uint": dtypes.uint32, "ulong": dtypes.uint64,
     "half": dtypes.float16, "float": dtypes.float32, "double": dtypes.float64, "bf16": dtypes.bfloat16,
     "uchar": dtypes.uint8, "char": dtypes.int8, "short": dtypes.int16, "ushort": dtypes.uint16,
+    # the numpy (ml_dtypes) spellings, which ABI records use
+    "float8_e4m3fn": dtypes.fp8e4m3fn, "float8_e5m2": dtypes.fp8e5m2, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
+    "float8_e5m2fnuz": dtypes.fp8e5m2fnuz,
 }
 
 # --- promotion lattice -------------------------------------------------------------------------------

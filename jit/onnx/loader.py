@@ -22,7 +22,7 @@ import onnx
 from onnx import helper
 
 import jit.onnx.ops  # noqa: F401  registers the handlers
-from jit.common.dtype import DType, from_numpy
+from jit.common.dtype import DType, dtypes, from_numpy
 from jit.common.errors import DrivepackError, DTypeError, UnsupportedOp
 from jit.frontend.tensor import Tensor
 from jit.onnx.fold import try_fold
@@ -45,11 +45,19 @@ from targets.registry import Device
 
 # --- the model -----------------------------------------------------------------------------------------
 class OnnxModel:
-    """A loaded ONNX model; call it with named inputs to get named lazy output Tensors."""
+    """A loaded ONNX model; call it with named inputs to get named lazy output Tensors.
 
-    def __init__(self, model: onnx.ModelProto, base_dir: str | None = None, device: str | None = None) -> None:
+    ``float16=True`` computes what the model computes in float32 in float16 instead (openpilot's compile3
+    ``FLOAT16=1``): float32 weights and constants become float16 Tensors, float32 inputs are cast on entry, every
+    float32 a node produces is cast to float16, and each graph output is cast back to its declared dtype, so the
+    model's I/O contract is unchanged. Host-side reads (shapes, scales) keep full precision.
+    """
+
+    def __init__(self, model: onnx.ModelProto, base_dir: str | None = None, device: str | None = None,
+                 float16: bool = False) -> None:
         self.proto = model
         self.device = device
+        self.float16 = float16
         self.base_dir = base_dir
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
         self.opset = self.opsets.get("", 1)
@@ -95,18 +103,7 @@ class OnnxModel:
     @property
     def input_specs(self) -> dict[str, tuple[DType | None, tuple[int | str, ...]]]:
         """Declared dtype and shape (ints, or names for symbolic dims) of each graph input."""
-        out = {}
-        for i in self.proto.graph.input:
-            if i.name in self.initializers:
-                continue
-            tt = i.type.tensor_type
-            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
-            try:
-                dt: DType | None = from_numpy(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-            except (DTypeError, KeyError, TypeError):
-                dt = None
-            out[i.name] = (dt, dims)
-        return out
+        return {n: spec for n, spec in _value_specs(self.proto.graph.input).items() if n not in self.initializers}
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Tensor]:
         given = {**(inputs or {}), **kwargs}
@@ -117,18 +114,33 @@ class OnnxModel:
         self.host_nodes = []
         env: dict[str, Value | None] = {"": None}
         for name, arr in self.initializers.items():
-            env[name] = Value(host=arr, const=True)
+            env[name] = Value(host=arr, const=True, half=self.float16)
         for name, data in given.items():
-            env[name] = _input_value(name, data)
+            env[name] = self._demoted(_input_value(name, data))
         with Device.default_as(self.device):  # op handlers create constants without naming a device
             outputs = self.run_graph(self.proto.graph, env)
-            return {n: v.as_tensor(self.device) for n, v in zip(self.output_names, outputs, strict=True)}
+            result = {n: v.as_tensor(self.device) for n, v in zip(self.output_names, outputs, strict=True)}
+            if self.float16:
+                declared = {n: dt for n, (dt, _) in _value_specs(self.proto.graph.output).items()}
+                result = {n: t.cast(declared[n]) if declared.get(n) is not None and t.dtype != declared[n] else t
+                          for n, t in result.items()}
+            return result
+
+    def _demoted(self, v: Value) -> Value:
+        """``v`` as float16 compute sees it: float32 host data marked half, a float32 Tensor cast to float16."""
+        if not self.float16:
+            return v
+        if v.host is not None:
+            v.half = True
+        if v.tensor is not None and v.tensor.dtype == dtypes.float32:
+            v.tensor = v.tensor.cast(dtypes.float16)
+        return v
 
     def run_graph(self, graph: onnx.GraphProto, env: dict[str, Value | None]) -> list[Value]:
         """Walk ``graph``'s nodes in order; ``env`` maps value names (outer scopes included) to values."""
         for t in graph.initializer:  # a subgraph (If/Loop body) may carry constants of its own
             if t.name not in env:
-                env[t.name] = Value(host=tensor_to_numpy(t, self.base_dir), const=True, known=True)
+                env[t.name] = Value(host=tensor_to_numpy(t, self.base_dir), const=True, known=True, half=self.float16)
         for node in graph.node:
             ins = []
             for name in node.input:
@@ -170,8 +182,22 @@ class OnnxModel:
         deterministic = node.op_type not in NONDETERMINISTIC
         from_consts = deterministic and all(v is None or v.const for v in ins)
         from_known = deterministic and all(v is None or v.const or v.known for v in ins)
-        return [o if isinstance(o, Value) else Value(host=o, const=True) if isinstance(o, np.ndarray)
-                else Value(tensor=o, const=from_consts, known=from_known) for o in outs]
+        return [self._demoted(o if isinstance(o, Value) else Value(host=o, const=True) if isinstance(o, np.ndarray)
+                              else Value(tensor=o, const=from_consts, known=from_known)) for o in outs]
+
+
+def _value_specs(values: Any) -> dict[str, tuple[DType | None, tuple[int | str, ...]]]:
+    """Declared dtype (None where drivepack has no such dtype) and shape of graph inputs or outputs."""
+    out = {}
+    for i in values:
+        tt = i.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim)
+        try:
+            dt: DType | None = from_numpy(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except (DTypeError, KeyError, TypeError):
+            dt = None
+        out[i.name] = (dt, dims)
+    return out
 
 
 def _input_value(name: str, data: Any) -> Value:
@@ -187,7 +213,7 @@ def _input_value(name: str, data: Any) -> Value:
 
 
 def load_onnx(src: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str | None = None,
-              base_dir: str | os.PathLike[str] | None = None) -> OnnxModel:
+              base_dir: str | os.PathLike[str] | None = None, float16: bool = False) -> OnnxModel:
     """Parse and validate (``jit/onnx/validate.py``) an ONNX model from a path, serialized bytes, or a ModelProto.
 
     External data is read from the model file's directory (``base_dir`` for bytes or a ModelProto; without
@@ -205,4 +231,4 @@ def load_onnx(src: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str
             raise OnnxError(f"model: file {str(path)!r} does not exist")
         model, base = read_model(path)
         base_dir = base
-    return OnnxModel(model, None if base_dir is None else str(base_dir), device)
+    return OnnxModel(model, None if base_dir is None else str(base_dir), device, float16)

@@ -33,17 +33,21 @@ class Value:
     # computable at load from constants and the host data the caller passed (a Range bound read from a
     # `size` input); a capture passes placeholders, so there only constants are known
     known: bool = False
+    # float16 compute (OnnxModel(float16=True)): float32 host data becomes a float16 Tensor on the device,
+    # while handlers that read the host data (shapes, scales) still see it in full precision
+    half: bool = False
 
     def as_tensor(self, device: str | None = None) -> Tensor:
         if self.tensor is None:
             assert self.host is not None
-            if self.const and self.host.size == 1 and self.host.dtype.kind in "biuf":
+            host = self.host.astype(np.float16) if self.half and self.host.dtype == np.float32 else self.host
+            if self.const and host.size == 1 and host.dtype.kind in "biuf":
                 # a one-element constant of the model is a CONST in the kernels that read it, not a buffer:
                 # loads become immediates, and the symbolic pass can fold it (``x / 128`` is an exact multiply)
-                value = self.host.reshape(()).item()
-                self.tensor = Tensor.full(self.host.shape, value, from_numpy(self.host.dtype), device=device)
+                value = host.reshape(()).item()
+                self.tensor = Tensor.full(host.shape, value, from_numpy(host.dtype), device=device)
             else:
-                self.tensor = Tensor(self.host, device=device)
+                self.tensor = Tensor(host, device=device)
         return self.tensor
 
     @property
@@ -52,7 +56,9 @@ class Value:
 
     @property
     def dtype(self) -> DType:
-        return from_numpy(self.host.dtype) if self.host is not None else self.as_tensor().dtype
+        if self.host is None:
+            return self.as_tensor().dtype
+        return from_numpy(np.dtype(np.float16) if self.half and self.host.dtype == np.float32 else self.host.dtype)
 
 
 Handler = Callable[["OpContext"], Any]

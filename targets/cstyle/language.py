@@ -49,6 +49,9 @@ class CStyleLanguage:
     # it at load time, so one compiled kernel serves any count.
     parallel_for: str = ""
     parallel_setup: str = ""
+    # instead of a pragma: the kernel takes the half-open range of its (flattened) parallel loops as its last two
+    # parameters, ``int dp_lo, int dp_hi``, and whoever launches it splits [0, n) over threads (targets/cpu_pool.py)
+    parallel_range: bool = False
     parallel_min_work: int = 1 << 15
     parallel_min_trips: int = 8
     # weights in images (jit/codegen/passes/images.py): how a parameter of ImageDType is declared, the helper

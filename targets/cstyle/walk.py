@@ -60,6 +60,8 @@ class KernelRenderer(VectorExprs):
         self.uses: dict[UOp, int] = {}
         self.helpers: dict[str, str] = {}  # helper functions the kernel calls, emitted before its signature
         self.parallel_loops = 0  # output loops shared out over threads (set by render)
+        self.parallel_trips = 0  # their iterations, flattened: the n of a range-parameter kernel's launch
+        self._fused: set[UOp] = set()  # parallel loops after the first: one flattened loop opens and closes them
         # REDUCEs by their ranges, in graph order: candidates for sharing one loop nest
         self.reduces: dict[tuple[UOp, ...], list[UOp]] = {}
         self._reduce_inputs: dict[UOp, set[UOp]] = {}
@@ -412,9 +414,35 @@ class KernelRenderer(VectorExprs):
         # values computed inside the loop body are out of scope after it (unrolled copies reopen the loop)
         for u in self.scope_names.pop():
             del self.names[u]
-        self.open_ranges -= {self.loop_stack.pop()}
+        rng = self.loop_stack.pop()
+        self.open_ranges -= {rng}
+        if rng in self._fused:
+            return  # closed with the flattened loop it is part of
         self.depth -= 1
         self.line("}")
+
+    def open_range_loops(self, loops: list[UOp]) -> None:
+        """The parallel ``loops`` as one loop over ``[dp_lo, dp_hi)`` of their flattened iterations (the range
+        parameters): each loop's variable is recovered from the flat index by division and remainder."""
+        trips = [int(rng.src[0].arg) for rng in loops]
+        if len(loops) == 1:
+            self.line(f"for (int ridx{loops[0].arg[0]} = dp_lo; ridx{loops[0].arg[0]} < dp_hi; "
+                      f"ridx{loops[0].arg[0]}++) {{")
+        else:
+            self.line("for (int dp_i = dp_lo; dp_i < dp_hi; dp_i++) {")
+        self.depth += 1
+        for k, rng in enumerate(loops):
+            var = f"ridx{rng.arg[0]}"
+            self.names[rng] = var
+            self.open_ranges |= {rng}
+            self.loop_stack.append(rng)
+            self.scope_names.append([])
+            if k:
+                self._fused.add(rng)
+            if len(loops) > 1:
+                stride = math.prod(trips[k + 1:])
+                flat = "dp_i" if stride == 1 else f"(dp_i / {stride})"
+                self.line(f"int {var} = {flat if k == 0 else f'{flat} % {trips[k]}'};")
 
     def parallel_depth(self, loops: list[UOp]) -> int:
         """How many of the outermost output ``loops`` the thread pragma collapses (0: no pragma): the fewest
@@ -423,7 +451,7 @@ class KernelRenderer(VectorExprs):
         The output loops are opened back to back with nothing between them (perfectly nested, as ``collapse``
         requires), and each iteration of them stores to its own output elements, so iterations are independent.
         """
-        if not self.lang.parallel_for or not loops:
+        if not (self.lang.parallel_for or self.lang.parallel_range) or not loops:
             return 0
         # unrolled copies of the stores (tiles, stacks) are work the ranges no longer count
         work = math.prod(int(u.src[0].arg) for u in toposort([self.sink]) if u.op is Ops.RANGE) * len(self.sink.src)
@@ -467,6 +495,12 @@ class KernelRenderer(VectorExprs):
         loops = out_ranges[n_hw:]
         self.parallel_loops = self.parallel_depth(loops)
         if self.parallel_loops:
+            self.parallel_trips = math.prod(int(rng.src[0].arg) for rng in loops[:self.parallel_loops])
+        if self.parallel_loops and self.lang.parallel_range:
+            params += ["int dp_lo", "int dp_hi"]
+            self.open_range_loops(loops[:self.parallel_loops])
+            loops = loops[self.parallel_loops:]
+        elif self.parallel_loops:
             self.line(self.lang.parallel_for.format(collapse=self.parallel_loops))
             if self.lang.parallel_setup:
                 self.helpers["parallel_setup"] = self.lang.parallel_setup
@@ -518,10 +552,12 @@ def global_launch_size(lang: CStyleLanguage, sink: UOp) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class RenderedKernel:
-    """Kernel source and what the target must know to build it (``parallel``: it uses the thread pragma)."""
+    """Kernel source and what the target must know to build it (``parallel``: it is split over threads, by the
+    pragma or through its range parameters; ``trips``: the iterations of its flattened parallel loops)."""
 
     source: str
     parallel: bool
+    trips: int = 0
 
 
 def render_kernel(lang: CStyleLanguage, name: str, sink: UOp) -> str:
@@ -536,4 +572,4 @@ def render_kernel_info(lang: CStyleLanguage, name: str, sink: UOp) -> RenderedKe
             raise CompileError(f"{name}: tensor-level op {u.op.name} reached the renderer")
     renderer = KernelRenderer(lang, name, sink)
     source = renderer.render()
-    return RenderedKernel(source, renderer.parallel_loops > 0)
+    return RenderedKernel(source, renderer.parallel_loops > 0, renderer.parallel_trips)

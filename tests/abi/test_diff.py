@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from abi.diff import BREAKING, COMPATIBLE, diff, is_breaking
 from abi.errors import AbiError
 from abi.layout import pack_inputs, pack_offsets
-from abi.records import Abi, CameraSemantics, HistorySemantics, OutputSpec, TensorSpec
+from abi.records import Abi, CameraSemantics, HistorySemantics, OutputSpec, TensorSpec, is_float, numpy_dtype
 from abi.validate import validate
 
 NAMES = ["a", "b", "c", "d", "e", "f"]
-DTYPES = ["uint8", "float32", "float16", "int32"]
+DTYPES = ["uint8", "float32", "float16", "int32", "bfloat16", "float8_e4m3fn"]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -96,8 +96,8 @@ def test_diff_classifies_every_mutation(abi: Abi, data: st.DataObject) -> None:
 def valid_arrays(abi: Abi, rng: np.random.Generator) -> dict[str, np.ndarray]:
     out = {}
     for s in abi.inputs:
-        if np.dtype(s.dtype).kind == "f":
-            out[s.name] = rng.standard_normal(s.shape).astype(s.dtype)
+        if is_float(s.dtype):
+            out[s.name] = rng.standard_normal(s.shape).astype(numpy_dtype(s.dtype))
         else:
             out[s.name] = rng.integers(0, 100, s.shape).astype(s.dtype)
     return out
@@ -111,7 +111,7 @@ def corrupt(arrays: dict[str, np.ndarray], abi: Abi, how: str, i: int) -> bool:
     s = abi.inputs[i]
     a = arrays[s.name]
     if how == "dtype":
-        arrays[s.name] = a.astype(next(d for d in DTYPES if d != s.dtype))
+        arrays[s.name] = np.zeros(a.shape, numpy_dtype(next(d for d in DTYPES if d != s.dtype)))
     elif how == "shape":
         arrays[s.name] = np.zeros((*s.shape, 2), s.dtype)
     elif how == "drop":
@@ -124,7 +124,7 @@ def corrupt(arrays: dict[str, np.ndarray], abi: Abi, how: str, i: int) -> bool:
             return False
         arrays[s.name] = wide
     elif how == "nan":
-        if np.dtype(s.dtype).kind != "f":
+        if not is_float(s.dtype):
             return False
         a.reshape(-1)[0] = np.nan
     elif how == "alias":
@@ -166,9 +166,10 @@ def test_validate_accepts_exactly_the_valid_packed_buffers(abi: Abi, how: str, i
     elif how == "long":
         buf = buf + b"\0"
     elif how == "nan":
-        if np.dtype(s.dtype).kind != "f":
+        if not is_float(s.dtype):
             return
-        buf[s.offset:s.offset + np.dtype(s.dtype).itemsize] = np.array([np.nan], s.dtype).tobytes()
+        nan = np.array([np.nan], numpy_dtype(s.dtype))
+        buf[s.offset:s.offset + nan.nbytes] = nan.tobytes()
     if how == "none":
         validate(bytes(buf), abi)
         return

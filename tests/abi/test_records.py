@@ -117,12 +117,14 @@ def test_bad_output_slices(slices: str, field: str) -> None:
 def test_to_dict_round_trips_through_json(vision_abi: Abi, policy_abi: Abi) -> None:
     for abi in (vision_abi, policy_abi):
         d = json.loads(json.dumps(abi.to_dict()))
-        assert d["schema"] == "drivepack.abi" and d["version"] == 1
+        assert d["schema"] == "drivepack.abi" and d["version"] == 2
         assert Abi.from_dict(d) == abi
 
 
 @pytest.mark.parametrize("mutate, where, field", [
-    (lambda d: d.update(version=2), "<abi>", "version"),
+    (lambda d: d.update(version=1), "<abi>", "version"),
+    (lambda d: d.update(version=3), "<abi>", "version"),
+    (lambda d: d.pop("metadata"), "<abi>", "metadata"),
     (lambda d: d.update(schema="pickle"), "<abi>", "schema"),
     (lambda d: d.update(extra=1), "<abi>", "extra"),
     (lambda d: d["inputs"][0].pop("offset"), "features_buffer", "offset"),

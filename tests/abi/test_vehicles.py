@@ -19,8 +19,8 @@ COMMA3X = (VEHICLES_DIR / "comma3x.yaml").read_text()
 def test_shipped_profiles() -> None:
     assert available_vehicles() == ["comma3", "comma3x", "comma4", "pc-cpu", "pc-opencl"]
     p = load_vehicle("comma3x")
-    assert (p.device["name"], p.target, p.target_arch, p.images, p.emulated_dtypes) == \
-        ("tici", "qcom", "adreno630", False, ())
+    assert (p.device["name"], p.target, p.target_arch, p.images, p.float16, p.emulated_dtypes) == \
+        ("tizi", "qcom", "adreno630", True, True, ())
     assert (p.frame_rate_hz, p.frame_budget_ms, p.model_mean_ms, p.model_max_ms) == (20, 50, 25, 35)
     assert set(p.cameras) == {"road", "wide", "driver"}
     road = p.cameras["road"]
@@ -31,6 +31,23 @@ def test_shipped_profiles() -> None:
     assert c4.cameras["road"].sensors == ("OS04C10",)
     assert load_vehicle("pc-opencl").target == "opencl"
     assert load_vehicle("pc-cpu").target == "cpu"
+
+
+# openpilot's device types: tici = comma three, tizi = comma 3X, mici = comma four
+@pytest.mark.parametrize("vehicle, device", [("comma3", "tici"), ("comma3x", "tizi"), ("comma4", "mici"),
+                                             ("pc-cpu", "pc"), ("pc-opencl", "pc")])
+def test_device_names_are_openpilots(vehicle: str, device: str) -> None:
+    assert load_vehicle(vehicle).device["name"] == device
+
+
+@pytest.mark.parametrize("vehicle, target, images, float16", [
+    ("comma3", "qcom", True, True), ("comma3x", "qcom", True, True), ("comma4", "qcom", True, True),
+    ("pc-cpu", "cpu", False, False), ("pc-opencl", "opencl", False, False)])
+def test_compile3_defaults(vehicle: str, target: str, images: bool, float16: bool) -> None:
+    """What openpilot builds by default: float16 compute and weights as images on the Adreno (FLOAT16=1
+    IMAGE=2); a PC computes in float32 with plain buffers (PoCL has no fp16)."""
+    p = load_vehicle(vehicle)
+    assert (p.target, p.images, p.float16) == (target, images, float16)
 
 
 def test_role_abis_hold_the_runtime_facts() -> None:
@@ -83,6 +100,26 @@ def line_of(text: str, needle: str, nth: int = 1) -> int:
     ("budget_ms: {mean: 20, max: 28}", "budget_ms: {mean: 30, max: 28}", "roles.vision.budget_ms.mean", "<= max"),
     ("        shape: [1, 25, 512]", "        shape: [1, 25, 512]\n        strides: [4]",
      "roles.policy.inputs.features_buffer.strides", "C-contiguous"),
+    ("device: {name: tizi,", "device: {name: tici3,", "device.name", "got 'tici3'"),
+    ("images: true, float16: true}", "images: true, float16: 1}", "target.options.float16", "expected boolean"),
+    ("    generation: split-0.10", "    generation: split-0.7", "roles.vision.generation", "got 'split-0.7'"),
+    ("    generation: split-0.10", "    generation: supercombo-0.11", "roles.vision.generation",
+     "expected generation 'split-0.10' for role vision, got 'supercombo-0.11'"),
+    ("    budget_ms: {mean: 15, max: 25}", "    budget_ms: {mean: 15, max: 25}\n    generation: split-pipeline",
+     "roles.dmonitoring.generation", "expected no generation for role dmonitoring"),
+    ("feeds: {hidden_state: policy.features_buffer}", "feeds: {pose: policy.features_buffer}",
+     "roles.vision.outputs.outputs.feeds.pose", "expected slice length 512"),
+    ("feeds: {hidden_state: policy.features_buffer}", "feeds: {hidden: policy.features_buffer}",
+     "roles.vision.outputs.outputs.feeds.hidden", "expected a slice of outputs.outputs (plan,"),
+    ("feeds: {hidden_state: policy.features_buffer}", "feeds: {hidden_state: policy.traffic_convention}",
+     "roles.vision.outputs.outputs.feeds.hidden_state",
+     "expected a history input of role policy (features_buffer, desire, prev_desired_curv)"),
+    ("feeds: {hidden_state: policy.features_buffer}", "feeds: {hidden_state: planner.features_buffer}",
+     "roles.vision.outputs.outputs.feeds.hidden_state", "expected a role of this profile"),
+    ("feeds: {hidden_state: policy.features_buffer}", "feeds: {hidden_state: features_buffer}",
+     "roles.vision.outputs.outputs.feeds.hidden_state", "expected a history input of role vision (none)"),
+    ("feeds: {hidden_state: policy.features_buffer}", "feeds: {hidden_state: Policy features}",
+     "roles.vision.outputs.outputs.feeds.hidden_state", "expected a string matching"),
 ])
 def test_bad_profile_names_file_line_and_key(tmp_path: Path, old: str, new: str, key: str, message: str) -> None:
     assert old in COMMA3X

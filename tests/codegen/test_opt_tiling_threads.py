@@ -92,11 +92,11 @@ def test_tiling_keeps_counted_flops_and_bytes_of_outputs() -> None:
     assert tiled.bytes < plain.bytes  # a tile reads each shared operand once: fewer loads, as executed
 
 
-def test_parallel_pragma_only_for_kernels_with_enough_work() -> None:
+def test_parallel_range_only_for_kernels_with_enough_work() -> None:
     big = Tensor(np.ones((256, 256), np.float32))
     small = Tensor(np.ones((8, 8), np.float32))
-    assert "#pragma omp parallel for" in compile_uops([big.matmul(big + 1).uop])[-1].program.source
-    assert "#pragma omp" not in compile_uops([(small + 1).uop])[-1].program.source
+    assert "int dp_lo, int dp_hi" in compile_uops([big.matmul(big + 1).uop])[-1].program.source
+    assert "dp_lo" not in compile_uops([(small + 1).uop])[-1].program.source
 
 
 def test_thread_counts_give_the_same_result() -> None:
@@ -112,7 +112,7 @@ def test_thread_counts_give_the_same_result() -> None:
             source, meta = target.render(f"k{i}", sink)
             target.launch(target.compile(f"k{i}", source, meta), [device_buffer(b) for b in k.buffers])
         results.append(target.host_view(device_buffer(kernels[-1].out_buffer)).copy())
-    assert "#pragma omp" in source
+    assert "int dp_lo, int dp_hi" in source
     assert all(np.array_equal(results[0], r) for r in results[1:])
     np.testing.assert_allclose(results[0].view(np.float32).reshape(256, 256), a @ a.T + 1, rtol=1e-4, atol=1e-4)
     del becomes

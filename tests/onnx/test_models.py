@@ -11,7 +11,7 @@ import pytest
 from onnx import numpy_helper
 
 from jit.onnx.loader import load_onnx
-from packager.samples import policy_model, sample_inputs, vision_model
+from packager.samples import POLICY_OUTPUT_SLICES, openpilot_output_slices, policy_model, sample_inputs, vision_model
 from tests.onnx.conformance.conformance import compare, run_case
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
@@ -72,7 +72,7 @@ def test_load_from_path_bytes_and_proto(tmp_path: Path) -> None:
     for src in (proto, proto.SerializeToString(), path, str(path)):
         m = load_onnx(src)
         assert m.input_names == list(sample_inputs(proto))
-        assert m.metadata["output_slices"].startswith("{")
+        assert m.metadata["output_slices"] == openpilot_output_slices(POLICY_OUTPUT_SLICES)
 
 
 def test_external_data_is_loaded(tmp_path: Path) -> None:

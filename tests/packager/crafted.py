@@ -57,14 +57,15 @@ def rewrite(src: Path, dst: Path, manifest: Callable[[dict[str, Any]], Any] | No
             sections: Callable[[str, bytes], bytes] | None = None,
             extra: list[Section] | None = None, sign: bool = True) -> Path:
     """``src`` rewritten to ``dst``: ``manifest`` / ``cmdbuf`` edit the plain-data documents in place,
-    ``sections(name, data)`` returns each section's new bytes, ``extra`` sections are appended."""
+    ``sections(name, data)`` returns each section's new bytes, ``extra`` sections are appended. ``cmdbuf`` edits
+    every command buffer section (a single-entry package has one: ``<entry>/cmdbuf``)."""
     doc, secs, align = read_sections(src)
     if manifest is not None:
         manifest(doc)
     out = []
     for s in secs:
         data = bytes(s.data)
-        if s.name == "cmdbuf" and cmdbuf is not None:
+        if s.kind == "cmdbuf" and cmdbuf is not None:
             cb = json.loads(data)
             cmdbuf(cb)
             data = canonical_json(cb)

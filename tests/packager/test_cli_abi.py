@@ -115,7 +115,7 @@ def test_wrong_role_is_a_mismatch(models: dict[str, Path], capsys: pytest.Captur
     (["abi-check", "{dpk}", "--vehicle", "comma3x"], ["not a trusted drivepack package", "truncated"]),
     (["abi-check", "{bad_onnx}", "--vehicle", "comma3x"], ["not a readable ONNX model"]),
     (["abi-check", "{bad_yaml}", "--vehicle", "{bad_yaml}"], ["bad.yaml:2", "invalid YAML"]),
-    (["abi-check", "{bad_json}", "--vehicle", "comma3x"], ["version expected 1, got 7"]),
+    (["abi-check", "{bad_json}", "--vehicle", "comma3x"], ["version expected 2, got 7"]),
     (["abi-check", "{vision}", "--vehicle", "comma3x", "--role", "steering"], ["steering"]),
     (["abi-diff", "{vision}"], ["new"]),
     (["abi-diff", "{vision}", "{dpk}"], ["not a trusted drivepack package", "truncated"]),

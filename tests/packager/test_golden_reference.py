@@ -52,7 +52,7 @@ def cpu_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_manifest_records_onnxruntime_and_its_outputs_are_the_reference(cpu_pkg: Path) -> None:
     pkg = load_package(cpu_pkg)
-    assert pkg.manifest.raw["golden"]["reference"] == ORT and pkg.manifest.reference == ORT
+    assert pkg.manifest.raw["entries"][0]["golden"]["reference"] == ORT and pkg.manifest.reference == ORT
     for i in range(2):
         g = pkg.golden(i)
         want = _ort(tiny_model(), dict(g.inputs))["outputs"]
@@ -78,7 +78,7 @@ def test_without_onnxruntime_the_reference_is_a_noopt_build(tmp_path: Path) -> N
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     pkg = load_package(out)
-    ref = pkg.manifest.raw["golden"]["reference"]
+    ref = pkg.manifest.raw["entries"][0]["golden"]["reference"]
     assert ref["kind"] == "drivepack-noopt" and ref["device"] == "CPU" and ref["version"] == build.__version__
     assert ref["reason"].startswith("onnxruntime is not importable: ")
     g = pkg.golden(0)
@@ -86,7 +86,11 @@ def test_without_onnxruntime_the_reference_is_a_noopt_build(tmp_path: Path) -> N
         noopt = capture_onnx(load_onnx(tiny_model(), device="CPU"), dict(g.inputs), target="CPU")
         assert np.array_equal(noopt(dict(g.inputs))["outputs"], g.reference["outputs"])
     report = verify_package(pkg)
-    assert report.reference == ref and "drivepack-noopt" in "\n".join(report.lines())
+    assert report.entries[0].reference == ref and "drivepack-noopt" in "\n".join(report.lines())
+    # the accuracy report says it is against the NOOPT reference, in the manifest and in verify
+    assert pkg.manifest.raw["entries"][0]["accuracy"]["reference"] == "drivepack-noopt"
+    assert "accuracy per slice vs the NOOPT drivepack " in "\n".join(report.lines())
+    assert "reference, not onnxruntime (onnxruntime is not importable: " in "\n".join(report.lines())
 
 
 def test_a_target_beyond_tolerance_of_the_reference_fails_the_build(tmp_path: Path,
@@ -94,7 +98,7 @@ def test_a_target_beyond_tolerance_of_the_reference_fails_the_build(tmp_path: Pa
     # onnxruntime and the CPU target differ by ~5e-7 on the tiny model: a tolerance below that must fail the build
     monkeypatch.setitem(build.TOLERANCES, "float32", (1e-12, 1e-12))
     onnx.save(tiny_model(), str(tmp_path / "tiny.onnx"))
-    with pytest.raises(VerifyError, match=r"^golden set 0: CPU target vs the onnxruntime \S+ reference: outputs: "
+    with pytest.raises(VerifyError, match=r"^tiny: golden set 0: CPU target vs the onnxruntime \S+ reference: outputs: "
                                           r"expected \|got - want\| <= 1e-12 \+ 1e-12\*\|want\|, got \d+ of 16 "
                                           r"elements outside, worst \|diff\| [0-9.e-]+ at \d+"):
         build_package(tmp_path / "tiny.onnx", "pc-cpu", tmp_path / "t.dpk", BuildOptions(golden_sets=1))
@@ -103,7 +107,7 @@ def test_a_target_beyond_tolerance_of_the_reference_fails_the_build(tmp_path: Pa
 @pytest.mark.parametrize("mode", ["auto", "tolerance"])
 def test_tampered_target_output_beyond_tolerance_is_reported(cpu_pkg: Path, tmp_path: Path, mode: str) -> None:
     bad = _rewrite(cpu_pkg, tmp_path / "tampered.dpk", section_edit=_nudge("target", scale=0.5))
-    with pytest.raises(VerifyError, match=r"golden set 1: the bundled target outputs vs the onnxruntime \S+ "
+    with pytest.raises(VerifyError, match=r"^tiny: golden set 1: the bundled target outputs vs the onnxruntime \S+ "
                                           r"reference: outputs: .* 1 of 16 elements outside, worst \|diff\| 0.5 at 3"):
         verify_package(load_package(bad, allow_unsigned=True), mode=mode)
 
@@ -114,7 +118,7 @@ def test_float16_reference_is_onnxruntime_in_float16_within_the_float16_toleranc
     assert pkg.manifest.reference == ORT
     assert [(o.dtype, o.rtol, o.atol) for o in pkg.manifest.outputs] == [("float16", 1e-2, 1e-2)]
     assert pkg.golden(0).reference["outputs"].dtype == np.float16
-    report = verify_package(pkg)
+    [report] = verify_package(pkg).entries
     assert report.mode == "exact" and 0 < report.max_abs_diff < 1e-2
 
 
@@ -131,7 +135,8 @@ def test_verify_and_replay_print_the_reference_and_the_replay_mode_on_cpu(cpu_pk
     assert "  replay mode: cpu_driver (one call into the generated C driver" in out
     code, out = _cli(["verify", str(cpu_pkg), "--json"], capsys)
     doc = json.loads(out)
-    assert doc["reference"] == ORT and doc["replay_mode"] == "cpu_driver" and 0 < doc["max_abs_diff"] < 1e-5
+    [entry] = doc["entries"]
+    assert entry["reference"] == ORT and entry["replay_mode"] == "cpu_driver" and 0 < entry["max_abs_diff"] < 1e-5
     code, out = _cli(["replay", str(cpu_pkg), "--iters", "2", "--warmup", "0", "--json"], capsys)
     assert json.loads(out)["replay_mode"] == "cpu_driver"
 
@@ -145,7 +150,8 @@ def test_verify_and_replay_report_the_command_buffer_and_the_enqueue_loop_fallba
     assert code == 0 and f"reference: onnxruntime {onnxruntime.__version__}" in out
     assert f"replay mode: command_buffer ({COMMAND_BUFFER_EXT} on " in out  # PoCL offers the extension
     code, out = _cli(["verify", str(path), "--json"], capsys)
-    assert json.loads(out)["replay_mode"] == "command_buffer" and json.loads(out)["reference"] == ORT
+    [entry] = json.loads(out)["entries"]
+    assert entry["replay_mode"] == "command_buffer" and entry["reference"] == ORT
     code, out = _cli(["replay", str(path), "--iters", "2", "--warmup", "0"], capsys)
     assert code == 0 and "replay mode: command_buffer" in out
     # a device without the extension: the replay falls back to the enqueue loop and says so

@@ -42,12 +42,12 @@ def test_manifest_format_version_must_equal_the_headers(built: Path, tmp_path: P
 
 
 def _abi_output(m: dict) -> None:
-    out = m["abi"]["outputs"][0]
+    out = m["entries"][0]["abi"]["outputs"][0]
     out.update(dtype="float16", shape=[1, 32], byte_size=64)
 
 
 def _abi_input(m: dict) -> None:
-    x = next(i for i in m["abi"]["inputs"] if i["name"] == "x")
+    x = next(i for i in m["entries"][0]["abi"]["inputs"] if i["name"] == "x")
     x.update(dtype="float16", shape=[1, 32], strides=[64, 2])
 
 
@@ -55,14 +55,15 @@ def _abi_input(m: dict) -> None:
 def test_manifest_abi_must_equal_the_cmdbufs_inputs_and_outputs(built: Path, tmp_path: Path, edit, kind: str,
                                                                 name: str) -> None:
     bad = rewrite(built, tmp_path / "abi.dpk", manifest=edit)
-    refused(bad, rf"manifest\.abi\.{kind}: expected the cmdbuf's .*{name} float32 \(1, 16\).*, got .*{name} float16 "
+    refused(bad, rf"\[tiny\]\.abi\.{kind}: expected the cmdbuf's .*{name} float32 \(1, 16\).*, got .*{name} float16 "
                  rf"\(1, 32\).* \(differs in \['{name}'\]\)")
 
 
 def test_an_abi_name_of_another_json_type_is_a_typed_error(built: Path, tmp_path: Path) -> None:
-    bad = rewrite(built, tmp_path / "abi.dpk", manifest=lambda m: m["abi"]["outputs"][0].update(name=63))
-    refused(bad, r"manifest\.abi\.outputs: expected the cmdbuf's outputs float32 \(1, 16\), got 63 float32 \(1, 16\) "
-                 r"\(differs in \['63', 'outputs'\]\)")
+    bad = rewrite(built, tmp_path / "abi.dpk",
+                  manifest=lambda m: m["entries"][0]["abi"]["outputs"][0].update(name=63))
+    # the ABI record refuses it by type, before any comparison with the command buffer (issue 22 regression)
+    refused(bad, r"\[tiny\]\.abi: <unnamed>: name expected a non-empty string, got 63")
 
 
 def test_deep_json_and_long_integers_are_refused_before_parsing(built: Path, tmp_path: Path) -> None:
@@ -75,13 +76,14 @@ def test_deep_json_and_long_integers_are_refused_before_parsing(built: Path, tmp
     limit = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(0)  # the writer needs to print the integer; the reader must refuse it unprinted
     try:
-        long = rewrite(built, tmp_path / "long.dpk", manifest=lambda m: m["model"].update(bytes=10 ** 5000))
+        long = rewrite(built, tmp_path / "long.dpk",
+                       manifest=lambda m: m["entries"][0]["model"].update(bytes=10 ** 5000))
     finally:
         sys.set_int_max_str_digits(limit)
     refused(long, f"manifest: integer literal expected at most MAX_INT_DIGITS = {MAX_INT_DIGITS} digits, got 5001")
-    deep_cmdbuf = replace_section("cmdbuf", b"[" * 100_000 + b"]" * 100_000)
+    deep_cmdbuf = replace_section("tiny/cmdbuf", b"[" * 100_000 + b"]" * 100_000)
     cb_deep = rewrite(built, tmp_path / "cbdeep.dpk", sections=deep_cmdbuf)
-    refused(cb_deep, f"cmdbuf: cmdbuf: nesting expected at most MAX_JSON_DEPTH = {MAX_JSON_DEPTH}")
+    refused(cb_deep, f"tiny/cmdbuf: cmdbuf: nesting expected at most MAX_JSON_DEPTH = {MAX_JSON_DEPTH}")
 
 
 def _nested(depth: int) -> list:
@@ -95,7 +97,8 @@ def test_a_huge_arena_is_refused_before_anything_is_allocated(built: Path, tmp_p
     def huge(cb: dict) -> None:
         cb["arena_bytes"] = 1 << 40
 
-    bad = rewrite(built, tmp_path / "arena.dpk", cmdbuf=huge, manifest=lambda m: m.update(arena_bytes=1 << 40))
+    bad = rewrite(built, tmp_path / "arena.dpk", cmdbuf=huge,
+                  manifest=lambda m: m["entries"][0].update(arena_bytes=1 << 40))
     refused(bad, rf"cmdbuf: arena_bytes: expected 0..MAX_BUFFER_BYTES = {MAX_BUFFER_BYTES}, got {1 << 40}")
 
 
@@ -111,7 +114,7 @@ def test_a_dispatch_writing_a_weight_or_an_input_is_refused(built: Path, tmp_pat
 def test_a_kernel_source_storing_into_a_weight_is_refused(built: Path, tmp_path: Path) -> None:
     def store_weight(name: str, data: bytes) -> bytes:
         # dispatch 0's data2 is weight:0: a store through it would write the mapped weight (SIGSEGV)
-        return data.replace(b"*(data0+ridx0) =", b"*(data2+ridx0) =") if name == "kernel/0" else data
+        return data.replace(b"*(data0+ridx0) =", b"*(data2+ridx0) =") if name == "tiny/kernel/0" else data
 
     bad = rewrite(built, tmp_path / "k.dpk", sections=store_weight)
     refused(bad, r"dispatches\[0\] \(kernel \w+\): stores expected through data0 only .* got stores through data2")
@@ -129,7 +132,7 @@ def _with_weights(built: Path, dst: Path, n: int) -> Path:
         cb["buffers"] += [{"binding": f"weight:{100 + i}", "dtype": "float32", "shape": [0], "nbytes": 0,
                            "init": None, "image": None} for i in range(n)]
 
-    extra = [Section(f"weight/{100 + i}", "weight", b"", {"dtype": "float32", "shape": [0]}) for i in range(n)]
+    extra = [Section(f"tiny/weight/{100 + i}", "weight", b"", {"dtype": "float32", "shape": [0]}) for i in range(n)]
     return rewrite(built, dst, cmdbuf=more, extra=extra)
 
 

@@ -42,7 +42,7 @@ def same(stage):
 same("loaded")
 with open(path, "r+b") as f:  # same size, every weight byte different
     for wid in pkg.weights:
-        e = pkg.container.section_entry(f"weight/{wid}")
+        e = pkg.container.section_entry(f"tiny/weight/{wid}")
         f.seek(e["offset"])
         old = f.read(e["size"])
         f.seek(e["offset"])

@@ -80,7 +80,7 @@ def test_verify_and_replay_import_no_compiler(packages: dict[str, Path], vehicle
     codes, modules, out = run_fresh([["verify", pkg], ["replay", pkg, "--iters", "3", "--warmup", "1"],
                                      ["inspect", pkg]])
     assert codes == [0, 0, 0], out
-    assert "verify ok: 1 golden set(s)" in out and "3 iters after 1 warmup" in out
+    assert "verify ok: entry tiny: 1 golden set(s)" in out and "3 iters after 1 warmup" in out
     engine = "targets.replay_cpu" if vehicle == "pc-cpu" else "targets.replay_opencl"
     assert engine in modules  # the replay really ran in that interpreter
     assert forbidden(modules) == []
@@ -93,7 +93,7 @@ def test_replay_on_another_device_imports_no_compiler(packages: dict[str, Path])
     codes, modules, out = run_fresh([["replay", pkg, "--iters", "2", "--warmup", "0", "--device", "QCOM"],
                                      ["verify", pkg, "--device", "QCOM"]])
     assert codes == [0, 0], out
-    assert "on QCOM: 2 iters" in out and "verify ok: 1 golden set(s) on QCOM, tolerance" in out
+    assert "entry tiny on QCOM: 2 iters" in out and "verify ok: entry tiny: 1 golden set(s) on QCOM, tolerance" in out
     assert "targets.qcom_runtime" in modules and "targets.qcom" not in modules
     assert forbidden(modules) == []
 

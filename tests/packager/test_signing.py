@@ -245,7 +245,7 @@ def test_the_refusal_comes_before_anything_is_compiled(signed_by_a: Path, tmp_pa
     """A kernel source that cannot compile, signed by B: with only A trusted the error is the signature's; with
     B trusted too, loading and replaying get as far as that source and fail on it (so it was never reached)."""
     def poison(name: str, data: bytes) -> bytes:
-        return b"#error poisoned kernel\n" + data if name == "kernel/0" else data
+        return b"#error poisoned kernel\n" + data if name == "tiny/kernel/0" else data
 
     crafted = rewrite(signed_by_a, tmp_path / "p.dpk", keys["B"], poison)
     a_pub, b_pub = str(public_path(keys["A"].path)), str(public_path(keys["B"].path))
@@ -255,32 +255,32 @@ def test_the_refusal_comes_before_anything_is_compiled(signed_by_a: Path, tmp_pa
     assert code == 2 and "signature" not in err and "poisoned kernel" in err
 
 
-def test_a_signed_flag_in_format_version_1_and_a_stripped_flag_are_refused(signed_by_a: Path,
-                                                                           tmp_path: Path) -> None:
-    raw = bytearray(signed_by_a.read_bytes())
-    struct.pack_into("<I", raw, 8, 1)
-    (tmp_path / "v1.dpk").write_bytes(bytes(raw))
-    with pytest.raises(PackageError, match=r"flags expected 0x1 .* got 0x3 in format version 1"):
-        load_package(tmp_path / "v1.dpk", allow_unsigned=True)
+@pytest.mark.parametrize("version", [1, 2])
+def test_format_versions_1_and_2_are_refused_signed_or_not(signed_by_a: Path, tmp_path: Path, version: int) -> None:
+    """Before version 3 a package held one model and no entries: refused by version, before the signature, the
+    manifest (whatever its format_version says) or anything else is looked at."""
+    for name, src in (("signed", signed_by_a), ("unsigned", rewrite(signed_by_a, tmp_path / "u.dpk", None))):
+        raw = bytearray(src.read_bytes())
+        m_size = HEADER.unpack_from(raw, 0)[4]
+        body = bytes(raw[HEADER_SIZE:HEADER_SIZE + m_size]).replace(b'"format_version":3',
+                                                                     f'"format_version":{version}'.encode())
+        raw[HEADER_SIZE:HEADER_SIZE + m_size] = body
+        raw[32:64] = hashlib.sha256(body).digest()
+        struct.pack_into("<I", raw, 8, version)
+        (tmp_path / f"{name}.dpk").write_bytes(bytes(raw))
+        for allow in (False, True):
+            with pytest.raises(PackageError, match=rf"format version expected one of \[3\] \(this drivepack reads "
+                                                   rf"format version 3\), got {version}$") as e:
+                load_package(tmp_path / f"{name}.dpk", allow_unsigned=allow)
+            assert not isinstance(e.value, SignatureError)
+
+
+def test_a_stripped_signed_flag_is_refused(signed_by_a: Path, tmp_path: Path) -> None:
     raw = bytearray(signed_by_a.read_bytes())
     struct.pack_into("<I", raw, 12, FLAG_LITTLE_ENDIAN)  # claims unsigned: the trailer is then trailing bytes
     (tmp_path / "strip.dpk").write_bytes(bytes(raw))
     with pytest.raises(PackageError, match=rf"\({SIGNATURE_SIZE} trailing bytes\)"):
         load_package(tmp_path / "strip.dpk", allow_unsigned=True)
-
-
-def test_a_format_version_1_package_reads_as_unsigned(signed_by_a: Path, tmp_path: Path) -> None:
-    unsigned = rewrite(signed_by_a, tmp_path / "u.dpk", None)
-    raw = bytearray(unsigned.read_bytes())
-    m_size = HEADER.unpack_from(raw, 0)[4]
-    body = bytes(raw[HEADER_SIZE:HEADER_SIZE + m_size]).replace(b'"format_version":2', b'"format_version":1')
-    raw[HEADER_SIZE:HEADER_SIZE + m_size] = body
-    raw[32:64] = hashlib.sha256(body).digest()
-    struct.pack_into("<I", raw, 8, 1)
-    (tmp_path / "v1.dpk").write_bytes(bytes(raw))
-    with pytest.raises(SignatureError, match="got an unsigned package"):
-        load_package(tmp_path / "v1.dpk")
-    assert load_package(tmp_path / "v1.dpk", allow_unsigned=True).container.version == 1
 
 
 # --- inspect ---------------------------------------------------------------------------------------------------

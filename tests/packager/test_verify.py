@@ -26,7 +26,7 @@ def cpu_pkg(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _nudge(kind: str, ulps: int = 1, scale: float = 0.0):
     """A section edit moving golden set 1's ``kind`` output: by ``ulps`` in the last place, or by ``scale``."""
     def edit(name: str, data: bytes) -> bytes:
-        if name != f"golden/1/{kind}/outputs":
+        if name != f"tiny/golden/1/{kind}/outputs":
             return data
         arr = np.frombuffer(data, dtype=np.float32).copy()
         if scale:
@@ -38,20 +38,20 @@ def _nudge(kind: str, ulps: int = 1, scale: float = 0.0):
 
 
 def test_verify_on_the_build_machine_is_bit_exact(cpu_pkg: Path) -> None:
-    report = verify_package(load_package(cpu_pkg))
-    assert report.mode == "exact" and report.sets == 2 and "same device CPU" in report.reason
+    [report] = verify_package(load_package(cpu_pkg)).entries
+    assert report.entry == "tiny" and report.mode == "exact" and report.sets == 2 and "same device CPU" in report.reason
 
 
 def test_one_ulp_off_in_a_target_output_fails_exact_verify(cpu_pkg: Path, tmp_path: Path) -> None:
     bad = _rewrite(cpu_pkg, tmp_path / "ulp.dpk", section_edit=_nudge("target"))
-    with pytest.raises(VerifyError, match=r"golden set 1: outputs: expected bit-exact, got 1 of 16 elements "
+    with pytest.raises(VerifyError, match=r"^tiny: golden set 1: outputs: expected bit-exact, got 1 of 16 elements "
                                           r"differing \(first at 3"):
         verify_package(load_package(bad))
 
 
 def test_tolerance_mode_compares_with_the_reference(cpu_pkg: Path, tmp_path: Path) -> None:
     within = _rewrite(cpu_pkg, tmp_path / "in.dpk", section_edit=_nudge("reference", ulps=3))
-    report = verify_package(load_package(within), mode="tolerance")
+    [report] = verify_package(load_package(within), mode="tolerance").entries
     assert report.mode == "tolerance" and 0 < report.max_abs_diff < 1e-5
     outside = _rewrite(cpu_pkg, tmp_path / "out.dpk", section_edit=_nudge("reference", scale=0.5))
     with pytest.raises(VerifyError, match=r"outputs: expected \|got - want\| <= 0.0001 \+ 0.0001\*\|want\|"):
@@ -83,5 +83,5 @@ def test_opencl_package_verifies_exact_and_within_tolerance_of_the_cpu(tmp_path:
     onnx.save(tiny_model(), str(tmp_path / "tiny.onnx"))
     pkg = build_package(tmp_path / "tiny.onnx", "pc-opencl", tmp_path / "cl.dpk", BuildOptions(golden_sets=1)).package
     assert pkg.manifest.target_device == "OPENCL" and "device" in pkg.manifest.checked_on
-    assert verify_package(pkg).mode == "exact"
-    assert verify_package(pkg, mode="tolerance").max_abs_diff < 1e-4
+    assert verify_package(pkg).entries[0].mode == "exact"
+    assert verify_package(pkg, mode="tolerance").entries[0].max_abs_diff < 1e-4

@@ -148,7 +148,10 @@ def test_checker_templates_are_the_renderers() -> None:
     """The checker shares the renderer's prelude blocks (runtime-side constants both import) and its headers."""
     assert IMAGE_HELPER == OPENCL_LANGUAGE.image_helper
     assert set(CPU_LANGUAGE.headers) <= {"#include <math.h>", "#include <stdint.h>"}
-    assert CPU_LANGUAGE.parallel_setup == cpu.OMP_THREADS_SETUP
+    # parallel CPU kernels take their range as parameters (no pragma, no prelude); the pragma and its team-size
+    # helper of an earlier renderer stay accepted for the command buffers it wrote
+    assert CPU_LANGUAGE.parallel_range and not CPU_LANGUAGE.parallel_for and not CPU_LANGUAGE.parallel_setup
+    assert cpu.OMP_THREADS_SETUP.count("\n") == 3
 
 
 # --- every kernel the renderers emit passes -------------------------------------------------------------------
@@ -229,13 +232,19 @@ def test_cpu_replay_refuses_foreign_flags_before_compiling(tmp_path: Path) -> No
         np.testing.assert_array_equal(rep(x=x)["y"], x * np.float32(6.25))
 
 
-@pytest.mark.parametrize("case", ["constructor", "asm", "extra include", "extra function after", "libc call"])
+# sources the command buffer's own check (targets/index_ranges.py: nothing it cannot bound) refuses as it is built,
+# before any replay; the foreign pragma passes it and is the replay's check to refuse
+BUILT_REFUSED = {"constructor", "asm", "extra include", "extra function after", "libc call"}
+
+
+@pytest.mark.parametrize("case", [*sorted(BUILT_REFUSED), "foreign pragma"])
 def test_cpu_replay_refuses_crafted_sources_before_compiling(case: str, tmp_path: Path) -> None:
     sentinel = tmp_path / "ran"
     source = touch_in_constructor(sentinel) if case == "constructor" else \
+        HEAD + "#pragma GCC optimize(O0)\n" + KERNEL if case == "foreign pragma" else \
         next(c[1] for c in C_REFUSED if c[0] == case)
     runs = cpu.cc_invocations
-    with pytest.raises(KernelSourceError, match=r"^kernel scale: line \d+: "):
+    with pytest.raises(CmdbufError if case in BUILT_REFUSED else KernelSourceError, match=r"kernel scale\)?: "):
         make_replay(scale_cmdbuf(source), {}, "CPU")
     assert not sentinel.exists() and cpu.cc_invocations == runs
 
@@ -260,10 +269,12 @@ def test_opencl_replay_refuses_foreign_flags_and_crafted_sources(tmp_path: Path)
                                                 r"'-cl-opt-disable'"):
         make_replay(scale_cmdbuf(CL_KERNEL, "-cl-opt-disable", target="OPENCL"), {}, target)
     for source in ("#include \"/etc/passwd\"\n" + CL_KERNEL, "#include <stdio.h>\n" + CL_KERNEL,
-                   CL_KERNEL + "__kernel void extra(__global float* data0) {\n}\n",
-                   "__attribute__((constructor)) " + CL_KERNEL):
-        with pytest.raises(KernelSourceError, match=r"^kernel scale: line \d+: "):
-            make_replay(scale_cmdbuf(source, target.build_options, target="OPENCL"), {}, target)
+                   CL_KERNEL + "__kernel void extra(__global float* data0) {\n}\n"):  # refused as it is built
+        with pytest.raises(CmdbufError, match=r"^dispatches\[0\] \(kernel scale\): accesses expected bounded"):
+            scale_cmdbuf(source, target.build_options, target="OPENCL")
+    with pytest.raises(KernelSourceError, match=r"^kernel scale: line \d+: "):
+        make_replay(scale_cmdbuf("__attribute__((constructor)) " + CL_KERNEL, target.build_options,
+                                 target="OPENCL"), {}, target)
     assert issubclass(KernelSourceError, ReplayError)  # callers catching the replay's errors see these too
 
 
@@ -289,11 +300,11 @@ def rewrite(src: Path, dst: Path, cmdbuf_edit: Callable[[dict], None] | None = N
     sections = []
     for e in entries:
         data = bytes(c.view(e["name"]))
-        if e["name"] == "cmdbuf" and cmdbuf_edit:
+        if e["kind"] == "cmdbuf" and cmdbuf_edit:
             doc = json.loads(data)
             cmdbuf_edit(doc)
             data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-        if e["name"] == "kernel/0" and kernel_edit:
+        if e["name"].endswith("/kernel/0") and kernel_edit:  # the first entry's first kernel
             data = kernel_edit(data.decode()).encode()
         sections.append(Section(e["name"], e["kind"], data, {k: v for k, v in e.items()
                                                             if k not in ("name", "kind", "offset", "size", "sha256")}))
@@ -335,7 +346,7 @@ def test_package_with_a_constructor_in_a_kernel_is_refused_by_verify(package: Pa
 
     bad = rewrite(package, tmp_path / "ctor.dpk", kernel_edit=lambda src: src.replace(
         "#include <stdint.h>\n", "#include <stdint.h>\n" + payload.removeprefix(HEAD), 1))
-    assert "constructor" in bytes(open_container(bad).view("kernel/0")).decode()
+    assert "constructor" in bytes(open_container(bad).view("tiny/kernel/0")).decode()
     code, out = _verify(capsys, bad)
     assert code != 0 and "constructor" in out and "Traceback" not in out, out
     assert not sentinel.exists()
@@ -347,7 +358,7 @@ def test_package_with_an_entry_that_is_not_an_identifier_is_refused(package: Pat
         doc["kernels"][0]["entry"] = "k; int x"
 
     def edit_manifest(m: dict) -> None:
-        m["kernels"]["list"][0]["entry"] = "k; int x"
+        m["entries"][0]["kernels"]["list"][0]["entry"] = "k; int x"
 
     bad = rewrite(package, tmp_path / "entry.dpk", cmdbuf_edit=edit_cmdbuf, manifest_edit=edit_manifest)
     with pytest.raises(DrivepackError, match="entry: expected a C identifier"):

@@ -1,0 +1,54 @@
+"""Camera NV12 buffer -> one six-channel model frame, as Tensor ops (DESIGN.md, "The modeld step", 2-3).
+
+Nearest-neighbour perspective warp, openpilot's math: for output pixel (x, y) the source is
+``sx = m00*x + m01*y + m02``, ``sy = m10*x + m11*y + m12``, ``sw = m20*x + m21*y + m22`` in float32, then
+``sx / sw`` and ``sy / sw`` rounded half to even and clamped to the plane. Y is read at the camera's row pitch;
+U and V are de-interleaved from the NV12 UV plane (U even, V odd columns) with the transform scaled for half
+resolution. The result is packed into the six (128, 256) channels of abi/frames.py.
+"""
+
+from __future__ import annotations
+
+from abi.frames import CHANNEL_SHAPE, MODEL_FRAME_HEIGHT, MODEL_FRAME_WIDTH, Nv12Geometry
+from jit import Tensor, dtypes
+
+
+def half_resolution(tfm: Tensor) -> Tensor:
+    """The (3, 3) transform for planes of half the width and height on both sides: entries (0,2) and (1,2)
+    halved, (2,0) and (2,1) doubled, the rest unchanged."""
+    scale = Tensor([[1.0, 1.0, 0.5], [1.0, 1.0, 0.5], [2.0, 2.0, 1.0]], dtype=dtypes.float32, device=tfm.device)
+    return tfm * scale
+
+
+def warp_plane(buf: Tensor, tfm: Tensor, *, offset: int, pitch: int, width: int, height: int,
+               out_width: int, out_height: int, column_step: int = 1) -> Tensor:
+    """``(out_height, out_width)`` uint8 samples of the plane whose pixel (x, y) is ``buf[offset + y * pitch +
+    x * column_step]`` (``buf``: the flat uint8 camera buffer), pixel ``(x, y)`` of the output reading the source
+    pixel ``tfm`` maps it to (model pixel -> camera pixel), rounded half to even and clamped to the plane."""
+    dev = buf.device
+    xs = Tensor.arange(out_width, dtype=dtypes.float32, device=dev).reshape(1, out_width)
+    ys = Tensor.arange(out_height, dtype=dtypes.float32, device=dev).reshape(out_height, 1)
+
+    def row(i: int) -> Tensor:
+        m = [tfm[i:i + 1, j:j + 1] for j in range(3)]
+        return m[0] * xs + m[1] * ys + m[2]
+
+    sx, sy, sw = row(0), row(1), row(2)
+    col = (sx / sw).round().clip(0, width - 1).cast(dtypes.int32)
+    line = (sy / sw).round().clip(0, height - 1).cast(dtypes.int32)
+    index = line * pitch + col * column_step + offset
+    return buf.take(index.reshape(out_height * out_width)).reshape(out_height, out_width)
+
+
+def model_frame(buf: Tensor, tfm: Tensor, geom: Nv12Geometry) -> Tensor:
+    """The (6, 128, 256) uint8 model frame of one NV12 camera buffer (flat uint8 of ``geom.size`` bytes)."""
+    flat = buf.reshape(geom.size)
+    y = warp_plane(flat, tfm, offset=0, pitch=geom.stride, width=geom.width, height=geom.height,
+                   out_width=MODEL_FRAME_WIDTH, out_height=MODEL_FRAME_HEIGHT)
+    half = half_resolution(tfm)
+    uv = {"width": geom.width // 2, "height": geom.height // 2, "pitch": geom.stride, "column_step": 2,
+          "out_width": CHANNEL_SHAPE[1], "out_height": CHANNEL_SHAPE[0]}
+    u = warp_plane(flat, half, offset=geom.uv_offset, **uv)
+    v = warp_plane(flat, half, offset=geom.uv_offset + 1, **uv)
+    channels = (y[0::2, 0::2], y[1::2, 0::2], y[0::2, 1::2], y[1::2, 1::2], u, v)
+    return Tensor.cat(*(c.unsqueeze(0) for c in channels), dim=0)

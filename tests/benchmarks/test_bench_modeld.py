@@ -1,0 +1,47 @@
+"""benchmarks/bench_modeld.py: its byte count, bandwidth probe and contention processes. Its peers (OpenCV,
+tinygrad) are in the bench extra, which the test install leaves out: the benchmark itself checks that each peer
+computes drivepack's step (frames within the rounding-tie allowance, outputs within tolerance) before timing it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from abi.frames import nv12_geometry
+from packager import samples
+from packager.modeld.capture import step_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_modeld  # noqa: E402
+
+GEOMETRY = {"road": nv12_geometry(1928, 1208), "wide": nv12_geometry(1928, 1208)}
+MODELS = [samples.vision_pipeline_model(), samples.policy_pipeline_model()]
+
+
+def test_frames_differ_allows_rounding_ties_only() -> None:
+    want = np.zeros((6, 128, 256), np.uint8)
+    got = want.copy()
+    got.reshape(-1)[:50] = 1  # 50 of 196608: under 0.05%
+    assert bench_modeld.frames_differ("f", got, want) is None
+    got.reshape(-1)[:200] = 1
+    assert "200 of 196608 pixels differ" in str(bench_modeld.frames_differ("f", got, want))
+
+
+def test_prepare_bytes_count_samples_queue_shift_and_sampled_frames() -> None:
+    plan, _ = step_plan(MODELS, GEOMETRY)
+    frame = 6 * 128 * 256
+    # per camera: the sampled pixels, 4 queued frames read + 5 written, 2 sampled frames read + written
+    assert bench_modeld.prepare_bytes(plan) == 2 * (1 + 4 + 5 + 2 * 2) * frame
+
+
+def test_memory_bandwidth_is_measured_not_a_constant() -> None:
+    rate = bench_modeld.memory_bandwidth(mib=8, runs=1)
+    assert 1e8 < rate < 1e13  # bytes/s of a real copy
+
+
+def test_contention_processes_run_inside_and_are_stopped_after() -> None:
+    with bench_modeld.contention(2) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.poll() is not None for p in procs)

@@ -1,0 +1,99 @@
+"""benchmarks/bench_zoo.py and zoo_models.py without torch: FLOP count, output check, cold/warm cache, error rows,
+busy processes, the zoo's cache naming. The real zoo needs the ``.[bench]`` extra and is not run here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks import bench_zoo, zoo_models
+
+
+def _conv_gemm_model() -> onnx.ModelProto:
+    """Conv 3->4 (3x3, padded) on 8x8, Flatten, Gemm 256->10, MatMul 10->5: 6912 + 2560 + 50 multiply-adds."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
+             for n, s in (("w", (4, 3, 3, 3)), ("g", (256, 10)), ("m", (10, 5)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Flatten", ["c"], ["f"]),
+             helper.make_node("Gemm", ["f", "g"], ["h"]),
+             helper.make_node("MatMul", ["h", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_gflop_counts_conv_gemm_matmul_and_gru_gates() -> None:
+    assert bench_zoo.gflop(_conv_gemm_model()) == pytest.approx(2 * (6912 + 2560 + 50) / 1e9)
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("W", (1, 12, 8)), ("R", (1, 12, 4)))]
+    graph = helper.make_graph([helper.make_node("GRU", ["x", "W", "R"], ["y"], hidden_size=4)], "gru",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 1, 4])], inits)
+    gru = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert bench_zoo.gflop(gru) == pytest.approx(2 * 12 * (8 + 4) / 1e9)  # 3 gates x 4 hidden, input + state
+
+
+def test_compare_scales_the_tolerance_by_the_largest_reference_value() -> None:
+    want = [np.array([100.0, -50.0], np.float32)]
+    assert bench_zoo.compare({"y": want[0] + 0.1}, ["y"], want)[2]  # 1e-3 of the logits' scale
+    err, rel, ok = bench_zoo.compare({"y": want[0] + 1.0}, ["y"], want)
+    assert not ok and err == pytest.approx(1.0) and rel == pytest.approx(0.01)
+    assert not bench_zoo.compare({"y": np.zeros(3, np.float32)}, ["y"], want)[2]  # wrong shape
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"targets": ["CPU"], "repeat": 3, "contention": 0, **kw})
+
+
+def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_error_row(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_gemm_model(), str(path))
+    r = bench_zoo.bench_model("m", str(path), _args(targets=["CPU", "NO_SUCH_DEVICE"]), tmp_path)
+    cpu, bad = r.targets["CPU"], r.targets["NO_SUCH_DEVICE"]
+    assert cpu.error is None and cpu.p50 and cpu.p50 > 0 and r.ort_p50
+    assert cpu.max_rel is not None and cpu.max_rel < 1e-3
+    assert cpu.cold_s and cpu.warm_s and any((tmp_path / "m-CPU-cache").iterdir())  # the cold capture filled it
+    assert bad.error and bad.p50 is None and "\n" not in bad.error
+
+
+def test_table_lists_error_rows_and_the_geometric_mean(capsys) -> None:
+    ok = bench_zoo.ModelResult("a", gflop=1.0, ort_p50=0.002,
+                               targets={"CPU": bench_zoo.TargetResult(cold_s=1, warm_s=0.5, p50=0.004, max_rel=0.0)})
+    failed = bench_zoo.ModelResult("b", gflop=1.0, ort_p50=0.001,
+                                   targets={"CPU": bench_zoo.TargetResult(error="DrivepackError: no op Foo")})
+    means = bench_zoo.print_table([ok, failed, bench_zoo.ModelResult("c", error="export error: x")], _args())
+    out = capsys.readouterr().out
+    assert means["CPU"] == pytest.approx(2.0)  # only the model that ran counts
+    assert "b CPU: DrivepackError: no op Foo" in out and "c model: export error: x" in out
+    assert "geometric mean drivepack CPU / onnxruntime: 2.00x over 1 models" in out
+
+
+def test_busy_processes_run_inside_the_block_and_are_stopped_after() -> None:
+    with bench_zoo.busy_processes(2) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_interleaved_samples_drop_the_warm_up_calls() -> None:
+    samples = bench_zoo.interleaved_samples({"a": lambda: None, "b": lambda: None}, repeat=7, warmup=2)
+    assert [len(s) for s in samples.values()] == [7, 7]
+
+
+def test_zoo_is_cached_by_name_and_versions_outside_the_repo(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DRIVEPACK_ZOO_DIR", str(tmp_path))
+    required = {"efficientnet_b2_op", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x0_5", "resnet18",
+                "transformer", "gru", "efficientnet_b0"}
+    assert required <= set(zoo_models.ZOO)
+    assert dict(zoo_models.ZOO["efficientnet_b2_op"].inputs)["x"] == zoo_models.OPENPILOT_SHAPE
+    path = zoo_models.model_path("gru")
+    assert path.parent == tmp_path and "torch" in path.name and f"r{zoo_models.RECIPE}" in path.name
+    for name in ("gru", "resnet18"):
+        zoo_models.model_path(name).write_bytes(b"")
+    assert zoo_models.ensure(["gru", "resnet18"]) == {n: str(zoo_models.model_path(n)) for n in ("gru", "resnet18")}

@@ -1,0 +1,187 @@
+"""The CPU thread pool (targets/cpu_pool.py, loaded by targets/cpu_runtime.py) and the kernels split over it:
+every index of a region runs once, a worker that is not scheduled does not hold a region up, results are bit-identical
+at any thread count, the count is per replay, and the range parameters are checked like any other index
+(targets/kernel_params.py, targets/index_ranges.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import cffi
+import numpy as np
+import pytest
+
+import targets.cpu_runtime as cpu
+from jit.onnx.loader import load_onnx
+from jit.trace import capture_onnx
+from packager import samples
+from targets.index_ranges import IndexRangeError, check_extents
+from targets.kernel_params import KernelParamsError, check_kernel, range_kernel
+from targets.replay import make_replay
+
+WORK = r"""
+#include <stdint.h>
+#include <time.h>
+static int64_t now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
+/* ctx: int32 counts per index, then (at index n) the busy time per index in microseconds */
+void work(void *ctx, int lo, int hi) {
+  int32_t *c = ctx;
+  for (int i = lo; i < hi; i++) {
+    __atomic_fetch_add(&c[i + 1], 1, __ATOMIC_RELAXED);
+    int64_t end = now_ns() + (int64_t)c[0] * 1000;
+    while (now_ns() < end) {}
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def work() -> tuple[cffi.FFI, object, object]:
+    ffi = cffi.FFI()
+    ffi.cdef("void work(void *ctx, int lo, int hi);")
+    lib = ffi.dlopen(str(cpu.compile_shared(WORK)))
+    p = cpu.thread_pool()
+    fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.work)))
+    return ffi, lib, fn
+
+
+def region(fn: object, threads: int, n: int, busy_us: int = 0, chunks: int = 0) -> tuple[np.ndarray, float]:
+    """Run ``work`` over [0, n) on ``threads``: how often each index ran, and the seconds the region took."""
+    counts = np.zeros(n + 1, dtype=np.int32)
+    counts[0] = busy_us
+    p = cpu.thread_pool()
+    start = time.perf_counter()
+    p.lib.dp_parallel_for(threads, n, chunks, fn, p.ffi.cast("void*", counts.ctypes.data))
+    return counts[1:], time.perf_counter() - start
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("n", [1, 2, 7, 100, 4097])
+def test_every_index_runs_exactly_once(work: tuple, threads: int, n: int) -> None:
+    counts, _ = region(work[2], threads, n)
+    assert (counts == 1).all()
+
+
+def test_a_worker_that_is_not_scheduled_does_not_hold_the_region_up(work: tuple) -> None:
+    """Worker 0 sleeps 400 ms after it wakes for a job, before it claims a chunk (as a descheduled thread would):
+    the caller claims every chunk itself and the region ends after its own work (~16 ms), not the sleeper's."""
+    p = cpu.thread_pool()
+    region(work[2], 2, 8)  # the worker exists and is idle
+    p.lib.dp_pool_stall_worker(0, 400_000_000)
+    try:
+        counts, took = region(work[2], 2, 16, busy_us=1000)
+    finally:
+        p.lib.dp_pool_stall_worker(-1, 0)
+    assert (counts == 1).all()
+    assert took < 0.2, f"the region waited for the stalled worker: {took * 1e3:.0f} ms"
+    time.sleep(0.45)  # the sleeper wakes to a finished job: it claims nothing
+    counts, _ = region(work[2], 2, 16)
+    assert (counts == 1).all()
+
+
+def test_a_region_inside_a_region_runs_on_its_thread(work: tuple) -> None:
+    """A call while the pool is busy (a kernel inside a lane, a second caller) runs inline, never deadlocks."""
+    ffi = cffi.FFI()
+    ffi.cdef("void outer(void *ctx, int lo, int hi); void set(void *pf, void *inner);")
+    lib = ffi.dlopen(str(cpu.compile_shared(r"""
+typedef void (*job)(void *, int, int);
+typedef void (*pf_t)(int, int, int, job, void *);
+static pf_t pf; static job inner;
+void set(void *p, void *i) { pf = (pf_t)p; inner = (job)i; }
+void outer(void *ctx, int lo, int hi) { for (int i = lo; i < hi; i++) pf(2, 64, 0, inner, (int *)ctx + 65 * i); }
+""")))
+    p = cpu.thread_pool()
+    lib.set(ffi.cast("void*", p.parallel_for_address), ffi.cast("void*", int(p.ffi.cast("uintptr_t", work[2]))))
+    counts = np.zeros(65 * 4, dtype=np.int32)
+    p.lib.dp_parallel_for(2, 4, 4, p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.outer))),
+                          p.ffi.cast("void*", counts.ctypes.data))
+    assert (counts.reshape(4, 65)[:, 1:] == 1).all()
+
+
+SAMPLES = {"vision": samples.vision_model, "policy": samples.policy_model}
+
+
+@pytest.mark.parametrize("model", list(SAMPLES))
+def test_sample_models_give_the_same_bits_at_any_thread_count(model: str) -> None:
+    m = SAMPLES[model]()
+    feeds = samples.sample_inputs(m)
+    run = capture_onnx(load_onnx(m, device="CPU"), feeds, target="CPU")
+    assert any(range_kernel(k.source, k.entry) for k in run.cmdbuf.kernels)  # something is split
+    assert not any("omp" in k.source for k in run.cmdbuf.kernels) and "-fopenmp" not in run.replay.flags
+    replay = run.replay
+    got = {}
+    for threads in (1, 2, 3, 1):
+        replay.set_threads(threads)
+        assert replay.threads == threads
+        got[threads] = {k: v.tobytes() for k, v in replay(feeds).items()}
+    assert got[1] == got[2] == got[3]
+
+
+def test_the_thread_count_is_per_replay() -> None:
+    m = samples.policy_model()
+    feeds = samples.sample_inputs(m)
+    run = capture_onnx(load_onnx(m, device="CPU"), feeds, target="CPU")
+    other = make_replay(run.cmdbuf, run.weights, "CPU")
+    run.replay.set_threads(1)
+    other.set_threads(2)
+    assert (run.replay.threads, other.threads) == (1, 2)
+    a, b = run.replay(feeds), other(feeds)
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+    with pytest.raises(Exception, match="positive"):
+        other.set_threads(0)
+
+
+def test_a_forked_child_starts_its_own_workers(work: tuple) -> None:
+    region(work[2], 2, 8)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            counts, _ = region(work[2], 2, 1000)
+            os._exit(0 if (counts == 1).all() and cpu.thread_pool().workers() >= 1 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+RANGED = """#include <math.h>
+#include <stdint.h>
+void k(float* restrict data0, float* restrict data1, int dp_lo, int dp_hi) {
+  for (int dp_i = dp_lo; dp_i < dp_hi; dp_i++) {
+    int ridx0 = (dp_i / 4);
+    int ridx1 = dp_i % 4;
+    *(data0+((ridx0*4)+ridx1)) = *(data1+((ridx0*4)+ridx1));
+  }
+}
+"""
+
+
+def test_the_range_parameters_lie_within_the_dispatchs_n() -> None:
+    bindings = [("arena:0+64", 64, None), ("input:x", 64, None)]
+    assert range_kernel(RANGED, "k")
+    check_kernel(RANGED, "k", [("arena:0+64", False), ("input:x", False)], 0, "k")
+    check_extents(RANGED, "k", (16,), None, bindings, [], "k")  # n = 16: 64 bytes
+    with pytest.raises(IndexRangeError, match="bytes the kernel accesses"):
+        check_extents(RANGED, "k", (17,), None, bindings, [], "k")  # a package that says n = 17 is refused
+    with pytest.raises(IndexRangeError):
+        check_extents(RANGED, "k", (4, 4), None, bindings, [], "k")  # only a 1-d launch bounds the range
+    with pytest.raises(KernelParamsError, match="parameters expected"):
+        check_kernel(RANGED, "k", [("arena:0+64", False)], 0, "k")
+    swapped = RANGED.replace("int dp_lo, int dp_hi", "int dp_hi, int dp_lo")
+    assert not range_kernel(swapped, "k")
+    with pytest.raises(KernelParamsError):
+        check_kernel(swapped, "k", [("arena:0+64", False), ("input:x", False)], 0, "k")
+
+
+def test_a_range_parameter_spelled_otherwise_is_a_scalar_with_its_recorded_value() -> None:
+    """``int32_t dp_hi`` is no range parameter to the launcher: the index check reads it as the dispatch's scalar
+    too (the same test decides both), so a recorded value past the buffer is refused."""
+    src = RANGED.replace("int dp_lo, int dp_hi", "int dp_lo, int32_t dp_hi")
+    assert not range_kernel(src, "k")
+    bindings = [("arena:0+64", 64, None), ("input:x", 64, None)]
+    check_kernel(src, "k", [("arena:0+64", False), ("input:x", False)], 2, "k")
+    check_extents(src, "k", (1,), None, bindings, [("int32", 0), ("int32", 16)], "k")
+    with pytest.raises(IndexRangeError):
+        check_extents(src, "k", (1,), None, bindings, [("int32", 0), ("int32", 17)], "k")

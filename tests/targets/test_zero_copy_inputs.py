@@ -1,0 +1,176 @@
+"""Zero-copy camera input: numpy arrays, bytes, bytearray, memoryview and RawBuffer inputs, read in place where the
+engine can and copied (and said so in ``input_modes``) where it cannot. The OpenCL cases run on PoCL (host-unified
+memory, 128-byte CL_DEVICE_MEM_BASE_ADDR_ALIGN) and never skip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from jit import Captured, Tensor, capture
+from targets.opencl_runtime import OpenCLRuntime
+from targets.registry import Device
+from targets.replay import InputError, RawBuffer
+from targets.replay_opencl import HOST_PTR_BINDINGS, HOST_PTR_MIN_BYTES, OpenCLReplay
+
+FRAME = (384, 256)  # uint8, above HOST_PTR_MIN_BYTES
+NBYTES = FRAME[0] * FRAME[1]
+
+
+def rows(frame: Tensor, tfm: Tensor) -> dict[str, Tensor]:
+    return {"rows": frame.float().sum(axis=1) * tfm.sum()}
+
+
+def expected(frame: np.ndarray, tfm: np.ndarray) -> np.ndarray:
+    return frame.astype(np.float32).sum(axis=1) * tfm.sum()
+
+
+def aligned_frame(seed: int, align: int = 4096, skew: int = 0) -> np.ndarray:
+    """A frame at ``skew`` bytes past an ``align``-byte boundary (camera buffers are page aligned)."""
+    raw = np.empty(NBYTES + align + skew, np.uint8)
+    start = (-raw.ctypes.data) % align + skew
+    out = raw[start:start + NBYTES].reshape(FRAME)
+    out[:] = np.random.default_rng(seed).integers(0, 256, FRAME, dtype=np.uint8)
+    return out
+
+
+TFM = np.linspace(0.5, 1.5, 9, dtype=np.float32).reshape(3, 3)
+
+
+@pytest.fixture(scope="module", params=["CPU", pytest.param("OPENCL", marks=pytest.mark.opencl)])
+def cap(request: pytest.FixtureRequest) -> Captured:
+    return capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target=request.param)
+
+
+def test_every_kind_of_buffer_gives_the_arrays_result(cap: Captured) -> None:
+    frame = aligned_frame(0)
+    want = cap(frame=frame, tfm=TFM)["rows"]
+    np.testing.assert_allclose(want, expected(frame, TFM), rtol=1e-5)
+    kinds = {"bytes": frame.tobytes(), "bytearray": bytearray(frame.tobytes()), "memoryview": memoryview(frame),
+             "flat memoryview": memoryview(frame.tobytes()), "RawBuffer": RawBuffer(frame.ctypes.data, NBYTES)}
+    for kind, value in kinds.items():
+        got = cap(frame=value, tfm=memoryview(TFM))["rows"]
+        assert got.tobytes() == want.tobytes(), kind
+
+
+def test_raw_buffer_is_read_where_it_lies(cap: Captured) -> None:
+    frame = aligned_frame(1)
+    given = RawBuffer(frame.ctypes.data, NBYTES)
+    checked = cap.replay.check_inputs({"frame": given, "tfm": TFM})
+    assert checked[0].ctypes.data == frame.ctypes.data  # the engine gets the caller's address, not a copy
+    first = cap(frame=given, tfm=TFM)["rows"]
+    frame[:] = np.random.default_rng(2).integers(0, 256, FRAME, dtype=np.uint8)  # same address, new picture
+    second = cap(frame=given, tfm=TFM)["rows"]
+    np.testing.assert_allclose(second, expected(frame, TFM), rtol=1e-5)
+    assert first.tobytes() != second.tobytes()
+    assert cap.replay.input_modes["frame"] == "in place"
+
+
+def test_wrong_sizes_and_formats_are_refused(cap: Captured) -> None:
+    frame = aligned_frame(3)
+    cases = {f"frame: nbytes expected {NBYTES}, got {NBYTES - 1}": {"frame": frame.tobytes()[:-1]},
+             f"frame: nbytes expected {NBYTES}, got {NBYTES + 1}": {"frame": RawBuffer(frame.ctypes.data, NBYTES + 1)},
+             f"frame: nbytes expected {NBYTES}, got {NBYTES // 2}":
+                 {"frame": memoryview(frame.reshape(-1))[:NBYTES // 2]},
+             "tfm: dtype expected float32, got memoryview format 'd'": {"tfm": memoryview(TFM.astype(np.float64))},
+             "frame: address expected a non-zero int, got 0": {"frame": RawBuffer(0, NBYTES)},
+             "frame: strides expected C-contiguous memory, got a memoryview of strides (512, 1)":
+                 {"frame": memoryview(np.zeros((384, 512), np.uint8)[:, :256])}}
+    for message, override in cases.items():
+        with pytest.raises(InputError) as e:
+            cap({"frame": frame, "tfm": TFM} | override)
+        assert str(e.value) == message
+
+
+def test_misaligned_untyped_memory_is_copied_and_said_so(cap: Captured) -> None:
+    frame = aligned_frame(4)
+    raw = bytearray(TFM.nbytes + 8)
+    start = (-np.frombuffer(raw, np.uint8).ctypes.data) % 4 + 1  # one byte past a 4-byte boundary
+    raw[start:start + TFM.nbytes] = TFM.tobytes()
+    odd = memoryview(raw)[start:start + TFM.nbytes]
+    got = cap(frame=frame, tfm=odd)["rows"]
+    assert got.tobytes() == cap(frame=frame, tfm=TFM)["rows"].tobytes()
+    cap(frame=frame, tfm=odd)
+    assert cap.replay.input_modes["tfm"] == "copied: address not 4-byte aligned (address % 4 == 1)"
+
+
+def test_cpu_reads_aligned_and_uint8_inputs_in_place() -> None:
+    cpu = capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target="CPU")
+    odd_frame = aligned_frame(5, skew=1)  # uint8 needs no alignment: the kernels read bytes
+    cpu(frame=odd_frame, tfm=TFM)
+    assert cpu.replay.input_modes == {"frame": "in place", "tfm": "in place"}
+    cpu(frame=odd_frame.tobytes(), tfm=TFM.tobytes())
+    assert cpu.replay.input_modes["frame"] == "in place"
+
+
+FIRST_CALL = "copied: first call at this address (bound in place when it recurs)"
+TFM_MODE = f"copied: 36 bytes, below HOST_PTR_MIN_BYTES = {HOST_PTR_MIN_BYTES}"
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("use_command_buffer", [True, False])
+def test_opencl_binds_aligned_inputs_in_place_and_copies_the_rest(use_command_buffer: bool) -> None:
+    cap = capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target="OPENCL")
+    rep = OpenCLReplay(cap.cmdbuf, cap.weights, Device.runtime("OPENCL"), use_command_buffer=use_command_buffer)
+    align = Device.runtime("OPENCL").info.base_addr_align_bytes
+    assert Device.runtime("OPENCL").info.host_unified_memory and align == 128
+    aligned, odd = aligned_frame(6), aligned_frame(7, skew=align // 2)
+    odd_mode = f"copied: address not {align}-byte aligned (CL_DEVICE_MEM_BASE_ADDR_ALIGN; address % {align} == " \
+               f"{align // 2})"
+    # a recording is made for addresses that recur: the first call at them copies (an enqueue loop binds at once)
+    modes = [FIRST_CALL if use_command_buffer else "in place", "in place", "in place"]
+    for mode in modes:  # in place and copied calls interleaved: each runs with its own buffers
+        np.testing.assert_allclose(rep(frame=aligned, tfm=TFM)["rows"], expected(aligned, TFM), rtol=1e-5)
+        assert rep.input_modes == {"frame": mode, "tfm": TFM_MODE}
+        np.testing.assert_allclose(rep(frame=odd, tfm=TFM)["rows"], expected(odd, TFM), rtol=1e-5)
+        assert rep.input_modes == {"frame": odd_mode, "tfm": TFM_MODE}
+    aligned[:] = odd[::-1]  # the same address with new contents: the bound buffer must see them
+    np.testing.assert_allclose(rep(frame=aligned, tfm=TFM)["rows"], expected(aligned, TFM), rtol=1e-5)
+    np.testing.assert_allclose(rep(frame=RawBuffer(aligned.ctypes.data, NBYTES), tfm=TFM)["rows"],
+                               expected(aligned, TFM), rtol=1e-5)
+    assert rep.input_modes["frame"] == "in place"
+    times = rep.profile(frame=odd, tfm=TFM)  # a profile runs with the copied input's buffers too
+    assert len(times) == rep.n_dispatches
+    np.testing.assert_allclose(rep(frame=odd, tfm=TFM)["rows"], expected(odd, TFM), rtol=1e-5)
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("use_command_buffer", [True, False])
+def test_opencl_keeps_a_bounded_set_of_host_pointer_bindings(use_command_buffer: bool) -> None:
+    cap = capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target="OPENCL")
+    rep = OpenCLReplay(cap.cmdbuf, cap.weights, Device.runtime("OPENCL"), use_command_buffer=use_command_buffer)
+    frames = [aligned_frame(10 + i) for i in range(HOST_PTR_BINDINGS + 3)]
+    seen = []
+    for _ in range(3):  # more addresses than bindings kept: each is released and made again, results stay right
+        for f in frames:
+            np.testing.assert_allclose(rep(frame=f, tfm=TFM)["rows"], expected(f, TFM), rtol=1e-5)
+            seen.append(rep.input_modes["frame"])
+    assert set(seen) == ({"in place", FIRST_CALL} if use_command_buffer else {"in place"})
+    assert seen[len(frames):2 * len(frames)] == ["in place"] * len(frames)  # the second round binds every one
+    times = rep.profile(frame=frames[0], tfm=TFM)
+    assert len(times) == rep.n_dispatches
+    np.testing.assert_allclose(rep(frame=frames[1], tfm=TFM)["rows"], expected(frames[1], TFM), rtol=1e-5)
+
+
+@pytest.mark.opencl
+def test_opencl_copies_frames_at_addresses_that_never_recur() -> None:
+    cap = capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target="OPENCL")
+    assert cap.replay.mode == "command_buffer"
+    frames = [aligned_frame(30 + seed) for seed in range(4)]  # all alive: four distinct addresses
+    for f in frames:  # a new frame each call: nothing recorded for it, copied, right
+        np.testing.assert_allclose(cap(frame=f, tfm=TFM)["rows"], expected(f, TFM), rtol=1e-5)
+        assert cap.replay.input_modes["frame"] == FIRST_CALL
+
+
+@pytest.mark.opencl
+def test_opencl_copies_where_the_device_reports_no_host_unified_memory() -> None:
+    cap = capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target="OPENCL")
+    discrete = OpenCLRuntime("OPENCL")  # PoCL, described as a device with memory of its own
+    discrete.info = dataclasses.replace(discrete.info, host_unified_memory=False)
+    rep = OpenCLReplay(cap.cmdbuf, cap.weights, discrete)
+    frame = aligned_frame(40)
+    for _ in range(2):
+        np.testing.assert_allclose(rep(frame=frame, tfm=TFM)["rows"], expected(frame, TFM), rtol=1e-5)
+        assert rep.input_modes["frame"] == f"copied: {discrete.info.name} reports no CL_DEVICE_HOST_UNIFIED_MEMORY"
