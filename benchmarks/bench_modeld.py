@@ -67,7 +67,7 @@ from jit import Captured
 from packager import samples
 from packager.modeld.capture import capture_step, step_plan
 from packager.modeld.entries import golden_step_inputs
-from packager.modeld.step import CAMERA_INPUTS, DESIRE_PULSE, FEATURES, StepPlan
+from packager.modeld.step import CAMERA_INPUTS, DESIRE_PULSE, FEATURES, StepPlan, zeroed
 from targets.cpu_runtime import cpu_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -118,7 +118,7 @@ class OpenCvStep:
         self.names = [[o.name for o in s.get_outputs()] for s in self.sessions]
         self.y = np.empty((MODEL_FRAME_HEIGHT, MODEL_FRAME_WIDTH), np.uint8)
         self.uv = np.empty((*CHANNEL_SHAPE, 2), np.uint8)
-        self.queues = {q.name: q.zeros() for q in plan.queues}
+        self.queues = {q.name: zeroed(q) for q in plan.queues}
         self.raw: dict[str, dict[str, np.ndarray]] = {}  # the last call's model outputs, as onnxruntime gave them
 
     def reset(self) -> None:

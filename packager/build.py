@@ -45,7 +45,7 @@ from packager.container import BASE_ALIGNMENT, FORMAT_VERSION, Section, align_up
 from packager.entries import cmdbuf_section, entry_name_for, golden_section, kernel_section, weight_section
 from packager.environment import device_for, fingerprint
 from packager.errors import PackageError
-from packager.manifest import FORMAT_NAME
+from packager.manifest import FORMAT_NAME, MAX_CPU_THREADS
 from packager.package import Package, load_package
 from packager.progress import Progress
 from packager.reference import reference_outputs
@@ -80,6 +80,7 @@ class BuildOptions:
     sign: str | Path | None = None  # private key file to sign with (``--sign``); default: the user's own key
     float16: bool | None = None  # compute float32 models in float16 (``--float16``); default: the vehicle profile's
     modeld: bool = False  # the whole modeld step per camera resolution (``--modeld``: run@WxH and prepare@WxH)
+    cpu_threads: int | None = None  # the thread count a CPU replay of the package uses (``--cpu-threads``)
 
 
 @dataclass
@@ -299,6 +300,9 @@ def build_package(models: str | Path | Sequence[str | Path], vehicle: str | Path
         raise PackageError(f"model_name: expected only with one model, got {len(paths)} models")
     # the signing key first: a bad --sign fails before minutes of compiling, not after
     key = load_signing_key(opts.sign) if opts.sign is not None else user_signing_key()
+    if opts.cpu_threads is not None and not (isinstance(opts.cpu_threads, int)
+                                             and 1 <= opts.cpu_threads <= MAX_CPU_THREADS):
+        raise PackageError(f"cpu_threads: expected an integer in 1..{MAX_CPU_THREADS}, got {opts.cpu_threads!r}")
     if opts.golden_sets < 1:
         raise PackageError(f"golden_sets: expected >= 1, got {opts.golden_sets}")
     with stages.stage("load", ", ".join(map(str, paths))):
@@ -320,6 +324,8 @@ def build_package(models: str | Path | Sequence[str | Path], vehicle: str | Path
     settings: dict[str, Any] = {"EMULATED_DTYPES": ",".join(emulated), "NOOPT": int(NOOPT.value),
                                 "FLOAT16": int(float16), "fold_weights": True, "golden_sets": opts.golden_sets,
                                 "golden_seed": GOLDEN_SEED}
+    if opts.cpu_threads is not None:
+        settings["cpu_threads"] = opts.cpu_threads
     tuned = _TuningTotals()
     built = [_build_entry(m, device, profile, settings, table, beam, tuned, stages) for m in loaded]
     tuning_summary = ""

@@ -33,6 +33,9 @@ def add_package_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modeld", action="store_true",
                    help="package the whole modeld step (NV12 camera buffers in, warp, queues kept on the device, "
                         "vision and policy, sliced outputs out) as entries run@WxH and prepare@WxH per camera size")
+    p.add_argument("--cpu-threads", type=int, metavar="N",
+                   help="threads a CPU replay of this package uses (default: the machine's; $DRIVEPACK_CPU_THREADS "
+                        "where it runs overrides both)")
     p.add_argument("--float16", action=argparse.BooleanOptionalAction, default=None,
                    help="compute float32 models in float16, as openpilot's compile3 FLOAT16=1 (default: the "
                         "vehicle's target.options.float16)")
@@ -118,7 +121,7 @@ def run_package(args: argparse.Namespace) -> int:
     result = build_package(args.models, args.vehicle, args.output,
                            BuildOptions(target=args.target, emulate=args.emulate, float16=args.float16,
                                         golden_sets=args.golden_sets, tuning=args.tuning, tune=args.tune,
-                                        sign=args.sign, modeld=args.modeld),
+                                        sign=args.sign, modeld=args.modeld, cpu_threads=args.cpu_threads),
                            Progress(enabled=not args.quiet))
     print("\n".join(_summary(result)))
     return EXIT_OK

@@ -17,6 +17,7 @@ from packager.errors import PackageError
 FORMAT_NAME = "drivepack-package"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 TARGETS = ("CPU", "OPENCL", "QCOM")
+MAX_CPU_THREADS = 1024
 REFERENCE_KINDS = ("onnxruntime", "drivepack-noopt")  # where golden reference outputs come from
 
 
@@ -79,6 +80,7 @@ class Manifest:
     target_name: str
     vehicle_name: str
     entries: tuple[EntryManifest, ...]
+    cpu_threads: int | None = None  # settings.cpu_threads: the CPU replay's thread count; None: the runtime's
 
     @property
     def entry_names(self) -> tuple[str, ...]:
@@ -162,7 +164,9 @@ def parse_manifest(doc: dict[str, Any], where: str = "manifest") -> Manifest:
     f = _Fields(doc, where)
     f.str("format", (FORMAT_NAME,))
     target, vehicle = f.obj_("target"), f.obj_("vehicle")
-    f.obj_("settings")
+    settings = f.obj_("settings")
+    # the package's own CPU thread count (``package --cpu-threads``): absent, or what the replay is made with
+    cpu_threads = settings.int("cpu_threads", 1, MAX_CPU_THREADS) if "cpu_threads" in settings.obj else None
     raw_entries = f.list("entries")
     if not 1 <= len(raw_entries) <= MAX_ENTRIES:
         raise PackageError(f"{where}.entries: expected 1..MAX_ENTRIES = {MAX_ENTRIES} entries, got "
@@ -176,7 +180,7 @@ def parse_manifest(doc: dict[str, Any], where: str = "manifest") -> Manifest:
         entries.append(e)
     return Manifest(raw=doc, drivepack_version=f.str("drivepack_version"), target_device=target.str("device"),
                     target_name=target.str("name", TARGETS), vehicle_name=vehicle.str("name"),
-                    entries=tuple(entries))
+                    entries=tuple(entries), cpu_threads=cpu_threads)
 
 
 def _entry(doc: Any, manifest: str, index: int) -> EntryManifest:

@@ -15,6 +15,7 @@ all of it per entry (packager/entries.py names the sections), and no section bel
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,6 +34,7 @@ from packager.manifest import EntryManifest, Manifest, parse_manifest
 from packager.signing import SignatureInfo, check_signature
 from packager.step_replay import StepReplay, make_step
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer
+from targets.cpu_runtime import THREADS_ENV
 from targets.replay import Replay, make_replay
 
 GOLDEN_KINDS = ("input", "reference", "target")
@@ -61,6 +63,7 @@ class Entry:
     abi: Abi
     container: Container
     target_device: str  # the package's (file-level) device: the replay's default
+    cpu_threads: int | None = None  # the package's settings.cpu_threads
 
     def golden(self, index: int) -> GoldenSet:
         if not 0 <= index < self.manifest.golden_sets:
@@ -78,7 +81,11 @@ class Entry:
         """The replay of this entry on ``device`` (default: the device the package was built for); with
         ``share_states_with``, the states of the same name are that replay's device buffers (a modeld step's
         ``prepare`` entry pushes frames on the queues its ``run`` entry reads)."""
-        return make_replay(self.cmdbuf, self.weights, device or self.target_device, share_states_with)
+        replay = make_replay(self.cmdbuf, self.weights, device or self.target_device, share_states_with)
+        # the package's thread count, unless the one who runs it chose one ($DRIVEPACK_CPU_THREADS)
+        if self.cpu_threads is not None and replay.threaded and THREADS_ENV not in os.environ:
+            replay.set_threads(self.cpu_threads)
+        return replay
 
 
 @dataclass
@@ -179,7 +186,7 @@ def _cmdbuf(c: Container, m: EntryManifest) -> CommandBuffer:
     return cb
 
 
-def _load_entry(c: Container, m: EntryManifest, device: str) -> tuple[Entry, set[str]]:
+def _load_entry(c: Container, m: EntryManifest, device: str, cpu_threads: int | None) -> tuple[Entry, set[str]]:
     """One entry, every cross-check of the module docstring made; and the names of the sections it owns."""
     where = f"{c.path}: manifest.entries[{m.name}]"
     cb = _cmdbuf(c, m)
@@ -214,7 +221,7 @@ def _load_entry(c: Container, m: EntryManifest, device: str) -> tuple[Entry, set
     if issues:  # the ABI is the byte layout callers pack their buffers by: an overlap would corrupt an input
         raise PackageError(f"{where}.abi.inputs: {issues[0]}")
     _check_abi(where, cb, abi)
-    return Entry(m.name, m, cb, weights, abi, c, device), owned
+    return Entry(m.name, m, cb, weights, abi, c, device, cpu_threads), owned
 
 
 def load_package(path: str | Path, trust: Iterable[str | Path] = (), allow_unsigned: bool = False) -> Package:
@@ -226,7 +233,7 @@ def load_package(path: str | Path, trust: Iterable[str | Path] = (), allow_unsig
     m = parse_manifest(c.manifest, f"{c.path}: manifest")
     views, owned = {}, set()
     for em in m.entries:
-        views[em.name], names = _load_entry(c, em, m.target_device)
+        views[em.name], names = _load_entry(c, em, m.target_device, m.cpu_threads)
         owned |= names
     # every section is one an entry reads: bytes no check interprets have no place in the file
     stray = [n for n in c.index if n not in owned]

@@ -303,6 +303,31 @@ class Replay(abc.ABC):
             outputs = self._run(arrays)
         return dict(zip(self.output_names, outputs, strict=True))
 
+    # whether ``set_threads`` means anything here (the CPU driver's pool; an OpenCL device schedules its own)
+    threaded = False
+    threads = 1
+
+    def set_threads(self, n: int) -> None:
+        """Threads this replay's parallel kernels use from the next call on."""
+        raise ReplayError(f"threads: expected a CPU replay (its thread pool), got {type(self).__name__}: the "
+                          f"device schedules its own work-items")
+
+    def run(self, inputs: Mapping[str, Any], threads: int | None = None) -> dict[str, np.ndarray]:
+        """One call like ``replay(inputs)``, on ``threads`` threads for this call only (None: the replay's count;
+        a keyword of ``__call__`` would be taken for an input's name)."""
+        if threads is None:
+            return self(inputs)
+        arrays, modes = self.checked_inputs(dict(inputs))
+        with self.lock:
+            self.input_modes = dict(zip(self.input_names, modes, strict=True))
+            before = self.threads
+            self.set_threads(threads)
+            try:
+                outputs = self._run(arrays)
+            finally:
+                self.set_threads(before)
+        return dict(zip(self.output_names, outputs, strict=True))
+
     def new_outputs(self) -> list[np.ndarray]:
         """Fresh arrays for one call's outputs: nothing a caller holds is ever written again."""
         return [np.empty(b.shape, dtype=d) for b, d in zip(self.output_specs, self.output_dtypes, strict=True)]

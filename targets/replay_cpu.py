@@ -74,6 +74,7 @@ class CPUReplay(Replay):
     """A command buffer of C kernels, replayed by one call into a generated driver."""
 
     languages = ("CPU",)
+    threaded = True
     mode = "cpu_driver"
     mode_reason = "one call into the generated C driver runs every dispatch"
 

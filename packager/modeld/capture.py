@@ -11,7 +11,7 @@ from abi.frames import Nv12Geometry
 from abi.infer import infer_abi
 from abi.records import Abi
 from jit import Captured, Tensor, capture, dtypes, load_onnx
-from packager.modeld.step import ModelCall, StepPlan, plan_step, step_function
+from packager.modeld.step import ModelCall, StepPlan, plan_step, step_function, zeroed
 
 
 def model_call(proto: onnx.ModelProto, abi: Abi, device: str, float16: bool = False) -> ModelCall:
@@ -41,6 +41,6 @@ def capture_step(models: list[onnx.ModelProto], geometry: Mapping[str, Nv12Geome
     slices = {f"{p}.{o.name}": o.slice_map() for p, a in zip(prefixes, abis, strict=True) for o in a.outputs}
     fn = step_function(plan, calls[0], calls[1] if len(calls) > 1 else None, slices, prepare=prepare)
     example = {n: np.zeros(sh, dtype=dt) for n, (dt, sh) in plan.inputs(prepare).items()}
-    state = {q.name: q.zeros() for q in plan.queues_of(prepare)}
+    state = {q.name: zeroed(q) for q in plan.queues_of(prepare)}
     return capture(fn, example, target=device, state=state), plan
 

@@ -30,19 +30,6 @@ CAMERA_INPUTS = {"road": ("frame", "tfm"), "wide": ("big_frame", "big_tfm")}
 
 
 @dataclass(frozen=True)
-class QueueSpec:
-    """One state buffer kept on the device across calls: name, dtype, shape and what it holds."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    meaning: str
-
-    def zeros(self) -> np.ndarray:
-        return np.zeros(self.shape, dtype=self.dtype)
-
-
-@dataclass(frozen=True)
 class StepPlan:
     """Everything the step function needs, derived from the ABIs and the camera geometry."""
 
@@ -57,22 +44,23 @@ class StepPlan:
     passthrough: dict[str, tuple[str, tuple[int, ...]]]  # per-frame inputs fed straight to the policy
     merged: bool                               # one model: vision and policy in one graph
 
-    def queues_of(self, prepare: bool) -> list[QueueSpec]:
+    def queues_of(self, prepare: bool) -> list[StateSpec]:
         """The states of the ``run`` step, or of ``prepare`` (the frame queues only: it keeps no history)."""
         return [q for q in self.queues if not prepare or q.dtype == "uint8"]
 
     @property
-    def queues(self) -> list[QueueSpec]:
+    def queues(self) -> list[StateSpec]:
+        """The queues the step keeps on the device (each starts at zero: ``zeroed(spec)``)."""
         out = []
         for cam in sorted({c for c, _, _ in self.camera_inputs.values()}, key=list(CAMERA_INPUTS).index):
             frames, skip = next((f, s) for c, f, s in self.camera_inputs.values() if c == cam)
-            out.append(QueueSpec(f"{cam}_frames", "uint8", (skip * (frames - 1) + 1, CHANNELS_PER_FRAME,
+            out.append(StateSpec(f"{cam}_frames", "uint8", (skip * (frames - 1) + 1, CHANNELS_PER_FRAME,
                                                               *CHANNEL_SHAPE),
                                  f"the last {skip * (frames - 1) + 1} warped {cam} frames, oldest first"))
         skip = self.history_skip
-        out.append(QueueSpec("features", "float32", (skip * (self.history_length - 1) + 1, self.feature_width),
+        out.append(StateSpec("features", "float32", (skip * (self.history_length - 1) + 1, self.feature_width),
                              f"{HIDDEN_STATE} of the last calls, oldest first; every {skip}th is {FEATURES}"))
-        out.append(QueueSpec("desires", "float32", (skip * self.desire_length, self.desire_width),
+        out.append(StateSpec("desires", "float32", (skip * self.desire_length, self.desire_width),
                              f"desire of the last calls, oldest first; max over each {skip} is {DESIRE_PULSE}"))
         return out
 
@@ -86,7 +74,7 @@ class StepPlan:
                                  CameraSemantics(frames[n], "nv12", 1, 1) if n in frames else None)
                       for n, (dt, sh) in ins.items())
         return Abi(specs, tuple(OutputSpec(n, dtype, sh) for n, (dtype, sh) in outputs.items()), (),
-                   tuple(StateSpec(q.name, q.dtype, q.shape, q.meaning) for q in self.queues_of(prepare)))
+                   tuple(self.queues_of(prepare)))
 
     def inputs(self, prepare: bool = False) -> dict[str, tuple[str, tuple[int, ...]]]:
         """The step's inputs by name: (dtype, shape); ``prepare`` takes the camera buffers and transforms only."""
@@ -146,6 +134,11 @@ def plan_step(vision: Abi, policy: Abi | None, geometry: Mapping[str, Nv12Geomet
             raise PackageError(f"vision inputs: expected only camera inputs, got also {extra}")
     return StepPlan(dict(geometry), cams, feats.history.skip, feats.shape[1], width,  # type: ignore[union-attr]
                     desire.shape[1], desire.shape[-1], hidden[0], passthrough, merged)
+
+
+def zeroed(spec: StateSpec) -> np.ndarray:
+    """A queue's initial value."""
+    return np.zeros(spec.shape, dtype=spec.dtype)
 
 
 ModelCall = Callable[[dict[str, Tensor]], dict[str, Tensor]]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from abi.frames import Nv12Geometry, nv12_planes
-from packager.modeld.step import StepPlan
+from packager.modeld.step import StepPlan, zeroed
 
 Model = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -50,7 +50,7 @@ class ReferenceStep:
 
     def __init__(self, plan: StepPlan, vision: Model, policy: Model | None) -> None:
         self.plan, self.vision, self.policy = plan, vision, policy
-        self.queues = {q.name: q.zeros() for q in plan.queues}
+        self.queues = {q.name: zeroed(q) for q in plan.queues}
 
     @staticmethod
     def _push(queue: np.ndarray, item: np.ndarray) -> np.ndarray:
