@@ -173,30 +173,26 @@ def test_random_structural_edits_are_refused_or_replay_without_a_signal(built: P
     # the fields a replay sizes, indexes and launches by (kernel text and flags have tests of their own)
     leaves = [p for p in _leaves(cmdbuf) if p[0] in ("arena_bytes", "alignment", "dispatches", "buffers", "version")]
     rng, bad, accepted = random.Random(2022), [], []
-    for i in range(RANDOM_EDITS):
-        path, value = rng.choice(leaves), rng.choice(EDGE_VALUES)
-        out = rewrite(built, tmp_path / f"r{i}.dpk", cmdbuf=_set(path, value))
-        got = outcome(out)
-        if got == "accepted":
-            accepted.append(out)
-        elif got != "refused":
-            bad.append((path, value, got))
-        else:
-            out.unlink()
+
+    def try_edits(n: int, prefix: str, section: str, leaves: list[tuple[Any, ...]]) -> None:
+        """``n`` random edits of ``section`` ("cmdbuf" or "manifest"): each refused, or kept to replay below."""
+        for i in range(n):
+            path, value = rng.choice(leaves), rng.choice(EDGE_VALUES)
+            out = rewrite(built, tmp_path / f"{prefix}{i}.dpk", **{section: _set(path, value)})
+            got = outcome(out)
+            if got == "accepted":
+                accepted.append(out)
+            elif got != "refused":
+                bad.append((path, value, got))
+            else:
+                out.unlink()
+
+    try_edits(RANDOM_EDITS, "r", "cmdbuf", leaves)
     manifest, _, _ = read_sections(built)
     # the manifest fields the loader cross-checks (shown-only fields such as target.dtypes may take any value)
     leaves = [p for p in _leaves(manifest) if p[0] == "format_version" or
               (p[0] == "entries" and p[2] in ("arena_bytes", "kernels", "golden", "abi"))]
-    for i in range(RANDOM_EDITS // 2):
-        path, value = rng.choice(leaves), rng.choice(EDGE_VALUES)
-        out = rewrite(built, tmp_path / f"m{i}.dpk", manifest=_set(path, value))
-        got = outcome(out)
-        if got == "accepted":
-            accepted.append(out)
-        elif got != "refused":
-            bad.append((path, value, got))
-        else:
-            out.unlink()
+    try_edits(RANDOM_EDITS // 2, "m", "manifest", leaves)
     assert not bad, bad[:10]
     assert len(accepted) < RANDOM_EDITS // 5  # the edits are structural: nearly all must be refused
     child = subprocess.run([sys.executable, "-c", REPLAY_CHILD, *map(str, accepted)], capture_output=True, text=True,
