@@ -31,11 +31,18 @@ _TYPES = {"object": lambda v: isinstance(v, dict), "array": lambda v: isinstance
 
 @dataclass(frozen=True)
 class SchemaViolation:
-    """One place where the data breaks the schema: dotted key, line (1-based, 0 unknown), message."""
+    """One place where the data breaks the schema: dotted key, line (1-based, 0 unknown), message, and the same
+    split into what was expected and what was found (for reports that keep fields apart)."""
 
     key: str
     line: int
     message: str
+    expected: str = ""
+    got: str = ""
+
+
+def _violation(key: str, line: int, expected: str, got: str, message: str = "") -> SchemaViolation:
+    return SchemaViolation(key, line, message or f"expected {expected}, got {got}", expected, got)
 
 
 class SchemaDefinitionError(ValueError):
@@ -72,33 +79,31 @@ def _check(data: Any, schema: Mapping[str, Any], root: Mapping[str, Any], key: s
     if "type" in schema:
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         if not any(_TYPES[t](data) for t in types):
-            out.append(SchemaViolation(where, line, f"expected {' or '.join(types)}, got {_describe(data)}"))
+            out.append(_violation(where, line, " or ".join(types), _describe(data)))
             return
     if "const" in schema and data != schema["const"]:
-        out.append(SchemaViolation(where, line, f"expected {schema['const']!r}, got {quoted(data)}"))
+        out.append(_violation(where, line, repr(schema["const"]), quoted(data)))
     if "enum" in schema and data not in schema["enum"]:
         choices = ", ".join(repr(c) for c in schema["enum"])
-        out.append(SchemaViolation(where, line, f"expected one of {choices}, got {quoted(data)}"))
+        out.append(_violation(where, line, f"one of {choices}", quoted(data)))
     if isinstance(data, float) and not math.isfinite(data):
         bounded = "minimum" in schema or "maximum" in schema
         if bounded or not schema.get("allowNonFinite", False):
             bounds = " ".join(f"{op} {schema[k]}" for k, op in (("minimum", ">="), ("maximum", "<=")) if k in schema)
-            out.append(SchemaViolation(where, line, f"expected a finite number{' ' + bounds if bounds else ''}, "
-                                                    f"got {data!r}"))
+            out.append(_violation(where, line, f"a finite number{' ' + bounds if bounds else ''}", repr(data)))
         return
     if isinstance(data, int | float) and not isinstance(data, bool):
         if "minimum" in schema and data < schema["minimum"]:
-            out.append(SchemaViolation(where, line, f"expected >= {schema['minimum']}, got {data!r}"))
+            out.append(_violation(where, line, f">= {schema['minimum']}", repr(data)))
         if "maximum" in schema and data > schema["maximum"]:
-            out.append(SchemaViolation(where, line, f"expected <= {schema['maximum']}, got {data!r}"))
+            out.append(_violation(where, line, f"<= {schema['maximum']}", repr(data)))
     if isinstance(data, str) and "pattern" in schema and not re.fullmatch(schema["pattern"], data):
-        out.append(SchemaViolation(where, line, f"expected a string matching {schema['pattern']!r}, "
-                                                f"got {quoted(data)}"))
+        out.append(_violation(where, line, f"a string matching {schema['pattern']!r}", quoted(data)))
     if isinstance(data, list):
         if "minItems" in schema and len(data) < schema["minItems"]:
-            out.append(SchemaViolation(where, line, f"expected at least {schema['minItems']} items, got {len(data)}"))
+            out.append(_violation(where, line, f"at least {schema['minItems']} items", str(len(data))))
         if "maxItems" in schema and len(data) > schema["maxItems"]:
-            out.append(SchemaViolation(where, line, f"expected at most {schema['maxItems']} items, got {len(data)}"))
+            out.append(_violation(where, line, f"at most {schema['maxItems']} items", str(len(data))))
         if "items" in schema:
             for i, item in enumerate(data):
                 _check(item, schema["items"], root, f"{key}[{i}]", _line(data, i, line), out)
@@ -106,7 +111,7 @@ def _check(data: Any, schema: Mapping[str, Any], root: Mapping[str, Any], key: s
         props = schema.get("properties", {})
         for req in schema.get("required", []):
             if req not in data:
-                out.append(SchemaViolation(_join(key, req), line, "required key is missing"))
+                out.append(_violation(_join(key, req), line, "the required key", "missing", "required key is missing"))
         extra = schema.get("additionalProperties", True)
         for k, v in data.items():
             child = _join(key, str(k))
@@ -114,10 +119,11 @@ def _check(data: Any, schema: Mapping[str, Any], root: Mapping[str, Any], key: s
                 _check(v, props[k], root, child, _line(data, k, line), out)
             elif extra is False:
                 allowed = ", ".join(props) or "none"
-                out.append(SchemaViolation(child, _line(data, k, line), f"unknown key (allowed: {allowed})"))
+                out.append(_violation(child, _line(data, k, line), f"one of the keys {allowed}", quoted(k),
+                                      f"unknown key (allowed: {allowed})"))
             elif isinstance(extra, Mapping):
                 if not isinstance(k, str):
-                    out.append(SchemaViolation(child, _line(data, k, line), f"expected a string key, got {k!r}"))
+                    out.append(_violation(child, _line(data, k, line), "a string key", quoted(k)))
                 _check(v, extra, root, child, _line(data, k, line), out)
 
 

@@ -77,6 +77,8 @@ class CompiledKernel:
 
 # (target, settings that change codegen, kernel graph) -> compiled kernel
 _compiled: dict[tuple[str, str, UOp], CompiledKernel] = {}
+# the same key -> a kernel rendered but not compiled (``compile_kernels(..., build=False)``)
+_rendered: dict[tuple[str, str, UOp], CompiledKernel] = {}
 # rewriting and rendering recurse along the graph's depth; emulated 64-bit division is ~600 levels deep
 _RECURSION_LIMIT = 20_000
 
@@ -101,6 +103,7 @@ def clear_compiled_kernels() -> None:
     """Forget every kernel compiled in this process, so the next run compiles again (under the settings and
     target defaults in force then)."""
     _compiled.clear()
+    _rendered.clear()
 
 
 _names: dict[str, dict[object, int]] = {}  # base name -> kernel graph -> suffix number
@@ -115,13 +118,22 @@ def unique_name(base: str, key: object) -> str:
     return base if n == 1 else f"{base}n{n}"
 
 
-def compile_kernels(kernels: list[ScheduledKernel], target: Target) -> list[CompiledKernel]:
+def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
-    and the target compiles all new kernels of one call together (one C compiler run on the CPU)."""
+    and the target compiles all new kernels of one call together (one C compiler run on the CPU).
+
+    ``build=False`` renders without compiling (a capture for a target whose replay compiles the sources itself,
+    ``Runtime.replay_builds_kernels``): each program then has no handle, and a later call that launches the
+    kernel compiles the rendered source, rendering nothing twice."""
     settings = kernel_settings_key()
     todo: dict[UOp, tuple[str, str, dict, RewrittenKernel]] = {}
     for k in kernels:
-        if (target.name, settings, k.ast) in _compiled or k.ast in todo:
+        key = (target.name, settings, k.ast)
+        if key in _compiled or (not build and key in _rendered) or k.ast in todo:
+            continue
+        if key in _rendered:
+            ck = _rendered.pop(key)
+            todo[k.ast] = (ck.name, ck.program.source, ck.program.meta, RewrittenKernel(ck.lowered, ck.dtype_policy))
             continue
         with _deep_recursion():
             rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
@@ -133,12 +145,18 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target) -> list[Comp
         if DEBUG >= 4:
             print(source)
         todo[k.ast] = (name, source, meta, rewritten)
-    if todo:
+    if todo and not build:
+        for ast, (name, source, meta, rw) in todo.items():
+            program = Program(name, source, None, tuple(meta.get("global_size", (1,))), meta.get("local_size"),
+                              meta)
+            _rendered[(target.name, settings, ast)] = CompiledKernel(name, program, kernel_stats(rw.sink), rw.sink,
+                                                                     rw.dtype_policy)
+    elif todo:
         programs = target.compile_many([(name, source, meta) for name, source, meta, _ in todo.values()])
         for (ast, (name, _, _, rw)), prog in zip(todo.items(), programs, strict=True):
             _compiled[(target.name, settings, ast)] = CompiledKernel(name, prog, kernel_stats(rw.sink), rw.sink,
                                                                       rw.dtype_policy)
-    return [_compiled[(target.name, settings, k.ast)] for k in kernels]
+    return [_compiled.get(key) or _rendered[key] for key in ((target.name, settings, k.ast) for k in kernels)]
 
 
 def dtype_policy_report(compiled: list[CompiledKernel]) -> ModelDTypeReport:
@@ -188,10 +206,10 @@ def realize_uops(targets: list[UOp], device: str | None = None) -> dict[UOp, UOp
 
 
 def compiled_kernel(target_name: str, name: str) -> CompiledKernel | None:
-    """The kernel named ``name`` compiled in this process for target ``target_name`` under the current settings
-    (its stats and dtype policy, e.g. for a package manifest); None when there is none."""
+    """The kernel named ``name`` compiled (or only rendered) in this process for target ``target_name`` under the
+    current settings (its stats and dtype policy, e.g. for a package manifest); None when there is none."""
     settings = kernel_settings_key()
-    for (tname, tsettings, _), ck in _compiled.items():
+    for (tname, tsettings, _), ck in (*_compiled.items(), *_rendered.items()):
         if tname == target_name and tsettings == settings and ck.name == name:
             return ck
     return None

@@ -71,6 +71,8 @@ class CaptureReport:
     arena_bytes: int
     naive_bytes: int
     segments: tuple[Segment, ...] = ()
+    # per kernel of the command buffer (by index): the ONNX nodes its dispatches compute (jit/ir/provenance.py)
+    kernel_nodes: tuple[tuple[str, ...], ...] = ()
 
     @property
     def kernels_pruned(self) -> int:
@@ -265,11 +267,14 @@ def _arena_buffers(kernels: list[ScheduledKernel], role: dict[UOp, str]) -> dict
     return users
 
 
-def _lane_segments(kernels: list[ScheduledKernel], compiled: list[CompiledKernel], lanes: int) -> list[Segment]:
-    """Segments of independent kernel groups for a target running ``lanes`` at once (``STREAMS=0``: none)."""
+def _lane_segments(kernels: list[ScheduledKernel], compiled: list[CompiledKernel], lanes: int,
+                   role: dict[UOp, str]) -> list[Segment]:
+    """Segments of independent kernel groups for a target running ``lanes`` at once (``STREAMS=0``: none).
+    Buffers are compared by binding: a state's placeholder and its write-back target are one buffer."""
     if not STREAMS or lanes < 2:
         return []
-    preds = dependencies([k.buffers[1:] for k in kernels], [k.buffers[:1] for k in kernels])
+    preds = dependencies([[role.get(b, b) for b in k.buffers[1:]] for k in kernels],
+                         [[role.get(b, b) for b in k.buffers[:1]] for k in kernels])
     return find_segments(preds, [ck.stats.flops + BYTE_COST * ck.stats.bytes for ck in compiled], lanes)
 
 
@@ -312,8 +317,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         if u.shape != ph.shape or u.dtype != ph.dtype:
             raise CaptureError(f"state {name}: new value expected {ph.dtype.name} {ph.shape}, got "
                                f"{u.dtype.name} {u.shape}")
-        if u is not ph.uop:  # computed into an arena temporary first, copied into the state last
-            new_states[name] = _contiguous(_contiguous(u))
+        if u is not ph.uop:  # computed into an arena temporary first (unless it already is one), copied last
+            new_states[name] = _contiguous(u if u.op is Ops.CONTIGUOUS else _contiguous(u))
     out_targets = _output_targets(outs)
     roots = [*out_targets.values(), *new_states.values()]
 
@@ -348,8 +353,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     users = _arena_buffers(kept, role)
     images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
     kept = [_read_as_images(k, images) for k in kept]
-    compiled = compile_kernels(kept, tgt)
-    segments = _lane_segments(kept, compiled, tgt.lanes)
+    compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels)
+    segments = _lane_segments(kept, compiled, tgt.lanes, role)
     arena, plan = _plan_arena(users, segments, plan_alignment(tgt.limits.buffer_alignment))
     role.update(arena)
     for binding in arena.values():
@@ -357,19 +362,22 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
                                              int(binding.split("+")[1]))
     specs: dict[str, int] = {}
     kernel_specs: list[KernelSpec] = []
+    nodes: list[set[str]] = []  # per kernel spec: a kernel run by several dispatches computes for each one's nodes
     dispatches: list[Dispatch] = []
     for k, ck in zip(kept, compiled, strict=True):
         if ck.name not in specs:
             specs[ck.name] = len(kernel_specs)
             kernel_specs.append(KernelSpec(ck.name, ck.program.source, ck.program.name, tgt.name,
                                                   kernel_flags(tgt, ck.program)))
+            nodes.append(set())
+        nodes[specs[ck.name]].update(k.onnx_nodes)
         binds = tuple(role[b] if b in role else bindings.weight(b, images.get(b)) for b in k.buffers)
         local = tuple(ck.program.local_size) if ck.program.local_size else None
         dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
 
     report = CaptureReport(len(kernels) + folded, len(kept), len(bindings.weights),
                            sum(w.nbytes for w in bindings.weights.values()), plan.arena_bytes, plan.naive_bytes,
-                           tuple(segments))
+                           tuple(segments), tuple(tuple(sorted(n)) for n in nodes))
     order = ("input", "output", "state", "weight", "arena")
     table = sorted(bindings.table.values(), key=lambda b: order.index(b.kind))
     cmdbuf = CommandBuffer(tgt.name, tuple(kernel_specs), tuple(dispatches), tuple(table), plan.arena_bytes,

@@ -44,8 +44,8 @@ from packager.accuracy import accuracy_lines, slice_rows
 from packager.container import BASE_ALIGNMENT, FORMAT_VERSION, Section, align_up, canonical_json, write_container
 from packager.entries import cmdbuf_section, entry_name_for, golden_section, kernel_section, weight_section
 from packager.environment import device_for, fingerprint
-from packager.errors import PackageError
-from packager.manifest import FORMAT_NAME, MAX_CPU_THREADS
+from packager.errors import AbiMismatchError, PackageError
+from packager.manifest import FORMAT_NAME, MAX_CPU_THREADS, KernelCounts
 from packager.package import Package, load_package
 from packager.progress import Progress
 from packager.reference import reference_outputs
@@ -81,6 +81,10 @@ class BuildOptions:
     float16: bool | None = None  # compute float32 models in float16 (``--float16``); default: the vehicle profile's
     modeld: bool = False  # the whole modeld step per camera resolution (``--modeld``: run@WxH and prepare@WxH)
     cpu_threads: int | None = None  # the thread count a CPU replay of the package uses (``--cpu-threads``)
+    # refuse a model whose ABI does not match its vehicle role (the CLI's default; ``--allow-abi-mismatch``
+    # turns it off); False: build anyway and record the problems in the entry's abi_check
+    refuse_abi_mismatch: bool = False
+    role: str | None = None  # the vehicle role of the only model (``--role``); default: the one its inputs match
 
 
 @dataclass
@@ -169,10 +173,11 @@ def _tolerances(cmdbuf: CommandBuffer, float16_compute: bool) -> list[dict[str, 
     return out
 
 
-def _role(abi: Abi, profile: VehicleProfile) -> tuple[str | None, list[str]]:
-    """The profile role the model's inputs match (None when none does) and the abi-check rows that fail."""
+def _role(abi: Abi, profile: VehicleProfile, chosen: str | None = None) -> tuple[str | None, list[str]]:
+    """The profile role ``chosen`` (``--role``), else the one the model's inputs match (None when none does), and
+    the abi-check rows that fail."""
     try:
-        role = match_role(abi, profile)
+        role = chosen or match_role(abi, profile)
     except AbiError:
         return None, [f"no role of {profile.name} matches the model's inputs {abi.input_names()}"]
     rows = check_role(abi, profile.roles[role])
@@ -245,7 +250,7 @@ class _Stages:
         self.times[name] = self.times.get(name, 0.0) + self.prog.times[name]
 
 
-def _load_model(path: Path, model_name: str | None, profile: VehicleProfile) -> _Model:
+def _load_model(path: Path, model_name: str | None, profile: VehicleProfile, role: str | None = None) -> _Model:
     from jit.onnx.validate import OnnxError, checked_model
 
     try:
@@ -257,7 +262,7 @@ def _load_model(path: Path, model_name: str | None, profile: VehicleProfile) -> 
     except OnnxError as e:
         raise PackageError(f"model: {str(e).removeprefix(f'{path}: ')}") from None
     abi = infer_abi(proto)
-    role, warnings = _role(abi, profile)
+    role, warnings = _role(abi, profile, role)
     return _Model(path, model_name or path.name, data, proto, abi, role, warnings)
 
 
@@ -273,6 +278,28 @@ def _name_entries(models: list[_Model], profile: VehicleProfile) -> None:
             raise PackageError(f"models: expected one model per entry (role, else file name), got {other.path} and "
                                f"{m.path}: {why}")
         seen[m.entry] = m
+
+
+def _refuse_abi_mismatch(models: list[_Model], profile: VehicleProfile, chosen: bool) -> None:
+    """AbiMismatchError, with each failing model's abi-check table, when a model matches no role of the profile
+    or its ABI differs from the role's."""
+    from packager.abi_commands import role_report
+
+    bad = [m for m in models if m.abi_warnings]
+    if not bad:
+        return
+    table: list[str] = []
+    for m in bad:
+        why = "--role" if chosen else "the role its inputs match"
+        report = role_report(str(m.path), m.abi, m.role, why, profile, None) \
+            if m.role else None
+        roles = ", ".join(f"{n} ({', '.join(r.abi.input_names())})" for n, r in profile.roles.items())
+        table += report.lines if report else [f"{m.path} on {profile.name}: {m.abi_warnings[0]}; roles: {roles}"]
+    first = bad[0]
+    what = f"role {first.role!r}" if first.role else f"any role of {profile.name}"
+    above = "the abi-check table" if first.role else "the profile's roles and their inputs"
+    raise AbiMismatchError(f"abi: {first.path}: expected an ABI matching {what}, got {first.abi_warnings[0]} "
+                           f"({above} above; --allow-abi-mismatch packages it anyway)", table)
 
 
 def _step_models(models: list[_Model], profile: VehicleProfile) -> list[_Model]:
@@ -305,21 +332,29 @@ def build_package(models: str | Path | Sequence[str | Path], vehicle: str | Path
         raise PackageError(f"cpu_threads: expected an integer in 1..{MAX_CPU_THREADS}, got {opts.cpu_threads!r}")
     if opts.golden_sets < 1:
         raise PackageError(f"golden_sets: expected >= 1, got {opts.golden_sets}")
+    if opts.role is not None and len(paths) > 1:
+        raise PackageError(f"role: expected only with one model, got {len(paths)} models")
+    profile = load_vehicle(vehicle)  # a wrong vehicle is refused before any model is read
+    if opts.role is not None and opts.role not in profile.roles:
+        raise PackageError(f"--role: expected one of {', '.join(profile.roles)} for {profile.name}, got "
+                           f"{opts.role!r}")
     with stages.stage("load", ", ".join(map(str, paths))):
-        profile = load_vehicle(vehicle)
         vehicle_bytes = profile.path.read_bytes()
-        loaded = [_load_model(path, opts.model_name, profile) for path in paths]
+        loaded = [_load_model(path, opts.model_name, profile, opts.role) for path in paths]
         _name_entries(loaded, profile)
+        originals = loaded
         if opts.modeld:
             loaded = _step_models(loaded, profile)
-        for m in loaded:
-            for w in m.abi_warnings:
-                stages.prog.note("load", f"abi warning: {m.entry}: {w}" if len(loaded) > 1 else f"abi warning: {w}")
         device = Device.canonical(opts.target) if opts.target else \
             device_for(profile.target, profile.target_arch, profile.images)
         emulate = opts.emulate if opts.emulate is not None else ",".join(profile.emulated_dtypes)
         emulated = sorted(d.name for d in parse_emulated(emulate)) if emulate else []
         table, tuning_path, beam = _tuning(opts, out)
+        if opts.refuse_abi_mismatch:  # after every other input check: a bad --tuning is a usage error first
+            _refuse_abi_mismatch(originals, profile, opts.role is not None)
+        for m in loaded:
+            for w in m.abi_warnings:  # a problem, never silenced by --quiet
+                stages.prog.warn("load", f"abi warning: {m.entry}: {w}" if len(loaded) > 1 else f"abi warning: {w}")
     float16 = profile.float16 if opts.float16 is None else opts.float16
     settings: dict[str, Any] = {"EMULATED_DTYPES": ",".join(emulated), "NOOPT": int(NOOPT.value),
                                 "FLOAT16": int(float16), "fold_weights": True, "golden_sets": opts.golden_sets,
@@ -404,10 +439,17 @@ def _build_entry(m: _Model, device: str, profile: VehicleProfile, settings: dict
     sets = [make_inputs(GOLDEN_SEED + i) for i in range(golden_sets)]
     float16 = bool(settings["FLOAT16"])
 
-    def captured(device: str, half: bool) -> Any:
+    def captured(device: str, half: bool, prog: Progress | None = None) -> Any:
+        # ``prog``: one line per step, with a heartbeat while a step runs (the C compiler may take a minute)
+        step = (lambda what: prog.step("capture", f"{name}: {what}")) if prog else \
+            (lambda what: contextlib.nullcontext())
         if m.capture is not None:
-            return m.capture(device, half)
-        return capture_onnx(load_onnx(m.proto, device=device, float16=half), sets[0], target=device)
+            with step(f"trace the modeld step, fold weights, schedule, lower and compile kernels for {device}"):
+                return m.capture(device, half)
+        with step("ONNX graph to tensor ops"):
+            model = load_onnx(m.proto, device=device, float16=half)
+        with step(f"trace, fold weights, schedule, lower and compile kernels for {device}"):
+            return capture_onnx(model, sets[0], target=device)
 
     with Context(EMULATED_DTYPES=settings["EMULATED_DTYPES"]):
         # only the package's own kernels are tuned: a NOOPT reference below compiles with the defaults
@@ -415,9 +457,10 @@ def _build_entry(m: _Model, device: str, profile: VehicleProfile, settings: dict
         with stages.stage("capture", f"{name}: trace, fold weights, schedule and compile for {device}"), \
                 tuning as session:
             target = Device[device]
-            run = captured(device, float16)
+            run = captured(device, float16, stages.prog)
             assert run.report is not None
-            stages.prog.note("capture", run.report.summary())
+            counts = kernel_counts(run)
+            stages.prog.note("capture", f"{name}: {counts.text()}; {_memory_text(run.report)}")
             compiled = {k.name: compiled_kernel(target.name, k.name) for k in run.cmdbuf.kernels}
             if session is not None:
                 tuned.hits, tuned.searched = tuned.hits + session.hits, tuned.searched + session.searched
@@ -445,19 +488,19 @@ def _build_entry(m: _Model, device: str, profile: VehicleProfile, settings: dict
                 stages.prog.note("golden", f"{name}: {line.strip()}")
     policy = aggregate_policies((renamed[n], ck.dtype_policy) for n, ck in compiled.items() if ck is not None)
     kernel_list = []
+    nodes = run.report.kernel_nodes or ((),) * len(cmdbuf.kernels)  # a capture without ONNX nodes names none
     for i, (old, k) in enumerate(zip([k.name for k in run.cmdbuf.kernels], cmdbuf.kernels, strict=True)):
         ck = compiled[old]
         kernel_list.append({"name": k.name, "entry": k.entry, "section": kernel_section(name, i),
-                            "flops": ck.stats.flops if ck else 0, "bytes": ck.stats.bytes if ck else 0})
+                            "flops": ck.stats.flops if ck else 0, "bytes": ck.stats.bytes if ck else 0,
+                            "onnx_nodes": list(nodes[i])})
     budget = profile.roles[m.role] if m.role else None
     manifest = {
         "name": name, "role": m.role,
         "model": {"name": m.name, "sha256": hashlib.sha256(m.data).hexdigest(), "bytes": len(m.data)},
         "budget_mean_ms": budget.budget_mean_ms if budget else profile.model_mean_ms,
         "budget_max_ms": budget.budget_max_ms if budget else profile.model_max_ms,
-        "kernels": {"traced": run.report.kernels_traced, "kept": len(cmdbuf.kernels),
-                    "pruned": run.report.kernels_traced - len(cmdbuf.kernels), "dispatches": len(cmdbuf.dispatches),
-                    "list": kernel_list},
+        "kernels": {**counts.to_json(), "list": kernel_list},
         "arena_bytes": cmdbuf.arena_bytes,
         "weights": {"count": len(cmdbuf.weights), "bytes": sum(b.nbytes for b in cmdbuf.weights)},
         "dtype_policy": policy.as_dict(),
@@ -472,6 +515,19 @@ def _build_entry(m: _Model, device: str, profile: VehicleProfile, settings: dict
     }
     sections = _sections(name, cmdbuf, run.weights, sets, reference.outputs, target_outs)
     return _Built(name, manifest, sections, cmdbuf.alignment, _summary_policy(policy), target_states)
+
+
+def kernel_counts(run: Any) -> KernelCounts:
+    """A capture's kernel numbers (packager/manifest.py's KernelCounts): traced, dispatched, distinct kept."""
+    return KernelCounts.of(run.report.kernels_traced, len(run.cmdbuf.dispatches), len(run.cmdbuf.kernels))
+
+
+def _memory_text(report: Any) -> str:
+    ratio = report.arena_bytes / report.naive_bytes if report.naive_bytes else 1.0
+    lanes = sum(len(s.lanes) for s in report.segments)
+    return (f"{report.weights} weights ({report.weight_bytes} bytes); arena {report.arena_bytes} bytes vs naive "
+            f"{report.naive_bytes} ({ratio:.1%})" + (f"; {lanes} of the dispatches run as concurrent lanes in "
+                                                     f"{len(report.segments)} segment(s)" if lanes else ""))
 
 
 def _summary_policy(policy: Any) -> str:

@@ -192,6 +192,18 @@ def _map(path: Path) -> Any:
     return view.toreadonly()
 
 
+def _other_kind(head: bytes, where: str) -> str:
+    """What a file that is not a package looks like, and the command for it (empty when unknown)."""
+    if where.endswith(".onnx") or head[:1] == b"\x08":  # an ONNX ModelProto starts with field 1, ir_version
+        return (f": an ONNX model, not a package (check its ABI with `drivepack abi-check {where} --vehicle NAME`, "
+                f"package it with `drivepack package {where} --vehicle NAME -o OUT.dpk`)")
+    if head[:1] in (b"{", b"["):
+        return f": a JSON file, not a package (an .abi.json ABI: `drivepack abi-check {where} --vehicle NAME`)"
+    if head[:1] == b"\x80":
+        return ": a Python pickle, not a package (never loaded: drivepack executes nothing from a file)"
+    return ""
+
+
 def read_header(data: Any, where: str) -> tuple[int, int, int]:
     """(version, flags, manifest size) after checking magic, version, flags and the manifest range."""
     if len(data) < HEADER_SIZE:
@@ -199,7 +211,8 @@ def read_header(data: Any, where: str) -> tuple[int, int, int]:
                            "(truncated)")
     magic, version, flags, m_off, m_size, _ = HEADER.unpack_from(data, 0)
     if magic != MAGIC:
-        raise PackageError(f"{where}: magic expected {MAGIC!r} (a drivepack package), got {bytes(magic)!r}")
+        raise PackageError(f"{where}: magic expected {MAGIC!r} (a drivepack package), got {bytes(magic)!r}"
+                           f"{_other_kind(bytes(data[:2]), where)}")
     if version not in READS_VERSIONS:
         raise PackageError(f"{where}: format version expected one of {list(READS_VERSIONS)} (this drivepack reads "
                            f"format version {', '.join(map(str, READS_VERSIONS))}), got {version}")

@@ -18,3 +18,12 @@ class VerifyError(DrivepackError, ValueError):
 class SignatureError(PackageError):
     """A package not signed by a key trusted here (names the signer's fingerprint), a signature that does not
     verify, or a key file that cannot be read or written. Raised before anything of the package is used."""
+
+
+class AbiMismatchError(VerifyError):
+    """A model whose ABI does not match the vehicle role it was matched to (or matches none), refused by
+    ``package`` unless ``--allow-abi-mismatch``; ``details`` holds the abi-check table that shows where."""
+
+    def __init__(self, message: str, details: list[str]) -> None:
+        super().__init__(message)
+        self.details = details

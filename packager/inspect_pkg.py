@@ -43,6 +43,7 @@ def signature_json(pkg: Package) -> dict[str, Any]:
 def entry_json(entry: Entry) -> dict[str, Any]:
     cb, m = entry.cmdbuf, entry.manifest
     return {"name": entry.name, "role": m.role, "model": m.raw["model"], "reference": m.reference,
+            "kernel_counts": m.kernel_counts.to_json(),
             "accuracy": list(m.accuracy), "abi": abi_rows(entry), "metadata": dict(entry.abi.metadata),
             "kernels": kernel_rows(entry),
             "command_buffer": {"target": cb.target, "arena_bytes": cb.arena_bytes, "alignment": cb.alignment,
@@ -74,12 +75,12 @@ def inspect_text(pkg: Package) -> list[str]:
 
 
 def _entry_text(entry: Entry) -> list[str]:
-    m, k = entry.manifest, entry.manifest.raw["kernels"]
+    m = entry.manifest
     out = [f"entry {entry.name}: model {m.model_name} sha256 {m.model_sha256[:16]}...; role {m.role} (budget mean "
            f"{m.budget_mean_ms:g} ms, max {m.budget_max_ms:g} ms)",
            f"  golden reference: {describe_reference(m.reference)}",
-           f"  kernels {k['kept']} kept of {k['traced']} traced ({k['pruned']} pruned), {len(entry.cmdbuf.dispatches)} "
-           f"dispatches, arena {m.arena_bytes} bytes, {len(entry.weights)} weights "
+           f"  kernels: {m.kernel_counts.text()}",
+           f"  arena {m.arena_bytes} bytes, {len(entry.weights)} weights "
            f"({sum(w.nbytes for w in entry.weights.values())} bytes), {m.golden_sets} golden sets", "", "  ABI:"]
     for r in abi_rows(entry):
         where = f" buffer {r['buffer']}+{r['offset']}" if r["buffer"] else ""

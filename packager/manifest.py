@@ -41,6 +41,34 @@ class KernelEntry:
     section: str
     flops: int
     bytes: int
+    # the ONNX nodes it computes; None: a package written before the field existed (shown as "?")
+    onnx_nodes: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    """The one definition of an entry's kernel numbers that package, progress, inspect and the manifest use.
+
+    ``traced``: kernels the capture scheduled, one launch each; ``pruned``: those that read only weights, run
+    once at package time and folded into weights; ``dispatches``: the rest, the command buffer's launches
+    (traced = pruned + dispatches); ``kept``: the distinct compiled kernels those dispatches run (launches of an
+    identical kernel share one), the manifest's ``kernels.list``."""
+
+    traced: int
+    pruned: int
+    dispatches: int
+    kept: int
+
+    @classmethod
+    def of(cls, traced: int, dispatches: int, kept: int) -> KernelCounts:
+        return cls(traced, traced - dispatches, dispatches, kept)
+
+    def to_json(self) -> dict[str, int]:
+        return {"traced": self.traced, "pruned": self.pruned, "dispatches": self.dispatches, "kept": self.kept}
+
+    def text(self) -> str:
+        return (f"{self.traced} kernels traced: {self.pruned} pruned (folded into weights), {self.dispatches} "
+                f"dispatched, running {self.kept} distinct kernels")
 
 
 @dataclass(frozen=True)
@@ -65,6 +93,7 @@ class EntryManifest:
     abi: dict[str, Any]
     reference: dict[str, str]  # golden.reference (packager/reference.py)
     accuracy: tuple[dict[str, Any], ...]  # accuracy.slices (packager/accuracy.py), target vs reference
+    kernel_counts: KernelCounts  # kernels.traced / pruned / dispatches / kept
 
 
 @dataclass(frozen=True)
@@ -194,13 +223,19 @@ def _entry(doc: Any, manifest: str, index: int) -> EntryManifest:
     for i, k in enumerate(kern.list("list")):
         kf = _Fields(k, f"{where}.kernels.list[{i}]")
         kernels.append(KernelEntry(kf.str("name"), kf.str("entry"), kf.str("section"), kf.int("flops"),
-                                   kf.int("bytes")))
+                                   kf.int("bytes"), _node_names(kf)))
     traced, kept = kern.int("traced"), kern.int("kept")
     if kept != len(kernels):
         raise PackageError(f"{where}.kernels.kept: expected {len(kernels)} (the kernel list's length), got {kept}")
+    dispatches = kern.int("dispatches")
+    if dispatches < kept or dispatches > traced:
+        raise PackageError(f"{where}.kernels.dispatches: expected kept..traced = {kept}..{traced}, got {dispatches}")
+    counts = KernelCounts.of(traced, dispatches, kept)
     pruned = kern.int("pruned")
-    if pruned != traced - kept:
-        raise PackageError(f"{where}.kernels.pruned: expected traced - kept = {traced - kept}, got {pruned}")
+    # drivepack before KernelCounts wrote traced - kept here; either is read, and every command shows the counts
+    # computed from traced and dispatches
+    if pruned not in (counts.pruned, traced - kept):
+        raise PackageError(f"{where}.kernels.pruned: expected traced - dispatches = {counts.pruned}, got {pruned}")
     outputs = []
     for i, o in enumerate(golden.list("outputs")):
         of = _Fields(o, f"{where}.golden.outputs[{i}]")
@@ -226,7 +261,17 @@ def _entry(doc: Any, manifest: str, index: int) -> EntryManifest:
         budget_max_ms=f.num("budget_max_ms"), kernels=tuple(kernels), kernels_traced=traced, kernels_pruned=pruned,
         arena_bytes=f.int("arena_bytes"), golden_sets=golden.int("sets", 1, 64), outputs=tuple(outputs),
         checked_on=dict(checked), abi=f.obj_("abi").obj, reference=reference,
-        accuracy=_accuracy(f.obj_("accuracy"), reference["kind"]))
+        accuracy=_accuracy(f.obj_("accuracy"), reference["kind"]), kernel_counts=counts)
+
+
+def _node_names(kf: _Fields) -> tuple[str, ...] | None:
+    """``onnx_nodes``: absent (an older package), or a list of strings."""
+    if "onnx_nodes" not in kf.obj:
+        return None
+    names = kf.list("onnx_nodes")
+    if any(not isinstance(n, str) for n in names):
+        raise PackageError(f"{kf.where}.onnx_nodes: expected a list of strings, got {names!r:.120}")
+    return tuple(names)
 
 
 _ROW_KEYS = {"output": str, "start": int, "stop": int, "max_abs_err": (int, float), "max_rel_err": (int, float),

@@ -1,14 +1,20 @@
-"""Progress on stderr: one line per stage with its time, and a redrawn bar for stages with countable steps."""
+"""Progress on stderr: one line per stage with its time, and a redrawn bar for stages with countable steps.
+
+``enabled=False`` (``--quiet``) silences progress only: ``warn`` lines (problems a build continues past) are
+always printed.
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
 BAR_WIDTH = 24
+HEARTBEAT_S = 10.0  # how often a long step without countable sub-steps says it is still running
 
 
 class Progress:
@@ -35,6 +41,33 @@ class Progress:
 
     def note(self, name: str, text: str) -> None:
         self._print(f"[{name}] {text}")
+
+    def warn(self, name: str, text: str) -> None:
+        """A problem the build goes on past: printed even when progress is off."""
+        print(f"[{name}] {text}", file=self.stream, flush=True)
+
+    @contextmanager
+    def step(self, name: str, what: str, every: float = HEARTBEAT_S) -> Iterator[None]:
+        """One step of a stage that has no countable parts (a C compiler run): ``what ...`` when it starts,
+        ``what: still running, N s`` every ``every`` seconds while it runs, ``what: N s`` when it ends."""
+        self._print(f"[{name}] {what} ...")
+        start = time.perf_counter()
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(every):
+                self._print(f"[{name}] {what}: still running, {time.perf_counter() - start:.0f} s")
+
+        ticker = threading.Thread(target=beat, daemon=True) if self.enabled else None
+        if ticker is not None:
+            ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            if ticker is not None:
+                ticker.join()
+        self._print(f"[{name}] {what}: {time.perf_counter() - start:.2f} s")
 
     def bar(self, name: str, done: int, total: int, label: str = "") -> None:
         """Draw ``done`` of ``total``: redrawn in place on a terminal, one line per step otherwise."""

@@ -8,6 +8,11 @@ newest runs the whole step. Latency is a run's completion minus its frame's arri
 above one frame period. JSON: ``{"package", "size", "device", "rate_hz", "frames", "runs", "prepared",
 "dropped_pct", "latency_ms": {...}, "budget_ms": {"mean", "max"}, "deadline_ms", "deadline_misses",
 "prepare_ms": {...} or null}``.
+
+A plain (not modeld) package takes ``--rate`` through packager/replay_stats.py's ``fixed_rate``: one inference per
+tick, no frames dropped; an inference that overruns its period makes the next tick start late (``late_starts``),
+and that lateness counts in the next latency (tick to completion), which ``replay`` sets against the vehicle's
+budget.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from packager.errors import PackageError
+from packager.replay_context import ran_on
 from packager.replay_stats import latency_summary
 
 FRAME_POOL = 4  # distinct synthetic frames cycled through (generating 4.8 MB per frame would be timed otherwise)
@@ -111,5 +117,6 @@ def run_rate_benchmark(pkg: Any, rate_hz: float, frames: int, size: str | None =
     budget = {"mean": run_entry.manifest.budget_mean_ms, "max": run_entry.manifest.budget_max_ms}
     lat = latency_summary(latencies)
     misses = sum(t > period for t in latencies)
-    return RateStats(str(pkg.path), step.size, device or pkg.manifest.target_device, rate_hz, frames, runs, prepared,
+    where = ran_on(step.run_replay.target)[0]  # the device that ran, e.g. "OPENCL (...) emulating QCOM:630"
+    return RateStats(str(pkg.path), step.size, where, rate_hz, frames, runs, prepared,
                      lat, budget, misses, latency_summary(prepare_times) if prepare_times else None)

@@ -100,6 +100,9 @@ class Runtime(abc.ABC):
 
     name: str = "?"
     limits: TargetLimits = TargetLimits()
+    # whether this target's replay compiles the kernels' sources itself (the CPU driver: one object of all of
+    # them), so that a capture renders its kernels without building each one first
+    replay_builds_kernels: bool = False
 
     @abc.abstractmethod
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:

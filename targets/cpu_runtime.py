@@ -100,6 +100,43 @@ def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[
     return [found[k] for k in keys]  # type: ignore[misc]
 
 
+def compile_shared_parts(parts: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> Path:
+    """One shared object of the translation units ``parts``, each compiled by its own compiler run, all at once
+    (one per core), then linked; cached by the parts' text like ``compile_shared`` (a hit starts no compiler)."""
+    global cc_invocations
+    if len(parts) == 1:
+        return compile_shared(parts[0], cc, flags)
+    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
+    key = _cache_key("\0".join(("parts", *parts)), cc, flags)
+    found = cached_artifact(key, ".so")
+    if found is not None:
+        return found
+    object_flags = [f for f in flags if f != "-shared"]
+    with tempfile.TemporaryDirectory() as tmp:
+        objects, procs = [], []
+        for i, part in enumerate(parts):
+            src = Path(tmp) / f"part{i}.c"
+            src.write_text(part)
+            objects.append(str(Path(tmp) / f"part{i}.o"))
+            procs.append(subprocess.Popen([cc, *object_flags, "-c", str(src), "-o", objects[-1]],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        cc_invocations += len(parts) + 1
+        errors = [(i, proc.communicate()[1]) for i, proc in enumerate(procs)]
+        failed = [(i, err) for (i, err), proc in zip(errors, procs, strict=True) if proc.returncode != 0]
+        if failed:
+            i, err = failed[0]
+            raise CompileError(f"C compile failed ({cc} {' '.join(object_flags)} -c), part {i}:\n{err}\n"
+                               f"--- source ---\n{parts[i]}")
+        out = Path(tmp) / "kernels.so"
+        proc = subprocess.run([cc, *flags, *objects, "-o", str(out), "-lm"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"C link failed ({cc} {' '.join(flags)}):\n{proc.stderr}")
+        publish(cache_dir() / f"{key}.so", out.read_bytes())
+    found = cached_artifact(key, ".so")
+    assert found is not None
+    return found
+
+
 def compile_shared(source: str, cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> Path:
     """Compile ``source`` to a shared object, or return the cached one for the same source and flags."""
     return compile_shared_many([source], cc, flags)[0]
@@ -113,6 +150,11 @@ def cpu_threads() -> int:
     if not raw.strip().isdigit() or int(raw) < 1:
         raise CompileError(f"{THREADS_ENV}: expected a positive integer, got {raw!r}")
     return int(raw)
+
+
+def compile_jobs() -> int:
+    """Compiler runs to start side by side: the cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 _pool: list[cpu_pool.Pool] = []
@@ -154,6 +196,7 @@ class CPURuntime(Runtime):
 
     name = "CPU"
     limits = TargetLimits(max_local_size=1, buffer_alignment=BUFFER_ALIGNMENT)
+    replay_builds_kernels = True  # targets/replay_cpu.py compiles the kernels into its driver
 
     def __init__(self, threads: int | None = None) -> None:
         self._ffi = cffi.FFI()

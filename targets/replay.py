@@ -37,6 +37,7 @@ from __future__ import annotations
 import abc
 import importlib
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Mapping
@@ -47,6 +48,7 @@ import numpy as np
 
 from jit.common.dtype import dtypes, to_numpy
 from jit.common.errors import DrivepackError, UnsupportedOp
+from jit.common.helpers import DEBUG
 from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer
 from targets.registry import Device
@@ -300,8 +302,17 @@ class Replay(abc.ABC):
         arrays, modes = self.checked_inputs({**inputs, **kwargs} if inputs else kwargs)
         with self.lock:
             self.input_modes = dict(zip(self.input_names, modes, strict=True))
-            outputs = self._run(arrays)
+            outputs = self._run(arrays) if not DEBUG >= 2 else self._debug_run(arrays)
         return dict(zip(self.output_names, outputs, strict=True))
+
+    def _debug_run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """One call, dispatch by dispatch, printing a line per dispatch to stderr (``DEBUG=2``, as the eager
+        run prints its launches): each dispatch is waited for, so the call is slower than a replay."""
+        times, outputs = self._profile(arrays)
+        for i, (d, t) in enumerate(zip(self.cmdbuf.dispatches, times, strict=True)):
+            print(f"*** {self.target.name:6s} #{i:<4d} {self.cmdbuf.kernels[d.kernel].name:28s} global "
+                  f"{d.global_size!s:16s} {t * 1e3:9.3f} ms", file=sys.stderr)
+        return outputs
 
     # whether ``set_threads`` means anything here (the CPU driver's pool; an OpenCL device schedules its own)
     threaded = False
@@ -323,7 +334,7 @@ class Replay(abc.ABC):
             before = self.threads
             self.set_threads(threads)
             try:
-                outputs = self._run(arrays)
+                outputs = self._run(arrays) if not DEBUG >= 2 else self._debug_run(arrays)
             finally:
                 self.set_threads(before)
         return dict(zip(self.output_names, outputs, strict=True))
@@ -337,7 +348,7 @@ class Replay(abc.ABC):
         arrays, modes = self.checked_inputs({**inputs, **kwargs} if inputs else kwargs)
         with self.lock:
             self.input_modes = dict(zip(self.input_names, modes, strict=True))
-            times = self._profile(arrays)
+            times = self._profile(arrays)[0]
         names = [self.cmdbuf.kernels[d.kernel].name for d in self.cmdbuf.dispatches]
         return [DispatchTime(i, n, t) for i, (n, t) in enumerate(zip(names, times, strict=True))]
 
@@ -381,8 +392,8 @@ class Replay(abc.ABC):
         """One replay over checked inputs (command-buffer order); the outputs in command-buffer order."""
 
     @abc.abstractmethod
-    def _profile(self, inputs: list[np.ndarray]) -> list[float]:
-        """Seconds per dispatch, each dispatch run and waited for on its own."""
+    def _profile(self, inputs: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
+        """(seconds per dispatch, each dispatch run and waited for on its own; the call's outputs)."""
 
     @abc.abstractmethod
     def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None: ...

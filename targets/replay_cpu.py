@@ -48,6 +48,8 @@ DRIVER_HEADER = """#include <stdint.h>
 """
 # flags added to the kernels' own: symbols stay local to the object, calls between them direct
 DRIVER_FLAGS = ("-fvisibility=hidden",)
+# below this many kernels per translation unit a parallel build costs more compiler starts than it saves
+MIN_KERNELS_PER_PART = 8
 _THREADS_SETTER = "drivepack_set_threads"
 # the flags a CPU kernel may record (``default_flags``): the target's, with or without OpenMP; "" (a command
 # buffer written without flags) means the target's
@@ -84,10 +86,10 @@ class CPUReplay(Replay):
         # package text never steers the compiler: flags are the target's own, sources the renderer's shape
         check_kernels(cmdbuf, C, TARGET_FLAGS)
         self.slots = self._slot_table()
-        source = driver_source(cmdbuf, self.slots)
-        self.source = source
+        parts = driver_parts(cmdbuf, self.slots, cpu.compile_jobs())
+        self.source = "\n".join(parts)
         self.flags = _flags(cmdbuf)
-        path = cpu.compile_shared(source, flags=(*self.flags, *DRIVER_FLAGS))
+        path = cpu.compile_shared_parts(parts, flags=(*self.flags, *DRIVER_FLAGS))
         if any(f in self.flags for f in cpu.OPENMP_FLAGS):
             cpu.pin_openmp_runtime()
         self._ffi = cffi.FFI()
@@ -99,7 +101,7 @@ class CPUReplay(Replay):
         if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
             self._lib.drivepack_set_pool(self._ffi.cast("void*", cpu.thread_pool().parallel_for_address))
         self.set_threads(int(getattr(target, "threads", 1)))
-        if cpu.OMP_THREADS_SYMBOL in source:
+        if cpu.OMP_THREADS_SYMBOL in self.source:
             # a forked child cannot use the parent's OpenMP thread pool (kernels of an earlier version's pragma):
             # it runs single-threaded; the drivepack pool starts its own workers in a child
             os.register_at_fork(after_in_child=cpu.call_if_alive(weakref.WeakMethod(self._single_thread)))
@@ -163,7 +165,7 @@ class CPUReplay(Replay):
         del keep
         return outputs
 
-    def _profile(self, inputs: list[np.ndarray]) -> list[float]:
+    def _profile(self, inputs: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
         outputs = self.new_outputs()
         keep = self._bind(inputs, outputs)
         times = []
@@ -172,7 +174,7 @@ class CPUReplay(Replay):
             self._dispatch_fn(self._table, i)
             times.append(time.perf_counter() - start)
         del keep
-        return times
+        return times, outputs
 
     def state_array(self, name: str) -> np.ndarray:
         """The aligned host array state ``name`` lives in (no copy: what the driver's slot points at)."""
@@ -282,13 +284,13 @@ def _run_body(cmdbuf: CommandBuffer, calls: list[str], lanes: dict[int, str]) ->
     return lines
 
 
-def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
-    """The kernels followed by the driver's pool glue, ``drivepack_run`` (every dispatch in order, segments'
-    lanes concurrently), ``drivepack_dispatch`` (one) and the thread-count setter (which also sets the OpenMP
-    team size of kernels built with the pragma, in command buffers of earlier versions)."""
+def _glue(cmdbuf: CommandBuffer, slots: dict[str, int]) -> list[str]:
+    """The driver's pool glue, ``drivepack_run`` (every dispatch in order, segments' lanes concurrently),
+    ``drivepack_dispatch`` (one) and the thread-count setter (which also sets the OpenMP team size of kernels
+    built with the pragma, in command buffers of earlier versions): what follows the kernels."""
     calls, jobs = _statements(cmdbuf, slots)
     lanes, lane_fns = _lanes(cmdbuf, calls)
-    lines = [DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), "", DRIVER_POOL, *jobs, *lane_fns, ""]
+    lines = [DRIVER_POOL, *jobs, *lane_fns, ""]
     symbol = cpu.OMP_THREADS_SYMBOL
     omp = f" {symbol} = n;" if any(f"int {symbol}" in k.source for k in cmdbuf.kernels) else ""
     lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ dp_threads = n;{omp} }}", ""]
@@ -296,4 +298,37 @@ def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
     lines += ["}", "", "DP_EXPORT int drivepack_dispatch(void **p, int i) {", "  switch (i) {"]
     lines += [f"  case {i}: {c} return 0;" for i, c in enumerate(calls)]
     lines += ["  default: return -1;", "  }", "}", ""]
-    return "\n".join(lines)
+    return lines
+
+
+def driver_source(cmdbuf: CommandBuffer, slots: dict[str, int]) -> str:
+    """The kernels followed by the driver's glue (``_glue``): one translation unit."""
+    return "\n".join([DRIVER_HEADER, *(k.source for k in cmdbuf.kernels), "", *_glue(cmdbuf, slots)])
+
+
+def _declaration(source: str, name: str) -> str:
+    """What the glue needs to call kernel ``name`` of another translation unit: the text before its definition
+    (includes and guarded typedefs, which its parameters may use) and its signature as a prototype."""
+    head, _, rest = source.partition(f"void {name}(")
+    return f"{head}void {name}({rest.split(') {', 1)[0]});"
+
+
+def driver_parts(cmdbuf: CommandBuffer, slots: dict[str, int], jobs: int) -> list[str]:
+    """``driver_source`` as up to ``jobs`` translation units to compile side by side: the kernels in groups of
+    about equal source size, and the glue, which declares them. Kernels defining an object-wide symbol (integer
+    power helpers, the OpenMP team size: defined once per object) stay in the glue's unit, and a command buffer
+    of fewer than ``MIN_KERNELS_PER_PART`` kernels per unit is one unit."""
+    n = min(jobs, len(cmdbuf.kernels) // MIN_KERNELS_PER_PART)
+    if n < 2:
+        return [driver_source(cmdbuf, slots)]
+    shared = [k for k in cmdbuf.kernels if "#ifndef DP_IPOW" in k.source or f"int {cpu.OMP_THREADS_SYMBOL}" in k.source]
+    groups: list[list[str]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    apart = [k for k in cmdbuf.kernels if k not in shared]
+    for k in sorted(apart, key=lambda k: -len(k.source)):
+        g = sizes.index(min(sizes))
+        groups[g].append(k.source)
+        sizes[g] += len(k.source)
+    glue = [DRIVER_HEADER, *(k.source for k in shared), *(_declaration(k.source, k.entry) for k in apart), "",
+            *_glue(cmdbuf, slots)]
+    return [*("\n".join(g) for g in groups if g), "\n".join(glue)]

@@ -407,7 +407,7 @@ class OpenCLReplay(Replay):
         self._submit(inputs)
         return self._read_outputs()
 
-    def _profile(self, inputs: list[np.ndarray]) -> list[float]:
+    def _profile(self, inputs: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
         binding = self._bind_inputs(inputs)
         times = []
@@ -429,8 +429,7 @@ class OpenCLReplay(Replay):
                 times.append((t[0] - start) * 1e-9)
             finally:
                 lib.clReleaseEvent(event[0])
-        self._read_outputs()
-        return times
+        return times, self._read_outputs()
 
     def time_enqueue(self, inputs: Mapping[str, Any]) -> tuple[float, float]:
         """(seconds to write the inputs and enqueue one replay, seconds until its outputs were read back)."""

@@ -74,6 +74,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("on_device", ("CPU",) if cpu_only else DEVICE_MATRIX, indirect=True)
 
 
+# `pytest -m "not slow"` is the development subset (README): the CPU target only. A test's run on another target
+# (an OPENCL or QCOM parameter, an *_opencl test, the modules of those targets) counts as slow: CI runs them all.
+_OTHER_TARGETS = ("OPENCL", "QCOM")
+_OTHER_TARGET_MODULES = frozenset({"test_opencl.py", "test_opencl_launch_options.py", "test_replay_opencl.py",
+                                   "test_qcom.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        values = " ".join(str(v) for v in params.values())
+        if any(t in values for t in _OTHER_TARGETS) or item.name.split("[", 1)[0].endswith("_opencl") or \
+                item.path.name in _OTHER_TARGET_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def on_device(request: pytest.FixtureRequest) -> Iterator[str | None]:
     """Runs the test with ``Device.DEFAULT`` set to the matrix device (tests outside the matrix: untouched)."""

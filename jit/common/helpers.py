@@ -43,9 +43,12 @@ NOLOCALS = Setting("NOLOCALS", 0)  # OpenCL: launch with a NULL local size (the 
 WINO = Setting("WINO", "auto")
 # STREAMS=0: CPU replays run every dispatch in order, none of them side by side in lanes (jit/schedule/streams.py)
 STREAMS = Setting("STREAMS", 1)
+# FUSION_COST=0: fuse every elementwise producer into the reduce reading it, however often it is recomputed there
+# (the fusion cost model, jit/schedule/fusion_cost.py, is off)
+FUSION_COST = Setting("FUSION_COST", 1)
 
 _SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, BEAM, VIZ, EMULATED_DTYPES, NOLOCALS, WINO,
-                                                 STREAMS)}
+                                                 STREAMS, FUSION_COST)}
 
 
 @contextlib.contextmanager

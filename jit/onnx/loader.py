@@ -25,6 +25,7 @@ import jit.onnx.ops  # noqa: F401  registers the handlers
 from jit.common.dtype import DType, dtypes, from_numpy
 from jit.common.errors import DrivepackError, DTypeError, UnsupportedOp
 from jit.frontend.tensor import Tensor
+from jit.ir.provenance import tag_new
 from jit.onnx.fold import try_fold
 from jit.onnx.host_ops import HOST_OPS, HostNode
 from jit.onnx.registry import (
@@ -148,6 +149,8 @@ class OnnxModel:
                     raise OnnxError(f"{node.op_type} at node {node.name!r}: input {name!r} is not defined earlier")
                 ins.append(env[name])
             outs = self.run_node(node, ins, env)
+            # what this node's ops newly built is this node's: kernels are named by it (jit/ir/provenance.py)
+            tag_new((v.tensor.uop for v in outs if v is not None and v.tensor is not None), node_label(node))
             for name, v in zip(node.output, outs, strict=False):
                 if name:
                     env[name] = v
@@ -184,6 +187,11 @@ class OnnxModel:
         from_known = deterministic and all(v is None or v.const or v.known for v in ins)
         return [self._demoted(o if isinstance(o, Value) else Value(host=o, const=True) if isinstance(o, np.ndarray)
                               else Value(tensor=o, const=from_consts, known=from_known)) for o in outs]
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How a node is named in kernel provenance: its name, else ``OpType:first_output`` (names are optional)."""
+    return node.name or f"{node.op_type}:{node.output[0] if node.output else '?'}"
 
 
 def _value_specs(values: Any) -> dict[str, tuple[DType | None, tuple[int | str, ...]]]:

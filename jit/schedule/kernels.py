@@ -5,7 +5,9 @@ index other than the consuming kernel's own output index (read through a movemen
 reduce) or by more than one consumer. Elementwise chains fuse into one kernel, and a reduce whose only
 consumer is the elementwise epilogue of a kernel fuses into that kernel. A reduce's elementwise epilogue that
 reads more than constants (bias, BN, residual add) and that a reduce kernel reads at other indices (the next conv
-or matmul) is a kernel output of its own: it runs once after the producing reduce instead of once per read.
+or matmul) is a kernel output of its own: it runs once after the producing reduce instead of once per read. So is
+any elementwise producer a reduce kernel would recompute per output block at more than it costs to store and
+reload, or holding a transcendental (the fusion cost model, jit/schedule/fusion_cost.py; ``FUSION_COST=0``: off).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import weakref
 from dataclasses import dataclass
 
 from jit.common.dtype import DType, commit_weak
+from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
+from jit.schedule.fusion_cost import dear_producers
 from jit.schedule.lower import LoweringContext, kernel_name, lower_kernel
 
 _uids = itertools.count(1)
@@ -45,6 +49,7 @@ class ScheduledKernel:
     out_buffer: UOp  # BUFFER written (parameter 0)
     buffers: list[UOp]  # every BUFFER in parameter order, the output first
     device: str
+    onnx_nodes: tuple[str, ...] = ()  # the ONNX nodes whose ops it computes (jit/ir/provenance.py)
 
 
 def _substitute_stopping(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
@@ -64,6 +69,7 @@ def _substitute_stopping(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
             continue
         new_src = tuple(done[s] for s in node.src)
         done[node] = node if new_src == node.src else node.replace(src=new_src)
+        inherit(done[node], node)
     return done[root]
 
 
@@ -153,8 +159,11 @@ def _recomputed_epilogues(boundaries: set[UOp]) -> set[UOp]:
 
 
 def find_boundaries(targets: list[UOp]) -> list[UOp]:
-    """Every node that becomes a kernel output, in execution order."""
+    """Every node that becomes a kernel output, in execution order: the realize targets, CONTIGUOUS nodes and
+    shared reduces, closed (``_close_boundaries``) and grown by the epilogues (``_recomputed_epilogues``) and
+    producers (jit/schedule/fusion_cost.py) a reduce kernel would recompute per read, until stable."""
     order = toposort(targets)
+    rank = {n: i for i, n in enumerate(order)}
     users: dict[UOp, int] = {}
     for node in order:
         for s in node.src:
@@ -164,8 +173,8 @@ def find_boundaries(targets: list[UOp]) -> list[UOp]:
     base |= {n for n in order if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1}
     forced: set[UOp] = set()
     while True:  # epilogues made outputs change which reduces are read indirectly: close again until stable
-        boundaries = _close_boundaries(base | forced)
-        extra = _recomputed_epilogues(boundaries) - forced
+        boundaries = _close_boundaries(base | forced, rank)
+        extra = (_recomputed_epilogues(boundaries) | dear_producers(boundaries)) - forced
         if not extra:
             return [n for n in order if n in boundaries]
         forced |= extra
@@ -177,12 +186,14 @@ def _epilogue_of_reduce(node: UOp, boundaries: set[UOp]) -> bool:
     return any(s.op is Ops.REDUCE_AXIS and s not in boundaries for s in _epilogue_walk(node, boundaries)[1])
 
 
-def _close_boundaries(start: set[UOp]) -> set[UOp]:
+def _close_boundaries(start: set[UOp], rank: dict[UOp, int]) -> set[UOp]:
     """``start`` plus every reduce some kernel reads at another index than its own output's. A padded reduce
     epilogue (a conv's bias + activation, padded for the next conv) becomes a kernel as a whole, its reduces
-    fused into it, instead of each reduce alone with the epilogue recomputed by the pad's reader."""
+    fused into it, instead of each reduce alone with the epilogue recomputed by the pad's reader. Kernels are
+    walked in graph order (``rank``: a node's place in the toposort): which one claims a shared epilogue first
+    decides the result, and a set's order differs between processes (UOps hash by identity)."""
     boundaries = set(start)
-    work = list(boundaries)
+    work = sorted(boundaries, key=rank.__getitem__)
     while work:
         k = work.pop()
         for node, direct in _kernel_region(k, boundaries):
@@ -215,7 +226,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             continue
         body = _substitute_stopping(node, views)
         ast, ctx = lower_kernel(body, buf)
-        kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device))
+        kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device,
+                                       names_in(toposort([body]))))
     becomes: dict[UOp, UOp] = dict(known)
     for original, rebuilt in zip(targets, graph, strict=True):
         becomes[original] = views.get(rebuilt, rebuilt)

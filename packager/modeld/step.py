@@ -164,7 +164,9 @@ def step_function(plan: StepPlan, vision: ModelCall, policy: ModelCall | None,
             frame, tfm = CAMERA_INPUTS[cam]
             # materialised once: the models must read exactly the pixels the queue keeps (a warp fused into a
             # conv would be recompiled there, and round a tie differently under another FMA contraction)
-            queue = _push(args[f"{cam}_frames"], model_frame(args[frame], args[tfm], plan.geometry[cam])).contiguous()
+            # the warp is its own kernel: fused into the queue shift, the shift's copies went at the warp's pace
+            warped = model_frame(args[frame], args[tfm], plan.geometry[cam]).contiguous()
+            queue = _push(args[f"{cam}_frames"], warped).contiguous()
             out[f"{cam}_frames"] = queue
             frames[cam] = queue
         imgs = {}

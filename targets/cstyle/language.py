@@ -17,6 +17,23 @@ INFIX: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<
                          Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 
 
+# an inlined expression nesting deeper than this gets a variable: a fused chain of hundreds of ops would otherwise
+# be one expression as deep as the chain, past what a package's reader (targets/index_parse.py) accepts
+MAX_INLINE_DEPTH = 24
+
+
+def paren_depth(text: str) -> int:
+    """The deepest nesting of parentheses in ``text``."""
+    depth = deepest = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    return deepest
+
+
 @dataclass(frozen=True)
 class CStyleLanguage:
     """What one C dialect spells differently."""
@@ -83,6 +100,9 @@ class CStyleLanguage:
     # as C casts convert them (``vector_convert``, same lane count); "" = lane by lane
     vector_reinterpret: str = ""
     vector_convert: str = ""
+    # whether ``exp`` takes a vector (OpenCL's overloads do; C's expf takes one float): without, the codegen
+    # pipeline computes float32 exp on vector lanes as arithmetic (jit/codegen/passes/vector_exp.py)
+    vector_exp: bool = True
     # conversions from 8- or 16-bit lanes to 32-bit ones widen one step at a time (8 -> 16 -> 32 bits, then to
     # float): GCC 12 compiles a direct uint8x8 -> float32x8 convert (and the byte shuffle before it) lane by lane,
     # eight scalar converts per vector; through uint16x8 and int32x8 it is two zero-extends and one vcvtdq2ps

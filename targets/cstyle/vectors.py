@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 
 from jit.common.dtype import DType, ImageDType, PtrDType, dtypes
 from jit.ir.uop import Ops, UOp
-from targets.cstyle.language import INFIX, CStyleLanguage
+from targets.cstyle.language import INFIX, MAX_INLINE_DEPTH, CStyleLanguage, paren_depth
 
 # ops a language's vector types compute directly on 32-bit lanes (vector op vector, or vector op scalar); more are
 # whole-vector expressions where the language spells them (``VectorExprs.whole_vector_text``), the rest are
@@ -26,6 +26,10 @@ _SAME_WIDTH_INTS = {1: (dtypes.int8, dtypes.uint8), 2: (dtypes.int16, dtypes.uin
 # lane types whole-vector conversions take (bool lanes are int32 0/1: converting them gives 0/1 too)
 _VECTOR_LANE_TYPES = frozenset({dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.uint8, dtypes.uint16,
                                 dtypes.uint32, dtypes.float32})
+
+
+def _not_nan_const(u: UOp) -> bool:
+    return u.op is Ops.CONST and isinstance(u.arg, (int, float)) and u.arg == u.arg
 
 
 def lane32(d: object) -> bool:
@@ -152,14 +156,21 @@ class VectorExprs(ABC):
             return self.expr(s, force_var=True)
         return self.ctor(d, [self.expr(s, force_var=True)] * self.lanes)
 
-    def vector_min_max(self, op: Ops, d: DType, a: str, b: str) -> str:
+    def vector_min_max(self, op: Ops, d: DType, a: str, b: str, a_not_nan: bool = False,
+                       b_not_nan: bool = False) -> str:
         """MAX/MIN of vectors ``a``, ``b`` (variables: each is spelled more than once) as the scalar spelling
-        computes it: ``a`` where it is the larger (smaller) or, for floats, NaN (NaN propagates), else ``b``."""
-        cmp = self.lang.vector_compare
+        computes it: ``a`` where it is the larger (smaller) or, for floats, NaN (NaN propagates), else ``b``.
+        Where ``b`` has no NaN lane (a clip's constant bound) one compare gives the same lanes, -0.0 and NaN
+        included: MAX is ``a <= b ? b : a`` and MIN ``b <= a ? b : a``."""
+        cmp, select = self.lang.vector_compare, self.lang.vector_select
+        types = {"vt": self.vtname(d), "it": self.vtname(dtypes.int32)}
+        if d.is_float and b_not_nan:
+            cond = cmp.format(a=a, b=b, op="<=") if op is Ops.MAX else cmp.format(a=b, b=a, op="<=")
+            return select.format(c=cond, a=b, b=a, **types)
         cond = cmp.format(a=b, b=a, op="<") if op is Ops.MAX else cmp.format(a=a, b=b, op="<")
-        if d.is_float:
+        if d.is_float and not a_not_nan:
             cond = f"({cond}|{cmp.format(a=a, b=a, op='!=')})"
-        return self.lang.vector_select.format(c=cond, a=a, b=b, vt=self.vtname(d), it=self.vtname(dtypes.int32))
+        return select.format(c=cond, a=a, b=b, **types)
 
     def vector_convert_text(self, src: UOp, d: DType) -> str:
         """Vector ``src`` converted lane by lane to ``d``, through the wider integer lanes first where the
@@ -189,8 +200,13 @@ class VectorExprs(ABC):
             a, b = (self.vector_operand(s, ut) if self.lane not in self.deps(s) else
                     lang.vector_reinterpret.format(x=self.expr(s), vt=self.vtname(ut)) for s in u.src)
             return lang.vector_reinterpret.format(x=f"({a}{INFIX[op]}{b})", vt=self.vtname(d))
+        if op is Ops.BITCAST and lang.vector_reinterpret and lane32(d) and lane32(u.src[0].dtype):
+            return lang.vector_reinterpret.format(x=self.expr(u.src[0]), vt=self.vtname(d))
+        if op is Ops.RECIPROCAL and d is dtypes.float32:  # a scalar 1 divides every lane (sigmoid's 1 / (1 + e))
+            return f"(1.0f/{self.expr(u.src[0])})"
         if op in (Ops.MAX, Ops.MIN) and lang.vector_select and lane32(d):
-            return self.vector_min_max(op, d, self.as_vector(u.src[0], d), self.as_vector(u.src[1], d))
+            return self.vector_min_max(op, d, self.as_vector(u.src[0], d), self.as_vector(u.src[1], d),
+                                       _not_nan_const(u.src[0]), _not_nan_const(u.src[1]))
         if d.is_bool and op in (Ops.AND, Ops.OR, Ops.XOR) and all(s.dtype == dtypes.bool for s in u.src):
             a, b = (self.vector_operand(s, dtypes.int32) for s in u.src)
             return f"({a}{INFIX[op]}{b})"
@@ -246,7 +262,7 @@ class VectorExprs(ABC):
             var = self.new_var("alu")
         elif self.vector_native(u):
             text = self.alu_text(u, [self.expr(s) for s in u.src])
-            if self.uses.get(u, 0) <= 1 and not force_var:
+            if self.uses.get(u, 0) <= 1 and not force_var and paren_depth(text) <= MAX_INLINE_DEPTH:
                 return text
             var = self.new_var("alu")
         else:

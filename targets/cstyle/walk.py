@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from jit.common.dtype import DType, ImageDType, PtrDType, dtypes
 from jit.common.errors import CompileError
 from jit.ir.uop import GroupOp, Ops, UOp, add_terms, toposort
-from targets.cstyle.language import INFIX, CStyleLanguage, render_const
+from targets.cstyle.language import INFIX, MAX_INLINE_DEPTH, CStyleLanguage, paren_depth, render_const
 from targets.cstyle.vectors import VectorExprs, lane32
 
 _INLINE = frozenset({Ops.CONST, Ops.RANGE, Ops.INDEX, Ops.DEFINE_GLOBAL})
@@ -178,7 +178,7 @@ class KernelRenderer(VectorExprs):
                                                width=image.width)
         elif op is Ops.LOAD:
             text = f"*({srcs[0]})"
-        elif self.uses.get(u, 0) <= 1 and not force_var:
+        elif self.uses.get(u, 0) <= 1 and not force_var and paren_depth(text) <= MAX_INLINE_DEPTH:
             # C computes narrow types in int/float: an inlined value must be wrapped/rounded to its own type,
             # as assigning it to a variable would
             narrow = isinstance(u.dtype, DType) and u.dtype.itemsize < 4 and not u.dtype.is_bool \
@@ -224,8 +224,11 @@ class KernelRenderer(VectorExprs):
             return f"(!{s[0]})" if d.is_bool else f"(~{s[0]})"
         if op in (Ops.MAX, Ops.MIN):
             cmp = ">" if op is Ops.MAX else "<"
-            if d.is_float:  # NaN propagates, as numpy's maximum/minimum
-                return f"(({s[0]}{cmp}{s[1]}||{s[0]}!={s[0]})?{s[0]}:{s[1]})"
+            if d.is_float:
+                # numpy's maximum/minimum: ``a`` where it wins or is NaN, else ``b`` (ties and NaN ``b`` too), spelled
+                # with the tests on ``b``: on ``a`` (a reduce's accumulator) the C compiler branches instead of
+                # selecting, and a max-pool ran about three times slower
+                return f"(({s[1]}!={s[1]}||{s[1]}{cmp}={s[0]})?{s[1]}:{s[0]})"
             return f"(({s[0]}{cmp}{s[1]})?{s[0]}:{s[1]})"
         if op in (Ops.IDIV, Ops.MOD) and not d.is_float and u.src[1].op is Ops.CONST and u.src[1].arg not in (0, -1):
             return f"({s[0]}{'/' if op is Ops.IDIV else '%'}{s[1]})"  # no trap to guard against
@@ -345,8 +348,9 @@ class KernelRenderer(VectorExprs):
             self.line(f"{self.vtname(red.dtype) if vec else self.tname(red.dtype)} {accs[-1]} = {init};")
         for rng in ranges:
             self.open_loop(rng)
-        # a combine computed lane by lane reads its value once per lane: it needs a variable
-        values = [self.expr(red.src[0], force_var=vec and not self.vector_native(c))
+        # a combine computed lane by lane reads its value once per lane, a min/max spells it more than once: it
+        # needs a variable
+        values = [self.expr(red.src[0], force_var=(vec and not self.vector_native(c)) or c.op in (Ops.MAX, Ops.MIN))
                   for red, vec, c in zip(group, vector, combines, strict=True)]
         for red, acc, v, vec, c in zip(group, accs, values, vector, combines, strict=True):
             if vec and c.op in (Ops.MAX, Ops.MIN) and self.lang.vector_select and lane32(red.dtype):

@@ -45,3 +45,14 @@ def test_contention_processes_run_inside_and_are_stopped_after() -> None:
     with bench_modeld.contention(2) as procs:
         assert len(procs) == 2 and all(p.poll() is None for p in procs)
     assert all(p.poll() is not None for p in procs)
+
+
+def test_kernel_seconds_sums_one_median_per_dispatch_of_the_prepare_step() -> None:
+    from packager.modeld.capture import capture_step
+    from packager.modeld.entries import golden_step_inputs
+
+    prep, plan = capture_step(MODELS, GEOMETRY, "CPU", prepare=True)
+    feeds = {n: a for n, a in golden_step_inputs(plan, seed=0).items() if n in plan.inputs(prepare=True)}
+    total = bench_modeld.kernel_seconds(prep, feeds, repeat=3)
+    assert 0 < total < 10  # seconds: a real run of every dispatch, no call overhead counted
+    assert prep.n_dispatches == 8  # per camera: warp, queue shift, sampled frames, state write-back

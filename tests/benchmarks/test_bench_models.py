@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_models  # noqa: E402
 
 
+@pytest.mark.slow
 def test_light_resnet50_weights_are_random_not_one_repeated_value() -> None:
     """Regression: the wheel's light model makes every weight with ConstantOfShape (one value repeated), which a
     constant-folding peer turns into almost no work; the issue's peers ran random weights."""

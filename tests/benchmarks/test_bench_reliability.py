@@ -20,6 +20,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         return folder, bench.build_tiny(folder)
 
 
+@pytest.mark.slow
 def test_a_bit_flip_is_refused_an_untouched_package_accepted_and_a_wrong_replay_seen(
         built: tuple[Path, Path]) -> None:
     folder, src = built
@@ -49,6 +50,7 @@ def test_a_bit_flip_is_refused_an_untouched_package_accepted_and_a_wrong_replay_
     assert bench.markdown(rows).splitlines()[-1] == "| **total** | **6** | **2** | **3** | **1** | **0** |"
 
 
+@pytest.mark.slow
 def test_a_child_that_hangs_counts_its_probe_as_crashed_and_the_rest_still_run(tmp_path: Path) -> None:
     # a vehicle profile path that is a FIFO nobody writes blocks the child's read: the timeout kills it
     fifo = tmp_path / "blocks.yaml"

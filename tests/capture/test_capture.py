@@ -138,6 +138,26 @@ def test_state_is_updated_in_place_across_calls() -> None:
     np.testing.assert_array_equal(cap.read_state("history"), init)
 
 
+def test_a_state_computed_into_its_own_buffer_is_written_back_with_one_copy() -> None:
+    """Regression: a new state value that is already a materialised temporary (``.contiguous()``) was copied
+    twice, temporary -> temporary -> state; one copy after every read of the old state suffices."""
+    init = np.arange(12, dtype=np.float32).reshape(4, 3)
+
+    def step(x: Tensor, history: Tensor) -> dict[str, Tensor]:
+        new = Tensor.cat(history[1:], x.reshape(1, 3), dim=0).contiguous()
+        return {"history": new, "total": new.sum(0)}
+
+    cap = capture(step, {"x": np.zeros(3, np.float32)}, state={"history": init})
+    writes = [d for d in cap.cmdbuf.dispatches if "state:history" == d.bindings[0]]
+    assert len(writes) == 1 and cap.n_dispatches == 3  # the new queue, its sum, the one write-back
+    hist = init.copy()
+    for step_no in range(3):
+        x = np.full(3, step_no + 50, np.float32)
+        hist = np.concatenate([hist[1:], x.reshape(1, 3)])
+        np.testing.assert_array_equal(cap(x=x)["total"], hist.sum(0))
+        np.testing.assert_array_equal(cap.read_state("history"), hist)
+
+
 def test_from_cmdbuf_bytes_replays_without_the_model() -> None:
     cap = capture(bn_linear, x_input())
     again = Captured.from_cmdbuf(CommandBuffer.from_bytes(cap.cmdbuf.to_bytes()),
@@ -185,3 +205,23 @@ def test_capture_errors_name_the_field(kwargs: dict, message: str) -> None:
     with pytest.raises(CaptureError) as e:
         capture(**args)
     assert message in str(e.value) and isinstance(e.value, DrivepackError)
+
+
+@pytest.mark.parametrize("target", ["CPU", "OPENCL"])
+def test_a_long_fused_elementwise_chain_renders_shallow_enough_to_load(target: str) -> None:
+    """Regression: 64 fused steps rendered as one expression 128 parentheses deep, which the load-time access
+    check (targets/index_parse.py, nesting capped at 64) refused; the renderer now names deep subexpressions."""
+    x = np.random.default_rng(3).standard_normal(64).astype(np.float32)
+
+    def chain(x: Tensor) -> dict[str, Tensor]:
+        y = x
+        for _ in range(100):
+            y = y * 1.01 + 0.5
+        return {"y": y}
+
+    cap = capture(chain, {"x": x}, target=target)
+    assert cap.n_dispatches == 1
+    want = x.copy()
+    for _ in range(100):
+        want = want * np.float32(1.01) + np.float32(0.5)
+    np.testing.assert_allclose(cap(x=x)["y"], want, rtol=1e-4)

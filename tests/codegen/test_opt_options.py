@@ -141,3 +141,16 @@ def test_short_rows_run_across_two_channel_vectors() -> None:
     assert sizes(plan_tiles(ast, OptOptions())) == [(256, 16), (14, 7)]
     assert sizes(plan_tiles(odd, OptOptions())) == [(72, 8), (14, 7)]  # 72 channels: 9 vectors, no pairs
     assert sizes(plan_tiles(taps, OptOptions())) == [(256, 8), (14, 7)]
+
+
+def test_a_row_of_a_large_prime_still_gets_enough_accumulators() -> None:
+    """squeezenet's 13-wide rows: no divisor of 13 up to the row cap, so the tile held one vector accumulator and a
+    512 -> 1000 1x1 conv ran at 14 GFLOP/s, waiting on each FMA; 13 rows of one channel vector fill the registers."""
+    sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
+    x = Tensor(np.ones((1, 512, 13, 13), np.float32))
+    ast = _ast_of(x.conv2d(Tensor(np.ones((1000, 512, 1, 1), np.float32))))
+    assert sizes(plan_tiles(ast, OptOptions())) == [(1000, 8), (13, 13)]  # before merging the spatial axes
+    w = np.random.default_rng(0).standard_normal((48, 64, 1, 1)).astype(np.float32)
+    xs = np.random.default_rng(1).standard_normal((1, 64, 13, 13)).astype(np.float32)
+    got = Tensor(xs).conv2d(Tensor(w)).numpy()
+    np.testing.assert_allclose(got, np.einsum("oc,nchw->nohw", w[:, :, 0, 0], xs), rtol=1e-4, atol=1e-4)

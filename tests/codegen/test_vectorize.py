@@ -251,6 +251,25 @@ def test_vector_float_max_min_propagate_nan_like_numpy() -> None:
     np.testing.assert_array_equal(pooled.numpy(), want)
 
 
+def test_vector_float_max_min_against_a_constant_take_one_compare_and_match_numpy_bit_for_bit() -> None:
+    """Against a constant bound (a clip's) MAX and MIN are one compare and a select, with numpy's lanes exactly:
+    NaN propagates and a zero of either sign is the one numpy returns."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((16, 64), dtype=np.float32) * 4
+    a.flat[::5], a.flat[1::7], a.flat[2::11], a.flat[3::13] = -0.0, 0.0, np.nan, np.inf
+    a.flat[4::17] = -np.inf
+    for bound in (0.0, -0.0, 1.5, -2.0):
+        for fn, ref in ((Tensor.maximum, np.maximum), (Tensor.minimum, np.minimum)):
+            out = fn(Tensor(a), bound)
+            src = _source(out)
+            assert "<=" in src and "!=" not in src and "[0]" not in src
+            want = ref(a, np.float32(bound))
+            np.testing.assert_array_equal(out.numpy().view(np.int32), want.view(np.int32))
+    clipped = Tensor(a).clip(0, 3)
+    np.testing.assert_array_equal(clipped.numpy().view(np.int32),
+                                  np.minimum(np.maximum(a, np.float32(0)), np.float32(3)).view(np.int32))
+
+
 def test_a_load_at_a_constant_lane_stride_reads_from_one_scalar_base() -> None:
     """A transposing copy (channels-last from planes) gathers its lanes a plane apart: from one scalar pointer at
     constant offsets, not from a vector of addresses taken apart lane by lane."""

@@ -111,3 +111,11 @@ def test_replay_at_the_camera_rate_reports_latency_drops_and_the_prepare_cost(
     assert fast["prepared"] > 0 and fast["prepare_ms"]["mean"] > 0 and fast["dropped_pct"] > 0
     assert main(["replay", str(step_pkg), "--rate", "20", "--frames", "3"]) == 0
     assert "step 1928x1208" in capsys.readouterr().out
+    # --budget-check: exit 1 exactly when a run missed its frame's deadline
+    code = main(["replay", str(step_pkg), "--rate", "1000", "--frames", "6", "--json", "--budget-check"])
+    out, err = capsys.readouterr()
+    misses = json.loads(out)["deadline_misses"]
+    assert code == (1 if misses else 0) and ("deadline miss(es)" in err) == bool(misses)
+    # options of the plain replay are refused here, not ignored
+    assert main(["replay", str(step_pkg), "--rate", "20", "--frames", "2", "--threads", "2"]) == 2
+    assert "--threads: expected none with --rate on a --modeld package" in capsys.readouterr().err

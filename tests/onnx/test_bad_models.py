@@ -278,6 +278,7 @@ def test_package_with_external_data_from_another_cwd(external_model: Path, tmp_p
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     out = tmp_path / "tiny.dpk"
-    assert main(["package", str(external_model), "--vehicle", "pc-cpu", "-o", str(out), "--quiet"]) == 0, \
+    assert main(["package", str(external_model), "--vehicle", "pc-cpu", "-o", str(out), "--quiet",
+                 "--allow-abi-mismatch"]) == 0, \
         capsys.readouterr().err
     assert out.stat().st_size > 10_000

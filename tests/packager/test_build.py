@@ -42,6 +42,7 @@ build_package(sys.argv[1], "pc-cpu", sys.argv[2], BuildOptions(golden_sets=1))
 """
 
 
+@pytest.mark.slow
 def test_same_inputs_give_byte_identical_files_in_two_processes(tmp_path: Path) -> None:
     digests = []
     for mode in ("fresh", "busy"):

@@ -1,7 +1,9 @@
 """The drivepack CLI: version, usage errors, and running as a module."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,24 +43,67 @@ def test_module_help_runs() -> None:
     assert proc.stderr == ""
 
 
-def test_demo_packages_verifies_and_replays_the_sample_model(capsys: pytest.CaptureFixture[str],
-                                                               tmp_path) -> None:
-    out_path = tmp_path / "demo.dpk"
-    assert main(["demo", "-o", str(out_path)]) == 0
+def test_demo_writes_its_files_here_and_prints_the_next_commands(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the demo writes into the current directory
+    assert main(["demo"]) == 0
     out, err = capsys.readouterr()
-    assert "packaging for pc-cpu" in out and "[verify]" in err
+    assert "packaging the sample vision model for pc-cpu" in out and "[verify]" in err
     assert "verify ok: entry vision: 1 golden set(s) on CPU, exact" in out and "latency ms: p50" in out
     assert "    outputs[hidden_state 875:1387] " in out  # the per-slice accuracy report
     assert "hidden_state" in out and "demo ok" in out
-    assert out_path.read_bytes()[:4] == b"\x89DPK"
+    assert (tmp_path / "sample_vision.onnx").stat().st_size > 0
+    pkg_path = Path("sample_vision.dpk")
+    assert (tmp_path / pkg_path).read_bytes()[:4] == b"\x89DPK"
+    nxt = out[out.index("next:\n"):].splitlines()[1:]
+    assert [line.strip() for line in nxt] == [f"drivepack inspect {pkg_path}", f"drivepack replay {pkg_path} --profile",
+                                              f"drivepack verify {pkg_path}"]
+    # one definition of the kernel numbers: the build's progress, its summary and inspect print the same line
+    counts = load_package(tmp_path / pkg_path).entry("vision").manifest.kernel_counts
+    assert counts.pruned > 0 and counts.traced == counts.pruned + counts.dispatches and counts.kept < counts.dispatches
+    line = f"kernels: {counts.text()}"
+    assert f"[capture] vision: {counts.text()}; " in err and f"    {line}\n" in out
+    assert main(["inspect", str(pkg_path)]) == 0
+    assert f"  {line}\n" in capsys.readouterr().out
+    pkg = load_package(tmp_path / pkg_path)
+    assert counts.dispatches == len(pkg.entry("vision").cmdbuf.dispatches)
+    assert counts.kept == len(pkg.entry("vision").cmdbuf.kernels)
+
+
+def test_demo_out_dir_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo", "--out", "d", "--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # stdout is the JSON document alone; progress stays on stderr
+    assert "[capture]" in err and sorted(p.name for p in (tmp_path / "d").iterdir()) == ["sample_vision.dpk",
+                                                                                            "sample_vision.onnx"]
+    assert doc["ok"] is True and doc["models"] == [str(Path("d") / "sample_vision.onnx")]
+    pkg = doc["package"]
+    assert pkg["path"] == str(Path("d") / "sample_vision.dpk")
+    assert pkg["size"] == (tmp_path / pkg["path"]).stat().st_size
+    [entry] = pkg["entries"]
+    assert entry["role"] == "vision" and entry["abi_check"]["ok"] is True
+    assert all(isinstance(v, int) for v in entry["kernels"].values()) and entry["kernels"]["pruned"] > 0
+    assert entry["abi_check"]["rows"] and all(isinstance(r, dict) and r["verdict"] == "ok"
+                                              for r in entry["abi_check"]["rows"])
+    assert set(pkg["times_s"]) >= {"load", "capture", "golden", "write", "compile", "verify"}
+    assert all(isinstance(v, float) for v in pkg["times_s"].values())
+    assert doc["verify"]["ok"] is True and doc["replay"]["iters"] == 3 and isinstance(doc["seconds"], float)
+    assert doc["outputs"]["hidden_state"]["start"] == 875 and len(doc["outputs"]["hidden_state"]["first"]) == 3
+    assert doc["next"][0] == f"drivepack inspect {Path('d') / 'sample_vision.dpk'}"
 
 
 def test_demo_modeld_packages_the_whole_step_and_feeds_it_at_20_hz(capsys: pytest.CaptureFixture[str],
-                                                                    tmp_path) -> None:
+                                                                    tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
     out_path = tmp_path / "modeld.dpk"
     assert main(["demo", "--modeld", "-o", str(out_path)]) == 0
     out, _ = capsys.readouterr()
     assert "packaging the modeld step for pc-cpu" in out
     assert "verify ok: entry run@1928x1208" in out and "verify ok: entry prepare@1928x1208" in out
-    assert "step 1928x1208 on CPU: 40 frames at 20 Hz" in out and "prepare" in out and "demo ok" in out
+    assert "step 1928x1208 on CPU" in out and "40 frames at 20 Hz" in out and "prepare" in out and "demo ok" in out
     assert load_package(out_path).entries == ("run@1928x1208", "prepare@1928x1208")
+    assert (tmp_path / "sample_vision_pipeline.onnx").is_file() and (tmp_path / "sample_policy_pipeline.onnx").is_file()
+    assert f"drivepack replay {out_path} --rate 20" in out

@@ -54,7 +54,17 @@ def test_json_report(models: dict[str, Path], capsys: pytest.CaptureFixture[str]
     report = json.loads(out)
     assert code == 0 and report["ok"] is True and report["role"] == "policy" and report["vehicle"] == "comma3x"
     assert {r["input"] for r in report["rows"]} >= {"features_buffer", "prev_desired_curv", "output outputs[plan]"}
-    assert all(set(r) == {"input", "expected", "provided", "verdict"} for r in report["rows"])
+    assert all(set(r) == {"input", "io", "name", "field", "slice", "expected", "provided", "expected_text",
+                          "provided_text", "verdict"} for r in report["rows"])
+    rows = {r["input"]: r for r in report["rows"]}
+    whole = rows["features_buffer"]  # a whole input: both sides as objects, the table's text next to them
+    assert whole["io"] == "input" and whole["field"] is None and whole["expected"]["shape"] == [1, 25, 512]
+    assert whole["expected"]["byte_size"] == 25 * 512 * 4 and whole["expected"]["history"]["length"] == 25
+    assert whole["provided"] == whole["expected"] and isinstance(whole["expected_text"], str)
+    plan = rows["output outputs[plan]"]
+    assert (plan["io"], plan["name"], plan["slice"]) == ("output", "outputs", "plan")
+    assert plan["expected"]["stop"] - plan["expected"]["start"] == plan["expected"]["length"] == \
+        plan["provided"]["length"]
 
 
 def test_stale_package_abi_vs_newer_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,8 +80,11 @@ def test_stale_package_abi_vs_newer_profile(tmp_path: Path, capsys: pytest.Captu
     rows = {r["input"]: r for r in json.loads(out)["rows"]}
     assert rows["lateral_control_params"]["verdict"] == "EXTRA"
     assert rows["features_buffer.shape"]["verdict"] == "MISMATCH"
-    assert (rows["features_buffer.history.length"]["expected"], rows["features_buffer.history.length"]["provided"]) \
-        == ("24", "25")
+    length = rows["features_buffer.history.length"]
+    assert (length["name"], length["field"], length["expected"], length["provided"]) == \
+        ("features_buffer", "history.length", 24, 25)
+    assert rows["features_buffer.shape"]["expected"] == [1, 24, 512] and rows["lateral_control_params"]["expected"] \
+        is None and rows["lateral_control_params"]["provided"]["dtype"] == "float32"
     code, out, _ = run(["abi-check", str(path), "--vehicle", "comma3x"], capsys)
     assert code == 1 and "MISMATCH" in out and "abi-check: " in out and "mismatches" in out
 
@@ -86,7 +99,8 @@ def test_history_drift_in_profile(models: dict[str, Path], tmp_path: Path, capsy
     code, out, _ = run(["abi-check", str(models["policy"]), "--vehicle", str(drifted), "--json"], capsys)
     assert code == 1
     bad = [r for r in json.loads(out)["rows"] if r["verdict"] != "ok"]
-    assert [(r["input"], r["expected"], r["provided"]) for r in bad] == [("features_buffer.history.length", "25", "24")]
+    assert [(r["input"], r["expected"], r["provided"]) for r in bad] == [("features_buffer.history.length", 25, 24)]
+    assert [(r["expected_text"], r["provided_text"]) for r in bad] == [("25", "24")]
 
 
 def test_profile_overrides_declare_model_meaning(models: dict[str, Path], tmp_path: Path,
@@ -100,7 +114,7 @@ def test_profile_overrides_declare_model_meaning(models: dict[str, Path], tmp_pa
     code, out, _ = run(["abi-check", str(models["policy"]), "--vehicle", str(path), "--json"], capsys)
     bad = [r for r in json.loads(out)["rows"] if r["verdict"] != "ok"]
     assert code == 1
-    assert [(r["input"], r["expected"], r["provided"]) for r in bad] == [("desire.history.skip", "2", "4")]
+    assert [(r["input"], r["expected"], r["provided"]) for r in bad] == [("desire.history.skip", 2, 4)]
 
 
 def test_wrong_role_is_a_mismatch(models: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -168,6 +168,7 @@ def test_a_binding_smaller_than_its_kernel_reads_is_refused(built: Path, tmp_pat
     assert "\n" not in msg
 
 
+@pytest.mark.slow
 def test_random_structural_edits_are_refused_or_replay_without_a_signal(built: Path, tmp_path: Path) -> None:
     cmdbuf = json.loads(bytes(open_container(built).view("tiny/cmdbuf")))
     # the fields a replay sizes, indexes and launches by (kernel text and flags have tests of their own)

@@ -180,7 +180,7 @@ def _set(path: str, value: object):
     (_set("entries.0.golden.sets", 3), "tiny/golden/2/input"),
     (_set("entries.0.golden.sets", 1), "sections: expected only the sections of entries ['tiny'], got 4 more, "
                                        "first 'tiny/golden/1/input/frame'"),
-    (_set("entries.0.kernels.pruned", 7), "kernels.pruned: expected traced - kept"),
+    (_set("entries.0.kernels.pruned", 7), "kernels.pruned: expected traced - dispatches"),
     (_set("entries.0.kernels.kept", 9), "kernels.kept: expected"),
     (_set("entries.0.budget_max_ms", "fast"), "entries[tiny].budget_max_ms: expected a number"),
     (_drop("entries.0.abi"), "entries[tiny].abi: expected a value, got none"),

@@ -32,6 +32,7 @@ def supercombo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d / "supercombo.onnx"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vehicle, target", [("pc-cpu", None), ("pc-opencl", None), ("comma3x", "QCOM")])
 def test_the_float16_supercombo_packages_verifies_and_replays_within_float16_tolerance(
         supercombo: Path, vehicle: str, target: str | None, tmp_path: Path,

@@ -297,6 +297,7 @@ def test_every_kernel_of_the_warp_is_bounded(device: str) -> None:
     assert check_all(cap.cmdbuf, f"warp {device}") >= len(cap.cmdbuf.kernels) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["CPU", "OPENCL", "QCOM"])
 def test_every_kernel_of_the_supercombo_sample_is_bounded(device: str) -> None:
     """The float16 supercombo sample: padded convolutions, whose window is clamped by a select."""
@@ -314,6 +315,7 @@ def test_the_integer_power_helper_is_bounded() -> None:
     assert check_all(cap.cmdbuf, "ipow") >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["CPU", "OPENCL"])
 def test_every_kernel_of_onnx_node_cases_is_bounded(device: str, pytestconfig: pytest.Config) -> None:
     given = pytestconfig.getoption("--onnx-node-dir")

@@ -183,6 +183,7 @@ def test_the_integer_power_helper_passes() -> None:
 ONNX_SAMPLE_STEP = 25  # every 25th official node case: ~75 models over the op families
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["CPU", "OPENCL"])
 def test_every_kernel_of_onnx_node_cases_passes(device: str, pytestconfig: pytest.Config) -> None:
     given = pytestconfig.getoption("--onnx-node-dir")

@@ -30,6 +30,8 @@ from jit.ir.uop import Ops, UOp, toposort
 MAX_FILL_HEIGHT = 8
 # vector accumulators a channel-vector tile may hold (AVX2 has 16 vector registers; a broadcast and a load need 2)
 MAX_VECTOR_ACCUMULATORS = 14
+# fewer vector accumulators than this leave the FMA units waiting on the previous FMA's result
+MIN_VECTOR_ACCUMULATORS = 4
 # a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
 # trips a row of 4 that vectorizes as it is costs less than the scattered stores (Winograd's output transform)
 CHANNEL_MIN_TRIPS = 32
@@ -124,6 +126,11 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         # inner loops and then spills the 14 inside them (resnet50's 512-channel one 4.3 vs 3.7 ms with 7)
         pair = 2 * u_row <= MAX_VECTOR_ACCUMULATORS and _size(across) % (2 * opts.channel_vector) == 0 and \
             all(len(red.src) == 2 for red in reduces)
+        if u_row * (2 if pair else 1) < MIN_VECTOR_ACCUMULATORS:
+            # a row of a prime past the cap (squeezenet's 13): one accumulator waits on the last FMA every step (a
+            # 512 -> 1000 1x1 conv at 14 GFLOP/s); the row's widest divisor that still fits the registers instead
+            u_row = max(d for d in range(1, MAX_VECTOR_ACCUMULATORS + 1) if _size(inner) % d == 0)
+            pair = pair and 2 * u_row <= MAX_VECTOR_ACCUMULATORS
         return TilePlan(((across, opts.channel_vector * (2 if pair else 1)), (inner, u_row)))
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory

@@ -1,0 +1,72 @@
+"""``lower_vector_exp``: float32 EXP over vector lanes as arithmetic the vector units run, for a target whose
+language has no vector ``exp`` (C's ``expf`` takes one float: a vector of them is computed lane by lane, eight
+library calls, and an EfficientNet's SiLU epilogues cost more than its convolutions).
+
+Before: a kernel graph after the optimizer, where a value depending on a RANGE of kind "vector" is a vector of
+lanes. After: every float32 EXP depending on such a range is replaced by the range-reduced polynomial below, built
+from ops the renderer spells as whole vectors (multiply-add, compare and select, rint, float-int conversion,
+bitcast); EXP elsewhere (scalars, other dtypes) is left to the library.
+
+The math (Cephes' ``expf``): ``x`` is clamped to [-104, 89] (beyond, the result is 0 or +inf anyway; NaN passes
+through), ``n = rint(x / ln 2)``, ``r = x - n ln 2`` in two parts (Cody-Waite, exact products), ``e^r`` by a
+degree-6 polynomial on |r| <= ln 2 / 2, and ``2^n`` applied as two powers of two ``2^a 2^(n-a)`` with ``a =
+rint(n / 2)``, so that both stay normal for every ``n`` in [-150, 128] and the product overflows to +inf or rounds
+into the subnormals as ``expf`` does. Within 2 ulp of the correctly rounded result over the whole float range.
+"""
+
+from __future__ import annotations
+
+from jit.common.dtype import dtypes
+from jit.ir.rewrite import PatternMatcher, UPat, graph_rewrite
+from jit.ir.uop import Ops, UOp
+
+F32, I32 = dtypes.float32, dtypes.int32
+LOG2E = 1.44269504088896341
+LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4
+# e^r = 1 + r + r^2 (P0 r^5 + P1 r^4 + ... + P5), |r| <= ln 2 / 2
+POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+LOW, HIGH = -104.0, 89.0
+
+
+def _f(v: float) -> UOp:
+    return UOp.const(F32, v)
+
+
+def _alu(op: Ops, *src: UOp) -> UOp:
+    return UOp(op, src[0].dtype, src)
+
+
+def _pow2(n: UOp) -> UOp:
+    """``2 ** n`` for a float32 integer ``n`` in [-126, 127]: ``n + 127`` in the exponent field."""
+    biased = _alu(Ops.ADD, UOp(Ops.CAST, I32, (n,)), UOp.const(I32, 127))
+    return UOp(Ops.BITCAST, F32, (_alu(Ops.MUL, biased, UOp.const(I32, 1 << 23)),))
+
+
+def vector_exp(x: UOp) -> UOp:
+    """``e ** x`` for float32 ``x`` as the module docstring's arithmetic."""
+    clamped = _alu(Ops.MIN, _alu(Ops.MAX, x, _f(LOW)), _f(HIGH))
+    n = UOp(Ops.RINT, F32, (_alu(Ops.MUL, clamped, _f(LOG2E)),))
+    n = UOp(Ops.WHERE, F32, (UOp(Ops.CMPNE, dtypes.bool, (n, n)), _f(0.0), n))  # no NaN reaches a conversion
+    r = _alu(Ops.SUB, _alu(Ops.SUB, clamped, _alu(Ops.MUL, n, _f(LN2_HI))), _alu(Ops.MUL, n, _f(LN2_LO)))
+    poly = _f(POLY[0])
+    for c in POLY[1:]:
+        poly = _alu(Ops.ADD, _alu(Ops.MUL, poly, r), _f(c))
+    er = _alu(Ops.ADD, _alu(Ops.ADD, _alu(Ops.MUL, poly, _alu(Ops.MUL, r, r)), r), _f(1.0))
+    half = UOp(Ops.RINT, F32, (_alu(Ops.MUL, n, _f(0.5)),))
+    return _alu(Ops.MUL, _alu(Ops.MUL, er, _pow2(half)), _pow2(_alu(Ops.SUB, n, half)))
+
+
+def _on_lanes(u: UOp) -> bool:
+    return any(n.op is Ops.RANGE and n.arg[1] == "vector" for n in u.toposort())
+
+
+pm_vector_exp = PatternMatcher([
+    (UPat(Ops.EXP, dtype=F32, name="e"), lambda e: vector_exp(e.src[0]) if _on_lanes(e.src[0]) else None),
+])
+
+
+def lower_vector_exp(sink: UOp) -> UOp:
+    """The pass (module docstring) over ``sink``; the same node when no EXP is on vector lanes."""
+    if not any(u.op is Ops.EXP for u in sink.toposort()):
+        return sink
+    return graph_rewrite(sink, pm_vector_exp, name="vector exp")

@@ -1,0 +1,48 @@
+"""jit/codegen/passes/vector_exp.py: float32 exp on vector lanes as arithmetic on the CPU target (C's expf takes
+one float), within 1 ulp of the correctly rounded result, specials included; exp elsewhere keeps the library's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jit import Tensor
+from jit.realize import compile_uops
+
+
+def _source(t: Tensor, device: str = "CPU") -> str:
+    return compile_uops([t.uop], device)[-1].program.source
+
+
+def test_vector_exp_is_within_one_ulp_over_the_float_range_and_keeps_the_specials() -> None:
+    rng = np.random.default_rng(0)
+    specials = [0, -0.0, np.inf, -np.inf, np.nan, 88.72, 88.73, -87.3, -103.9, -104.5, 1e-30, -1e-30, 89.5]
+    x = np.concatenate([rng.uniform(-110, 95, 60000), rng.standard_normal(4000) * 3, specials]).astype(np.float32)
+    x = x[: len(x) // 64 * 64]
+    out = Tensor(x).exp()
+    assert "expf" not in _source(out)  # (rintf's lanes GCC turns into one vroundps)
+    got = out.numpy()
+    with np.errstate(over="ignore"):
+        exact = np.exp(x.astype(np.float64))
+        rounded = exact.astype(np.float32)
+    finite = np.isfinite(rounded) & (rounded > 0)
+    ulps = np.abs(got[finite] - exact[finite]) / np.spacing(rounded[finite]).astype(np.float64)
+    assert ulps.max() <= 1.0
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(x))
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(x)], rounded[~finite & ~np.isnan(x)])  # 0 and +inf
+
+
+def test_sigmoid_on_vectors_needs_no_lane_by_lane_call() -> None:
+    """SiLU's sigmoid: the exp as arithmetic, the reciprocal one vector division."""
+    x = np.random.default_rng(1).standard_normal(4096).astype(np.float32) * 6
+    out = Tensor(x) * Tensor(x).sigmoid()
+    src = _source(out)
+    assert "expf" not in src and "(float)1/" not in src
+    np.testing.assert_allclose(out.numpy(), x / (1 + np.exp(-x.astype(np.float64))), rtol=3e-7, atol=1e-30)
+
+
+def test_a_scalar_exp_and_an_opencl_exp_keep_the_library_call() -> None:
+    tiny = Tensor(np.linspace(-3, 3, 5, dtype=np.float32)).exp()  # too small to vectorize
+    assert "expf(" in _source(tiny)
+    x = Tensor(np.linspace(-3, 3, 4096, dtype=np.float32)).exp()
+    assert "exp(" in _source(x, "OPENCL")  # OpenCL's exp takes vectors itself
+    np.testing.assert_allclose(tiny.numpy(), np.exp(np.linspace(-3, 3, 5, dtype=np.float32)), rtol=1e-7)

@@ -1,0 +1,201 @@
+"""The fusion cost model (jit/schedule/fusion_cost.py): an elementwise producer that a reduce kernel would
+recompute once per output block becomes a kernel of its own when that costs more than storing and reloading it,
+and always when it holds a transcendental; cheap producers stay fused.
+
+Checked on the scheduled kernels (counts, which kernel's source holds ``erff`` / ``expf``), against the same model
+under ``FUSION_COST=0`` (the old schedule), and against onnxruntime / numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import ModelProto, TensorProto, helper, numpy_helper
+
+from jit import capture, load_onnx
+from jit.common.helpers import Context
+from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops, toposort
+from jit.schedule import fusion_cost
+from jit.schedule.kernels import create_schedule, find_boundaries
+from jit.trace import Captured, capture_onnx
+from targets.registry import Device
+
+RNG_SEED = 0
+
+
+def gelu_conv_model(c: int, cout: int, hw: int) -> ModelProto:
+    """The exact GELU ``Div -> Erf -> Add -> Mul -> Mul`` (as exported by torch) feeding a 1x1 conv."""
+    rng = np.random.default_rng(RNG_SEED)
+    inits = {"w": (rng.standard_normal((cout, c, 1, 1)) * (2 / c) ** 0.5).astype(np.float32),
+             "b": (0.1 * rng.standard_normal(cout)).astype(np.float32),
+             "sqrt2": np.array(2 ** 0.5, np.float32), "one": np.array(1, np.float32),
+             "half": np.array(0.5, np.float32)}
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["g"]),
+             helper.make_node("Conv", ["g", "w", "b"], ["y"], kernel_shape=[1, 1])]
+    graph = helper.make_graph(nodes, "gelu_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                  [1, c, hw, hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, hw, hw])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def onnxruntime_output(model: ModelProto, x: np.ndarray) -> np.ndarray:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+def reduce_sources(run: Captured) -> list[str]:
+    """The C sources of the captured kernels that reduce (``r_`` kernels, jit/schedule/lower.py kernel_name)."""
+    return [k.source for k in run.cmdbuf.kernels if k.name.startswith("r_")]
+
+
+# --- GELU -> 1x1 conv -------------------------------------------------------------------------------------
+def test_gelu_feeding_a_1x1_conv_becomes_a_kernel_of_its_own() -> None:
+    model = gelu_conv_model(32, 64, 16)
+    x = np.random.default_rng(1).standard_normal((1, 32, 16, 16), dtype=np.float32)
+    run = capture_onnx(load_onnx(model), {"x": x})
+    assert run.n_dispatches == 2
+    (conv,) = reduce_sources(run)
+    assert "erf" not in conv
+    assert sum("erff" in k.source for k in run.cmdbuf.kernels) == 1  # computed once, in the GELU's kernel
+    np.testing.assert_allclose(run({"x": x})["y"], onnxruntime_output(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_cost_model_the_conv_recomputes_erf() -> None:
+    model = gelu_conv_model(32, 64, 16)
+    x = np.random.default_rng(1).standard_normal((1, 32, 16, 16), dtype=np.float32)
+    with Context(FUSION_COST=0):
+        run = capture_onnx(load_onnx(model), {"x": x})
+    assert run.n_dispatches == 1
+    (conv,) = reduce_sources(run)
+    assert "erff" in conv
+    np.testing.assert_allclose(run({"x": x})["y"], onnxruntime_output(model, x), rtol=1e-5, atol=1e-5)
+
+
+# --- cheap producers still fuse -----------------------------------------------------------------------------
+def conv1x1(c: int, cout: int) -> tuple[Tensor, Tensor]:
+    rng = np.random.default_rng(RNG_SEED)
+    return (Tensor((rng.standard_normal((cout, c, 1, 1)) * 0.1).astype(np.float32)),
+            Tensor(rng.standard_normal(cout).astype(np.float32)))
+
+
+@pytest.mark.parametrize("producer", ["relu", "scale_shift"])
+def test_a_cheap_producer_stays_fused_into_the_conv(producer: str) -> None:
+    w, b = conv1x1(32, 64)
+    x = np.random.default_rng(2).standard_normal((1, 32, 16, 16), dtype=np.float32)
+    act = {"relu": lambda t: t.relu(), "scale_shift": lambda t: t * 2.0 + 1.0}[producer]
+    run = capture(lambda x: {"y": act(x).conv2d(w, b)}, {"x": x})
+    assert run.n_dispatches == 1
+    pre = {"relu": np.maximum(x, 0), "scale_shift": x * 2 + 1}[producer]
+    want = np.einsum("oc,nchw->nohw", w.numpy()[:, :, 0, 0], pre) + b.numpy()[None, :, None, None]
+    np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_second_input_reread_per_block_is_stored_once_instead() -> None:
+    # x + y fused into a 64-channel 1x1 conv reads both inputs once per block of 4 channels (16 times): the
+    # second input's bytes then cost more than writing the sum once and reading it back
+    w, b = conv1x1(32, 64)
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal((1, 32, 16, 16), dtype=np.float32) for _ in range(2))
+    run = capture(lambda x, y: {"o": (x + y).conv2d(w, b)}, {"x": x, "y": y})
+    assert run.n_dispatches == 2
+    want = np.einsum("oc,nchw->nohw", w.numpy()[:, :, 0, 0], x + y) + b.numpy()[None, :, None, None]
+    np.testing.assert_allclose(run({"x": x, "y": y})["o"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_producer_read_once_per_element_is_never_split_off() -> None:
+    # a 4-channel conv: one register tile covers every output channel, so the GELU is computed once anyway
+    model = gelu_conv_model(8, 4, 8)
+    x = np.random.default_rng(4).standard_normal((1, 8, 8, 8), dtype=np.float32)
+    run = capture_onnx(load_onnx(model), {"x": x})
+    assert run.n_dispatches == 1
+    np.testing.assert_allclose(run({"x": x})["y"], onnxruntime_output(model, x), rtol=1e-5, atol=1e-5)
+
+
+# --- softmax ------------------------------------------------------------------------------------------------
+def softmax_ref(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("fusion_cost", [1, 0])
+def test_softmax_exp_is_not_recomputed_per_output_block(fusion_cost: int) -> None:
+    rng = np.random.default_rng(5)
+    s = rng.standard_normal((4, 25, 25), dtype=np.float32)
+    v = Tensor(rng.standard_normal((4, 25, 64), dtype=np.float32))
+    with Context(FUSION_COST=fusion_cost):
+        run = capture(lambda s: {"y": s.softmax(-1).matmul(v)}, {"s": s})
+    pv = [src for src in reduce_sources(run) if "r_4_25_64_25" in src]
+    assert len(pv) == 1
+    # the model on: softmax's probabilities are a kernel output, the P.V matmul only loads them; off: the matmul
+    # recomputes exp for each block of output columns
+    assert ("expf" in pv[0]) is (not fusion_cost)
+    np.testing.assert_allclose(run({"s": s})["y"], softmax_ref(s) @ v.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def attention_model(tokens: int, d: int, heads: int) -> ModelProto:
+    rng = np.random.default_rng(RNG_SEED)
+    hd = d // heads
+    inits = {k: (rng.standard_normal((d, d)) / d ** 0.5).astype(np.float32) for k in ("wq", "wk", "wv")}
+    inits |= {"split": np.array([1, tokens, heads, hd], np.int64), "merge": np.array([1, tokens, d], np.int64)}
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "wq"], ["q0"]), n("MatMul", ["x", "wk"], ["k0"]), n("MatMul", ["x", "wv"], ["v0"]),
+             n("Reshape", ["q0", "split"], ["q1"]), n("Reshape", ["k0", "split"], ["k1"]),
+             n("Reshape", ["v0", "split"], ["v1"]), n("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]),
+             n("Transpose", ["k1"], ["kt"], perm=[0, 2, 3, 1]), n("Transpose", ["v1"], ["v"], perm=[0, 2, 1, 3]),
+             n("MatMul", ["q", "kt"], ["s"]), n("Softmax", ["s"], ["p"], axis=-1), n("MatMul", ["p", "v"], ["o0"]),
+             n("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]), n("Reshape", ["o1", "merge"], ["y"])]
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                  [1, tokens, d])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, d])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_attention_matches_onnxruntime_and_exp_runs_once_per_score() -> None:
+    model = attention_model(25, 64, 4)
+    x = np.random.default_rng(6).standard_normal((1, 25, 64), dtype=np.float32)
+    run = capture_onnx(load_onnx(model), {"x": x})
+    with_exp = [k.name for k in run.cmdbuf.kernels if "expf" in k.source]
+    assert len(with_exp) == 1 and with_exp[0].startswith("E_")  # one elementwise kernel; no matmul recomputes it
+    np.testing.assert_allclose(run({"x": x})["y"], onnxruntime_output(model, x), rtol=1e-5, atol=1e-5)
+
+
+# --- the model's arithmetic ---------------------------------------------------------------------------------
+def test_evaluations_count_a_1x1_conv_input_once_per_output_channel() -> None:
+    w, b = conv1x1(32, 64)
+    x = Tensor(np.random.default_rng(7).standard_normal((1, 32, 16, 16), dtype=np.float32))
+    g = x.relu()
+    y = g.conv2d(w, b)
+    boundaries = set(find_boundaries([y.uop]))
+    (root,) = boundaries
+    evals = fusion_cost.evaluations(root, boundaries)
+    assert evals[g.uop] == 64 * 32 * 16 * 16
+    assert fusion_cost.blocks(g.uop, evals[g.uop]) == 64 // fusion_cost.TILE_REUSE
+    cost, heavy = fusion_cost.recompute_cost(g.uop, boundaries)
+    assert (cost, heavy) == (2, False)  # relu is a compare and a select
+    assert fusion_cost.store_reload_cost(g.uop) == 2 * 4 * fusion_cost.BYTE_COST
+
+
+def test_the_gelu_chain_is_heavy_and_dear() -> None:
+    x = Tensor(np.random.default_rng(8).standard_normal((1, 32, 16, 16), dtype=np.float32))
+    g = x * ((x / 2 ** 0.5).erf() + 1) * 0.5
+    w, b = conv1x1(32, 64)
+    y = g.conv2d(w, b)
+    with Context(FUSION_COST=0):
+        fused = set(find_boundaries([y.uop]))
+    assert fusion_cost.recompute_cost(g.uop, fused)[1] is True
+    assert fusion_cost.dear_producers(fused) == {g.uop}
+    with Context(FUSION_COST=0):
+        assert fusion_cost.dear_producers(fused) == set()
+    kernels, _ = create_schedule([y.uop], Device.DEFAULT)
+    assert len(kernels) == 2
+    gelu, conv = kernels
+    assert any(n.op is Ops.ERF for n in toposort([gelu.ast]))
+    assert not any(n.op is Ops.ERF for n in toposort([conv.ast]))

@@ -1,0 +1,92 @@
+"""The CPU driver built as several translation units compiled side by side (targets/replay_cpu.py
+``driver_parts``): the same dispatches, the same bytes out as the one-unit driver."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import targets.cpu_runtime as cpu
+import targets.replay_cpu as replay_cpu
+from jit import Tensor, capture
+from jit.onnx.loader import load_onnx
+from jit.trace import capture_onnx
+from packager.samples import sample_inputs, vision_model
+
+
+def _defines(unit: str, entry: str) -> bool:
+    return any(line.startswith(f"void {entry}(") and line.endswith("{") for line in unit.splitlines())
+
+
+def _replay_parts(cap) -> list[str]:
+    return replay_cpu.driver_parts(cap.cmdbuf, replay_cpu.CPUReplay(cap.cmdbuf, cap.weights, cpu.CPURuntime()).slots,
+                                   4)
+
+
+@pytest.mark.slow
+def test_a_large_command_buffer_is_split_and_replays_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = vision_model()
+    inputs = sample_inputs(model)
+    cap = capture_onnx(load_onnx(model, device="CPU"), inputs, target="CPU")
+    assert len(cap.cmdbuf.kernels) >= 2 * replay_cpu.MIN_KERNELS_PER_PART
+    parts = _replay_parts(cap)
+    assert len(parts) >= 3  # kernel groups, then the glue
+    glue = parts[-1]
+    assert "drivepack_run" in glue and all("drivepack_run" not in p for p in parts[:-1])
+    for k in cap.cmdbuf.kernels:  # each kernel defined in exactly one unit (the glue only declares the rest)
+        assert sum(_defines(p, k.entry) for p in parts) == 1
+    split = cap.replay(inputs)
+    monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 10**6)
+    whole = replay_cpu.CPUReplay(cap.cmdbuf, cap.weights, cpu.CPURuntime())
+    assert len(replay_cpu.driver_parts(cap.cmdbuf, whole.slots, 4)) == 1
+    for name, out in whole(inputs).items():
+        np.testing.assert_array_equal(out.view(np.uint8), split[name].view(np.uint8))
+
+
+IPOW = ("#ifndef DP_IPOW_INT\n#define DP_IPOW_INT\nint dp_ipow_int(int b, int e) {\n"
+        "  unsigned int r = 1, x = (unsigned int)b;\n  while (e > 0) { if (e & 1) r *= x; x *= x; e >>= 1; }\n"
+        "  return (int)r;\n}\n#endif\n")
+
+
+def test_kernels_defining_an_object_wide_helper_stay_in_the_glue_unit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An integer power helper is defined once per object: two units defining it would not link, so every
+    kernel carrying one is compiled with the glue."""
+    monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
+    x = np.arange(1, 9, dtype=np.float32)
+
+    def fn(x: Tensor) -> dict[str, Tensor]:
+        a = (x * 2).contiguous()
+        b = (x + 1).contiguous()
+        return {"a": a, "b": b, "c": (a + b) * 2}
+
+    cap = capture(fn, {"x": x}, target="CPU")
+    carrying = {k.entry for k in cap.cmdbuf.kernels[:2]}
+    kernels = [dataclasses.replace(k, source=IPOW + k.source) if k.entry in carrying else k
+               for k in cap.cmdbuf.kernels]
+    cmdbuf = SimpleNamespace(kernels=kernels, dispatches=cap.cmdbuf.dispatches, segments=cap.cmdbuf.segments)
+    slots = replay_cpu.CPUReplay(cap.cmdbuf, cap.weights, cpu.CPURuntime()).slots
+    parts = replay_cpu.driver_parts(cmdbuf, slots, 4)  # type: ignore[arg-type]
+    assert len(parts) == 2  # the one kernel without the helper, then the glue with the two that carry it
+    assert "DP_IPOW" not in parts[0] and parts[-1].count("#ifndef DP_IPOW_INT") == 2
+    assert cpu.compile_shared_parts(parts, flags=(*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)).exists()  # it links
+
+
+def test_a_cpu_capture_compiles_its_kernels_once_in_the_driver(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Regression: a CPU capture compiled every kernel on its own and then again inside the replay's driver.
+    Now it only renders them; a kernel later launched eagerly is compiled from that rendering."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    scale = float(np.random.default_rng().uniform(1.5, 2.5))  # kernels no earlier test compiled
+    x = np.arange(16, dtype=np.float32)
+
+    def fn(x: Tensor) -> dict[str, Tensor]:
+        return {"y": (x * scale).contiguous().exp() + 1}
+
+    before = cpu.cc_invocations
+    cap = capture(fn, {"x": x}, target="CPU")
+    assert cpu.cc_invocations - before == 1  # the driver, kernels included
+    want = np.exp(x * np.float32(scale)) + 1
+    np.testing.assert_allclose(cap(x=x)["y"], want, rtol=1e-6)
+    np.testing.assert_allclose(fn(Tensor(x))["y"].numpy(), want, rtol=1e-6)  # eager: the rendered kernels built
