@@ -156,14 +156,10 @@ class TensorSpec:
 
     def __post_init__(self) -> None:
         errs: list[AbiIssue] = []
-        name = self.name if isinstance(self.name, str) and self.name else "<unnamed>"
-        if name == "<unnamed>":
-            errs.append(issue(name, "name", "a non-empty string", repr(self.name)))
+        name = _spec_name(errs, self.name)
         _check_choice(errs, name, "dtype", self.dtype, DTYPES)
         _check_choice(errs, name, "device", self.device, DEVICES)
-        if not (isinstance(self.shape, tuple) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
-                                                      for d in self.shape)):
-            errs.append(issue(name, "shape", "a tuple of positive ints", repr(self.shape)))
+        _check_shape(errs, name, self.shape)
         if not isinstance(self.buffer, str) or not self.buffer:
             errs.append(issue(name, "buffer", "a non-empty string", repr(self.buffer)))
         _check_int(errs, name, "offset", self.offset, 0)
@@ -211,12 +207,9 @@ class OutputSpec:
 
     def __post_init__(self) -> None:
         errs: list[AbiIssue] = []
-        name = self.name if isinstance(self.name, str) and self.name else "<unnamed>"
-        if name == "<unnamed>":
-            errs.append(issue(name, "name", "a non-empty string", repr(self.name)))
+        name = _spec_name(errs, self.name)
         _check_choice(errs, name, "dtype", self.dtype, DTYPES)
-        if not (isinstance(self.shape, tuple) and all(_is_int(d) and d > 0 for d in self.shape)):
-            errs.append(issue(name, "shape", "a tuple of positive ints", repr(self.shape)))
+        _check_shape(errs, name, self.shape)
         if not _is_int(self.byte_size):
             errs.append(issue(name, "byte_size", "an int", repr(self.byte_size)))
         if not isinstance(self.slices, tuple):
@@ -261,12 +254,9 @@ class StateSpec:
 
     def __post_init__(self) -> None:
         errs: list[AbiIssue] = []
-        name = self.name if isinstance(self.name, str) and self.name else "<unnamed>"
-        if name == "<unnamed>":
-            errs.append(issue(name, "name", "a non-empty string", quoted(self.name)))
+        name = _spec_name(errs, self.name)
         _check_choice(errs, name, "dtype", self.dtype, DTYPES)
-        if not (isinstance(self.shape, tuple) and all(_is_int(d) and d > 0 for d in self.shape)):
-            errs.append(issue(name, "shape", "a tuple of positive ints", quoted(self.shape)))
+        _check_shape(errs, name, self.shape)
         if not (isinstance(self.meaning, str) and len(self.meaning) <= MAX_METADATA_VALUE):
             errs.append(issue(name, "meaning", f"a string of at most {MAX_METADATA_VALUE} characters",
                               quoted(self.meaning)))
@@ -433,6 +423,19 @@ def _exact_keys(d: Any, keys: set[str], where: str) -> None:
     errs += [issue(where, k, "present", "missing") for k in sorted(keys - set(d))]
     if errs:
         raise AbiError(errs)
+
+
+def _spec_name(errs: list[AbiIssue], value: object) -> str:
+    """A spec's name for its messages: ``value``, or "<unnamed>" with the problem recorded."""
+    if isinstance(value, str) and value:
+        return value
+    errs.append(issue("<unnamed>", "name", "a non-empty string", quoted(value)))
+    return "<unnamed>"
+
+
+def _check_shape(errs: list[AbiIssue], where: str, shape: object) -> None:
+    if not (isinstance(shape, tuple) and all(_is_int(d) and d > 0 for d in shape)):
+        errs.append(issue(where, "shape", "a tuple of positive ints", quoted(shape)))
 
 
 def _check_choice(errs: list[AbiIssue], where: str, fld: str, value: object, choices: tuple[str, ...]) -> None:
