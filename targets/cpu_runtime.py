@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -68,8 +69,21 @@ def compiler_identity(cc: str) -> str:
         raise CompileError(f"C compiler: expected a working `{cc}`, got {e}") from None
 
 
+@cache
+def host_isa() -> str:
+    """The instruction sets of this machine's CPU (cpuinfo's first ``flags`` line): part of the cache key, since
+    ``-march=native`` code from a cache a machine with AVX-512 filled dies of SIGILL on one without."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine()
+    flags = next((line.split(":", 1)[1] for line in lines if line.startswith(("flags", "Features"))), "")
+    return f"{platform.machine()}:{' '.join(sorted(flags.split()))}"
+
+
 def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
-    return hashlib.sha256("\0".join((source, cc, compiler_identity(cc), *flags)).encode()).hexdigest()
+    native = host_isa() if "-march=native" in flags else ""
+    return hashlib.sha256("\0".join((source, cc, compiler_identity(cc), native, *flags)).encode()).hexdigest()
 
 
 def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> list[Path]:

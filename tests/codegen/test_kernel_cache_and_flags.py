@@ -115,6 +115,25 @@ def test_second_process_compiles_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.glob("*.so"))
 
 
+def test_a_cache_filled_on_a_machine_with_other_instruction_sets_is_not_reused(tmp_path: Path) -> None:
+    """Regression: the key ignored the host CPU, so ``-march=native`` objects from a cache a machine with AVX-512
+    filled would load on one without it (SIGILL). Another ``host_isa`` must compile again."""
+    code = """
+        import numpy as np
+        import targets.cpu_runtime as cpu
+        if {other}:
+            cpu.host_isa = lambda: "x86_64:sse2"
+        from jit.frontend.tensor import Tensor
+        x = Tensor(np.arange(10, dtype=np.float32))
+        print((x * 2.5 + 1).sum().item(), cpu.cc_invocations)
+    """
+    first = run_py(code.format(other=False), DRIVEPACK_CACHE=str(tmp_path)).stdout.split()
+    other = run_py(code.format(other=True), DRIVEPACK_CACHE=str(tmp_path)).stdout.split()
+    same = run_py(code.format(other=False), DRIVEPACK_CACHE=str(tmp_path)).stdout.split()
+    assert first[0] == other[0] == same[0] == "122.5"
+    assert int(first[1]) >= 1 and int(other[1]) >= 1 and same[1] == "0"
+
+
 def test_debug_flags_print_kernels_and_source(tmp_path: Path) -> None:
     code = """
         from jit.frontend.tensor import Tensor

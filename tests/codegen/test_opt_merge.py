@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from jit import Context, Ops, Tensor, UOp
-from jit.codegen.opt import optimize_kernel, plan_tiles
+from jit.codegen.opt import DEFAULT_OPTS, optimize_kernel, plan_tiles
 from jit.codegen.opt.merge import merge_output_dims
+from jit.codegen.opt.vectorize import choose_lanes
 from jit.codegen.pipeline import commit_dtypes
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
@@ -80,6 +81,17 @@ def test_short_rows_vectorize_across_output_channels_over_channels_last_weights(
         assert float_accumulators(conv.program.source) == accumulators
         want = np.maximum(_conv_reference(x, w, np.zeros(cout, np.float32), pad), 0)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_channel_vectors_are_no_wider_than_the_weights_channel_block() -> None:
+    """Regression (AVX-512): a 16-lane vector across output channels spanned two 8-channel weight blocks and
+    gathered each tap's 16 weights lane by lane; the lanes stop at the block, whatever the machine's width."""
+    x, w = _rand(1, 512, 7, 7), _rand(64, 512, 1, 1, seed=1)
+    ast = _ast(Tensor(x).conv2d(Tensor(w)))
+    plan = plan_tiles(merge_output_dims(ast))
+    assert plan is not None and plan.max_lanes == DEFAULT_OPTS.channel_vector
+    assert choose_lanes(ast, plan, DEFAULT_OPTS, 16) == DEFAULT_OPTS.channel_vector
+    assert choose_lanes(ast, plan, DEFAULT_OPTS, 4) == 4
 
 
 def test_rows_that_merge_into_whole_vectors_keep_their_weights() -> None:

@@ -18,10 +18,12 @@ from jit.codegen.pipeline import commit_dtypes
 from jit.frontend import nn_ops
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
+from targets.cpu import CPU_VECTOR_WIDTH
 from tests.codegen.test_beam import _pre_opt_sink
 from tests.codegen.test_opt_tiling_threads import _conv_reference
 
 pytestmark = pytest.mark.cpu_only  # the CPU target's C vector spelling; OpenCL's is tested in test_opencl_opt.py
+N = CPU_VECTOR_WIDTH  # this machine's lanes (8 with AVX2, 16 with AVX-512): the spellings below name it
 
 
 def _ast(t: Tensor) -> UOp:
@@ -62,7 +64,8 @@ def test_matmul_rows_are_vector_loads_and_stores() -> None:
     a, b = _rand(64, 48), _rand(48, 80, seed=1)
     out = Tensor(a).matmul(Tensor(b)).relu()
     src = _source(out)
-    assert "dp_float32x8 acc" in src and src.count("__builtin_memcpy(&_v, data2") == 2  # one row of B: 2 vectors
+    # one tile row of B (16 wide): 16 // N vectors
+    assert f"dp_float32x{N} acc" in src and src.count("__builtin_memcpy(&_v, data2") == 16 // N
     np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
 
 
@@ -208,8 +211,9 @@ def test_narrow_lanes_widen_one_step_at_a_time(src_dtype: type, dst: str) -> Non
     x[0, :2] = info.min, info.max
     out = Tensor(x).cast(getattr(dtypes, dst)) * 3
     src = _source(out)
-    steps = ["dp_uint16x8" if src_dtype is np.uint8 else "dp_int16x8"] if np.dtype(src_dtype).itemsize == 1 else []
-    steps += ["dp_int32x8"] + (["dp_float32x8"] if dst == "float32" else [])
+    half = f"dp_uint16x{N}" if src_dtype is np.uint8 else f"dp_int16x{N}"
+    steps = [half] if np.dtype(src_dtype).itemsize == 1 else []
+    steps += [f"dp_int32x{N}"] + ([f"dp_float32x{N}"] if dst == "float32" else [])
     chain = "".join("__builtin_convertvector(" for _ in steps)
     assert chain in src and all(f", {vt})" in src for vt in steps), src
     np.testing.assert_array_equal(out.numpy(), x.astype(getattr(np, dst)) * 3)
@@ -224,7 +228,7 @@ def test_vector_integer_and_bool_ops_match_numpy() -> None:
     ta, tb = Tensor(a), Tensor(b)
     wrapped = (ta * 70001 + tb - 5).maximum(-1000).minimum(tb)
     src = _source(wrapped)
-    assert "(dp_uint32x8)" in src and "[0]" not in src
+    assert f"(dp_uint32x{N})" in src and "[0]" not in src
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(wrapped.numpy(), np.minimum(np.maximum(a * np.int32(70001) + b - 5, -1000), b))
     p, q = ta < tb, ta > 0

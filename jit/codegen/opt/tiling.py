@@ -39,9 +39,11 @@ CHANNEL_MIN_TRIPS = 32
 
 @dataclass(frozen=True)
 class TilePlan:
-    """Which output ranges to upcast and by how much: ``((range, factor), ...)``, inner axis first."""
+    """Which output ranges to upcast and by how much: ``((range, factor), ...)``, inner axis first; ``max_lanes``
+    caps the vector lanes of the inner axis where its loads are contiguous only in runs that long (0: no cap)."""
 
     upcasts: tuple[tuple[UOp, int], ...]
+    max_lanes: int = 0
 
 
 def _size(r: UOp) -> int:
@@ -131,7 +133,9 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
             # 512 -> 1000 1x1 conv at 14 GFLOP/s); the row's widest divisor that still fits the registers instead
             u_row = max(d for d in range(1, MAX_VECTOR_ACCUMULATORS + 1) if _size(inner) % d == 0)
             pair = pair and 2 * u_row <= MAX_VECTOR_ACCUMULATORS
-        return TilePlan(((across, opts.channel_vector * (2 if pair else 1)), (inner, u_row)))
+        # the weights are contiguous per block of channel_vector only: a wider vector (AVX-512's 16 over blocks of
+        # 8) would gather every tap's weights lane by lane
+        return TilePlan(((across, opts.channel_vector * (2 if pair else 1)), (inner, u_row)), opts.channel_vector)
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)

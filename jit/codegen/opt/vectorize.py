@@ -24,12 +24,13 @@ MIN_LANES = 4
 
 
 def choose_lanes(sink: UOp, plan: TilePlan, opts: OptOptions, width: int) -> int:
-    """The widest power-of-two lane count <= ``width`` dividing the plan's tile row, if every value that depends
-    on the row has a ``VECTOR_DTYPES`` dtype (void STOREs and pointers aside); 0 when vectors are off or unfit."""
+    """The widest power-of-two lane count <= ``width`` (and <= the plan's ``max_lanes``) dividing the plan's tile
+    row, if every value that depends on the row has a ``VECTOR_DTYPES`` dtype (void STOREs and pointers aside); 0
+    when vectors are off or unfit."""
     if not opts.vectorize or width < MIN_LANES:
         return 0
     inner, u = plan.upcasts[0]
-    lanes = 1 << (min(width, u).bit_length() - 1)
+    lanes = 1 << (min(width, u, plan.max_lanes or width).bit_length() - 1)
     while lanes >= MIN_LANES and u % lanes:
         lanes //= 2
     if lanes < MIN_LANES:
