@@ -81,6 +81,19 @@ def host_isa() -> str:
     return f"{platform.machine()}:{' '.join(sorted(flags.split()))}"
 
 
+# GCC 12 vectorizes an if-converted loop over AVX-512VL lanes into wrong code: a select between a row value and a
+# quotient (``m == -inf ? 0 : e / s``, an attention's masked softmax) divided by another row's sum. Our own vector
+# kernels do not rely on GCC's if-conversion, so it is off wherever that combination occurs.
+GCC_AVX512VL_WORKAROUND = ("-fno-tree-loop-if-convert",)
+
+
+def compiler_workarounds(cc: str, flags: tuple[str, ...]) -> tuple[str, ...]:
+    """Flags added to ``flags`` for compiler ``cc`` on this host, against its known wrong-code bugs."""
+    native_vl = "-march=native" in flags and " avx512vl" in f" {host_isa()}"
+    gcc = "clang" not in compiler_identity(cc).lower()
+    return GCC_AVX512VL_WORKAROUND if native_vl and gcc else ()
+
+
 def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
     native = host_isa() if "-march=native" in flags else ""
     return hashlib.sha256("\0".join((source, cc, compiler_identity(cc), native, *flags)).encode()).hexdigest()
@@ -90,6 +103,7 @@ def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[
     """Shared objects for ``sources``; every source not in the cache is compiled in one compiler run."""
     global cc_invocations
     cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
+    flags = (*flags, *compiler_workarounds(cc, flags))
     keys = [_cache_key(src, cc, flags) for src in sources]
     found = {k: cached_artifact(k, ".so") for k in keys}
     missing = list(dict.fromkeys(src for src, k in zip(sources, keys, strict=True) if found[k] is None))
@@ -121,6 +135,7 @@ def compile_shared_parts(parts: list[str], cc: str | None = None, flags: tuple[s
     if len(parts) == 1:
         return compile_shared(parts[0], cc, flags)
     cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
+    flags = (*flags, *compiler_workarounds(cc, flags))
     key = _cache_key("\0".join(("parts", *parts)), cc, flags)
     found = cached_artifact(key, ".so")
     if found is not None:
