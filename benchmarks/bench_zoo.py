@@ -16,7 +16,7 @@ Per model, printed in one table (ratios: lower is better, < 1 = drivepack faster
   against onnxruntime before timing (max abs error and that error relative to the largest reference value are
   printed; a mismatch is flagged and that target not timed) and again after, on other inputs (a replay must
   compute, not return what it returned before).
-* onnxruntime CPU with 2 intra-op threads.
+* onnxruntime CPU with 2 intra-op threads (``--threads N``: N, and drivepack's CPU target N threads too).
 * capture seconds (load + capture, the compile included) cold, with an empty kernel cache (``DRIVEPACK_CACHE`` a
   fresh directory and the process's compiled kernels forgotten), and warm, captured again from that cache. PoCL's
   own cache (``POCL_CACHE_DIR``) is one fresh directory for the whole run: PoCL reads it once per process, so an
@@ -59,8 +59,9 @@ from zoo_models import QUICK, ZOO, ensure, zoo_listing  # noqa: E402
 
 from jit import capture_onnx, load_onnx  # noqa: E402
 from jit.realize import clear_compiled_kernels  # noqa: E402
+from targets.cpu_runtime import THREADS_ENV  # noqa: E402
 
-ORT_THREADS = 2
+ORT_THREADS = 2  # each peer's threads unless --threads says
 # relative to the largest reference value: random-init nets end in logits of very different scales
 RTOL = 2e-3
 BUSY = "while True: pass"
@@ -231,7 +232,7 @@ def bench_model(name: str, path: str, args: argparse.Namespace, work: Path) -> M
     result.gflop = gflop(proto)
     feeds, other = feeds_for(proto, seed=0), feeds_for(proto, seed=1)
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = ORT_THREADS
+    opts.intra_op_num_threads = args.threads
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     want, other_want = sess.run(None, feeds), sess.run(None, other)
@@ -347,8 +348,14 @@ def main() -> None:
                         help="N busy processes alongside the timed part; prints p50 and p99")
     parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                         help="also write the results as JSON to PATH (stdout when no PATH)")
+    parser.add_argument("--threads", type=int, default=ORT_THREADS, metavar="N",
+                        help=f"threads for each peer: onnxruntime's intra-op threads and {THREADS_ENV} (default "
+                             f"{ORT_THREADS})")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
     args = parser.parse_args()
+    if args.threads < 1:
+        parser.error(f"--threads: expected a positive integer, got {args.threads}")
+    os.environ[THREADS_ENV] = str(args.threads)  # before the CPU target first starts: it reads this once
     if args.list:
         print("\n".join(zoo_listing()))
         return
@@ -372,7 +379,7 @@ def main() -> None:
                 results.append(ModelResult(name, error=one_line(e)))
     means = print_table(results, args)
     if args.json:
-        doc = {"repeat": args.repeat, "contention": args.contention, "ort_threads": ORT_THREADS,
+        doc = {"repeat": args.repeat, "contention": args.contention, "threads": args.threads,
                "geomean_vs_ort": means, "models": [asdict(r) for r in results]}
         text = json.dumps(doc, indent=1)
         if args.json == "-":

@@ -49,7 +49,7 @@ def test_compare_scales_the_tolerance_by_the_largest_reference_value() -> None:
 
 
 def _args(**kw: object) -> argparse.Namespace:
-    return argparse.Namespace(**{"targets": ["CPU"], "repeat": 3, "contention": 0, **kw})
+    return argparse.Namespace(**{"targets": ["CPU"], "repeat": 3, "contention": 0, "threads": 2, **kw})
 
 
 def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_error_row(tmp_path: Path) -> None:
@@ -61,6 +61,16 @@ def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_err
     assert cpu.max_rel is not None and cpu.max_rel < 1e-3
     assert cpu.cold_s and cpu.warm_s and any((tmp_path / "m-CPU-cache").iterdir())  # the cold capture filled it
     assert bad.error and bad.p50 is None and "\n" not in bad.error
+
+
+def test_threads_sets_the_cpu_targets_thread_count_before_it_starts(monkeypatch, capsys) -> None:
+    monkeypatch.setenv(bench_zoo.THREADS_ENV, "2")
+    monkeypatch.setattr("sys.argv", ["bench_zoo.py", "--threads", "1", "--list"])
+    bench_zoo.main()
+    assert bench_zoo.os.environ[bench_zoo.THREADS_ENV] == "1" and "resnet18" in capsys.readouterr().out
+    monkeypatch.setattr("sys.argv", ["bench_zoo.py", "--threads", "0", "--list"])
+    with pytest.raises(SystemExit):
+        bench_zoo.main()
 
 
 def test_table_lists_error_rows_and_the_geometric_mean(capsys) -> None:
