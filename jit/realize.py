@@ -11,16 +11,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import jit.render_cache as render_cache
 from jit.codegen.opt.search import settings_key as tuning_settings_key
 from jit.codegen.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
-from jit.codegen.pipeline import RewrittenKernel, rewrite_kernel
+from jit.codegen.pipeline import rewrite_kernel
 from jit.codegen.stats import KernelStats, kernel_stats
 from jit.common.dtype import DType, to_numpy
-from jit.common.helpers import DEBUG, EMULATED_DTYPES, NOOPT, WINO
+from jit.common.helpers import DEBUG, EMULATED_DTYPES, FUSION_COST, NOLOCALS, NOOPT, STREAMS, WINO, Context
+from jit.ir.stable_key import UnkeyableError, structural_key
 from jit.ir.uop import Ops, UOp
 from jit.schedule.kernels import ScheduledKernel, create_schedule, realized
 from targets.base import Buffer, Program, Target
 from targets.registry import Device
+
+# the compiler is loaded: the render cache's fingerprint of it is taken now, before any kernel is compiled
+render_cache.take_fingerprint()
 
 # BUFFER uid -> device memory; an entry is dropped when its BUFFER node is garbage-collected
 _memory: dict[int, Buffer] = {}
@@ -58,21 +63,70 @@ def copy_to_device(buf: UOp, data: np.ndarray) -> None:
     mem.target.copyin(mem, memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8)))
 
 
-def copy_from_device(buf: UOp) -> np.ndarray:
+def copy_from_device(buf: UOp, align: int = 1) -> np.ndarray:
+    """A fresh host copy of ``buf``'s elements, its data starting at a multiple of ``align`` bytes (a capture's
+    weights: a replay binds an aligned array as it is, and copies any other once more)."""
     assert isinstance(buf.dtype, DType)
     mem = device_buffer(buf)
-    out = np.empty(buf.arg[2], dtype=to_numpy(buf.dtype))
+    dtype = to_numpy(buf.dtype)
+    if align > 1:
+        nbytes = buf.arg[2] * dtype.itemsize
+        raw = np.empty(nbytes + align, dtype=np.uint8)
+        offset = (-raw.ctypes.data) % align
+        out = raw[offset:offset + nbytes].view(dtype)
+    else:
+        out = np.empty(buf.arg[2], dtype=dtype)
     mem.target.copyout(mem, memoryview(out.view(np.uint8)))
     return out
 
 
+def host_bytes(buf: UOp) -> np.ndarray | None:
+    """``buf``'s device memory as a read-only uint8 array without a copy, on a target whose memory is the host's
+    (``host_view``: the CPU); None elsewhere. Safe to keep: a BUFFER's memory is written once, by the upload or
+    the kernel that computes it (every kernel writes a fresh BUFFER), and the array keeps the memory alive."""
+    mem = device_buffer(buf)
+    view = getattr(mem.target, "host_view", None)
+    if view is None:
+        return None
+    arr = view(mem).view()
+    arr.flags.writeable = False
+    return arr
+
+
 @dataclass
 class CompiledKernel:
+    """A kernel ready to launch: its name, program, stats and dtype policy. ``lowered`` is the graph it was rendered
+    from; a kernel served by the render cache (jit/render_cache.py) has none until first asked, when the codegen
+    passes run again on ``ast`` under the settings it was compiled with (deterministic: the same graph)."""
+
     name: str
     program: Program
     stats: KernelStats
-    lowered: UOp
+    lowered_sink: UOp | None = field(default=None, repr=False)
     dtype_policy: DTypePolicy = field(default_factory=lambda: DTypePolicy("?"))
+    ast: UOp | None = field(default=None, repr=False)
+    target: Target | None = field(default=None, repr=False)
+    settings: dict[str, object] = field(default_factory=dict, repr=False)
+
+    @property
+    def lowered(self) -> UOp:
+        if self.lowered_sink is None:
+            assert self.ast is not None and self.target is not None, "a kernel without its graph keeps its ast"
+            with _deep_recursion(), Context(**self.settings):
+                self.lowered_sink = rewrite_kernel(self.ast, self.target).sink
+        return self.lowered_sink
+
+
+@dataclass
+class _Pending:
+    """A kernel rendered in this ``compile_kernels`` call (or earlier, without a build), not compiled yet."""
+
+    name: str
+    source: str
+    meta: dict
+    stats: KernelStats
+    policy: DTypePolicy
+    lowered: UOp | None
 
 
 # (target, settings that change codegen, kernel graph) -> compiled kernel
@@ -118,44 +172,76 @@ def unique_name(base: str, key: object) -> str:
     return base if n == 1 else f"{base}n{n}"
 
 
+def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None) -> _Pending:
+    """Kernel ``k`` through the codegen passes and the renderer, or from the render cache under ``disk_key``
+    (stored there after a miss). Either way the same name, source, metadata, stats and policy."""
+    entry = render_cache.load(disk_key) if disk_key else None
+    if entry is not None:
+        name = unique_name(k.name, entry.sink_key)
+        return _Pending(name, entry.source_for(name), entry.meta, entry.stats, entry.policy, None)
+    with _deep_recursion():
+        rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
+        try:
+            # numbered by the rewritten graph's exact key, as a cache hit is (the graph itself is not at hand there)
+            name_key: object = structural_key(rewritten.sink)
+        except UnkeyableError:
+            name_key = rewritten.sink
+        name = unique_name(k.name, name_key)
+        source, meta = target.render(name, rewritten.sink)
+    stats = kernel_stats(rewritten.sink)
+    if disk_key:
+        render_cache.store(disk_key, name, source, meta, stats, rewritten.dtype_policy, rewritten.sink)
+    return _Pending(name, source, meta, stats, rewritten.dtype_policy, rewritten.sink)
+
+
+def _render_settings_key(settings: str) -> str:
+    """``kernel_settings_key`` plus every other setting a render could read: the render cache's key part."""
+    return ";".join((settings, *(repr(s) for s in (NOLOCALS, STREAMS, FUSION_COST))))
+
+
 def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
-    and the target compiles all new kernels of one call together (one C compiler run on the CPU).
+    and the target compiles all new kernels of one call together (one C compiler run on the CPU). A kernel
+    rendered in an earlier process under the same code, target and settings is read from the render cache
+    (jit/render_cache.py) instead of rewritten and rendered again.
 
     ``build=False`` renders without compiling (a capture for a target whose replay compiles the sources itself,
     ``Runtime.replay_builds_kernels``): each program then has no handle, and a later call that launches the
     kernel compiles the rendered source, rendering nothing twice."""
     settings = kernel_settings_key()
-    todo: dict[UOp, tuple[str, str, dict, RewrittenKernel]] = {}
+    disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
+    disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
+    context = {"NOOPT": NOOPT.value, "EMULATED_DTYPES": EMULATED_DTYPES.value, "WINO": WINO.value}
+    todo: dict[UOp, _Pending] = {}
     for k in kernels:
         key = (target.name, settings, k.ast)
         if key in _compiled or (not build and key in _rendered) or k.ast in todo:
             continue
         if key in _rendered:
             ck = _rendered.pop(key)
-            todo[k.ast] = (ck.name, ck.program.source, ck.program.meta, RewrittenKernel(ck.lowered, ck.dtype_policy))
+            todo[k.ast] = _Pending(ck.name, ck.program.source, ck.program.meta, ck.stats, ck.dtype_policy,
+                                   ck.lowered_sink)
             continue
-        with _deep_recursion():
-            rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
-            name = unique_name(k.name, rewritten.sink)
-            source, meta = target.render(name, rewritten.sink)
+        disk_key = render_cache.entry_key(k.ast, target, "", disk_context) if disk_context is not None else None
+        pending = todo[k.ast] = _rewrite_and_render(k, target, disk_key)
         if DEBUG >= 2:
-            for line in rewritten.dtype_policy.debug_lines():  # once per kernel: compiled kernels are cached
-                print(f"{line} in {name}")
+            for line in pending.policy.debug_lines():  # once per kernel: compiled kernels are cached
+                print(f"{line} in {pending.name}")
         if DEBUG >= 4:
-            print(source)
-        todo[k.ast] = (name, source, meta, rewritten)
+            print(pending.source)
+
+    def kernel(ast: UOp, p: _Pending, program: Program) -> CompiledKernel:
+        return CompiledKernel(p.name, program, p.stats, p.lowered, p.policy, ast, target, context)
+
     if todo and not build:
-        for ast, (name, source, meta, rw) in todo.items():
-            program = Program(name, source, None, tuple(meta.get("global_size", (1,))), meta.get("local_size"),
-                              meta)
-            _rendered[(target.name, settings, ast)] = CompiledKernel(name, program, kernel_stats(rw.sink), rw.sink,
-                                                                     rw.dtype_policy)
+        for ast, p in todo.items():
+            program = Program(p.name, p.source, None, tuple(p.meta.get("global_size", (1,))),
+                              p.meta.get("local_size"), p.meta)
+            _rendered[(target.name, settings, ast)] = kernel(ast, p, program)
     elif todo:
-        programs = target.compile_many([(name, source, meta) for name, source, meta, _ in todo.values()])
-        for (ast, (name, _, _, rw)), prog in zip(todo.items(), programs, strict=True):
-            _compiled[(target.name, settings, ast)] = CompiledKernel(name, prog, kernel_stats(rw.sink), rw.sink,
-                                                                      rw.dtype_policy)
+        programs = target.compile_many([(p.name, p.source, p.meta) for p in todo.values()])
+        for (ast, p), prog in zip(todo.items(), programs, strict=True):
+            _compiled[(target.name, settings, ast)] = kernel(ast, p, prog)
     return [_compiled.get(key) or _rendered[key] for key in ((target.name, settings, k.ast) for k in kernels)]
 
 

@@ -44,7 +44,7 @@ from jit.common.helpers import STREAMS
 from jit.frontend.nn_ops import MATVEC_MAX_PAD
 from jit.frontend.tensor import Tensor
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
-from jit.realize import CompiledKernel, compile_kernels, copy_from_device, run_schedule
+from jit.realize import CompiledKernel, compile_kernels, copy_from_device, host_bytes, run_schedule
 from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
 from jit.schedule.memory_plan import plan_alignment, plan_memory
 from jit.schedule.streams import BYTE_COST, dependencies, find_segments, segment_lifetime
@@ -217,11 +217,15 @@ class _Bindings:
     role: dict[UOp, str]
     table: dict[str, BufferSpec]
     weights: dict[int, np.ndarray]
+    alignment: int = 1  # of each weight's copy: the command buffer's, so that its replay binds the copy as it is
 
     def weight(self, buf: UOp, image: tuple[int, int] | None = None) -> str:
         if buf not in self.role:
             wid = len(self.weights)
-            self.weights[wid] = copy_from_device(buf).view(np.uint8)
+            # on the CPU the device buffer itself (its pages are written already: a copy would fault in as many new
+            # ones, a third of a warm capture's time on a large model); elsewhere an aligned copy
+            data = host_bytes(buf)
+            self.weights[wid] = data if data is not None else copy_from_device(buf, self.alignment).view(np.uint8)
             self.role[buf] = f"weight:{wid}"
             self.table[self.role[buf]] = dataclasses.replace(_flat_spec(self.role[buf], buf), image=image)
         return self.role[buf]
@@ -338,7 +342,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     kept += copies  # state write-backs last: every read of the old state comes before them
 
     role = {**sources, **produced}
-    bindings = _Bindings(role, {}, {})
+    bindings = _Bindings(role, {}, {}, plan_alignment(tgt.limits.buffer_alignment))
     for name, arr in example_inputs.items():
         bindings.table[f"input:{name}"] = BufferSpec(f"input:{name}", from_numpy(arr.dtype).name, arr.shape,
                                                      arr.nbytes)

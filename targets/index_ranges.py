@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jit.common.errors import DrivepackError
+from targets import extents_cache
 from targets.index_parse import CType, IndexParseError, Kernel, parse_kernel, scalar_type
 from targets.index_values import Img, Ints, Opaque, Ptr, Value
 from targets.index_walk import Walker
@@ -65,7 +66,12 @@ def access_extents(source: str, entry: str, global_size: tuple[int, ...], local_
                    scalars: tuple[tuple[str, int], ...]) -> Extents | str:
     """The extents of ``entry`` launched over ``global_size`` / ``local_size`` with ``scalars`` (dtype, bits) as
     its value arguments, or why they cannot be bounded. Before: nothing of the source is trusted; after: every
-    access the source can make in that launch lies within the returned ranges."""
+    access the source can make in that launch lies within the returned ranges. A proof an earlier process made
+    under the same checker code is read back (targets/extents_cache.py) instead of made again."""
+    key = extents_cache.launch_key(source, entry, global_size, local_size, scalars) if extents_cache.enabled() \
+        else None
+    if key is not None and (stored := extents_cache.load(key)) is not None:
+        return Extents(*stored)
     kernel = _parsed(source, entry)
     if isinstance(kernel, str):
         return kernel
@@ -74,9 +80,12 @@ def access_extents(source: str, entry: str, global_size: tuple[int, ...], local_
     except KernelParamsError as e:
         return str(e)
     try:
-        return _evaluate(kernel, global_size, local_size, scalars, ranged)
+        extents = _evaluate(kernel, global_size, local_size, scalars, ranged)
     except IndexParseError as e:
         return str(e)
+    if key is not None:
+        extents_cache.store(key, extents.buffers, extents.images)
+    return extents
 
 
 def _evaluate(kernel: Kernel, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from jit.common.errors import DrivepackError
 
@@ -59,7 +60,8 @@ def range_kernel(source: str, entry: str, where: str = "kernel") -> bool:
     return has_range_params(kernel_params(source, entry, where))
 
 
-def stored_params(source: str) -> set[int]:
+@lru_cache(maxsize=4096)  # a capture checks one kernel's source once per dispatch
+def stored_params(source: str) -> frozenset[int]:
     """The indices ``i`` of every ``data<i>`` a statement of ``source`` may store through: left of an
     assignment, beside ``++``/``--``, or as the destination of a call that writes memory (vstore's last
     argument, memcpy/memset's and write_image's first); directly or through a pointer variable that was
@@ -99,7 +101,7 @@ def stored_params(source: str) -> set[int]:
                 stored |= {i for a in _call_args(stmt, call.end()) if _POINTER_ARG.match(a) for i in params_in(a)}
         for pattern in _POINTER_ESCAPE:
             stored |= {i for m in pattern.finditer(stmt) for i in params_in(m.group(1))}
-    return stored
+    return frozenset(stored)
 
 
 # calls that only read through a pointer argument (and C words followed by a parenthesis)

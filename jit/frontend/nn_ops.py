@@ -129,6 +129,8 @@ def gemm(self: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, b
 # above every conv of the ONNX node conformance tests (the largest, test_convtranspose_3d, does 22,680), so those
 # keep their single kernel.
 PAD_MATERIALIZE_MIN_MACS = 1 << 20
+# still far above the conformance tests' convs (a depthwise one there does a few thousand)
+DEPTHWISE_PAD_MATERIALIZE_MIN_MACS = 1 << 17
 
 
 def _materialize_pad(pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...], out_elements: int,
@@ -141,7 +143,9 @@ def _materialize_pad(pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...],
     elementwise work precedes the pad, so the padded zeros are exactly the PAD's) and the conv's loads are plain
     contiguous ones. Worth it when there is padding, the window has more than one element (a 1x1 window reads
     each input element once: the mask costs no more than the copy would) and the conv is large enough that the
-    extra kernel's launch and pass over memory are small against its work (``PAD_MATERIALIZE_MIN_MACS``).
+    extra kernel's launch and pass over memory are small against its work (``PAD_MATERIALIZE_MIN_MACS``; a
+    depthwise conv, one input channel per group, from ``DEPTHWISE_PAD_MATERIALIZE_MIN_MACS``: its masked loads
+    are gathers lane by lane, so even a small one costs several times the copy).
 
     Decided here rather than by a scheduler rule on any PAD read through a WINDOW: the conv knows its work and
     pooling reads a window once per output anyway. Capture treats the copy like any kernel: an activation in
@@ -149,10 +153,14 @@ def _materialize_pad(pads: tuple[tuple[int, int], ...], kernel: tuple[int, ...],
     """
     if not any(b or e for b, e in pads) or math.prod(kernel) <= 1:
         return False
-    return out_elements * cin_per_group * math.prod(kernel) >= PAD_MATERIALIZE_MIN_MACS
+    least = DEPTHWISE_PAD_MATERIALIZE_MIN_MACS if cin_per_group == 1 else PAD_MATERIALIZE_MIN_MACS
+    return out_elements * cin_per_group * math.prod(kernel) >= least
 
 
-CHANNELS_LAST_MIN_MACS = 1 << 20
+# the blocked weights are a weight-only copy that a capture folds, so nothing at replay: below this the conv is too
+# small for any tile to matter (the conformance tests' convs, the largest 22,680, keep their weights as they are);
+# above it a short-row conv tiles its vectors across channels instead of running a tile of scalars
+CHANNELS_LAST_MIN_MACS = 1 << 17
 CHANNEL_VECTOR = DEFAULT_OPTS.channel_vector  # the block the optimizer vectorizes short rows across
 
 
@@ -163,6 +171,33 @@ def _channels_last_weights(row: int, cout_per_group: int, macs: int) -> bool:
     what the optimizer tiles: the last output dim, or all of them for a 1x1 stride-1 unpadded conv (its rows merge,
     jit/codegen/opt/merge.py). The copy is weight-only work: a capture folds it into the stored weights."""
     return row % CHANNEL_VECTOR != 0 and cout_per_group % CHANNEL_VECTOR == 0 and macs >= CHANNELS_LAST_MIN_MACS
+
+
+DEPTHWISE_CHANNELS_LAST_MIN_MACS = 1 << 18
+
+
+def _channels_last_depthwise(row: int, kernel: tuple[int, ...], cin_per_group: int, cout_per_group: int, cout: int,
+                             macs: int) -> bool:
+    """Whether a depthwise conv (one input and one output channel per group) reads its input and weights
+    channels-last (``_depthwise_channels_last``): when its output rows do not split into vectors (the 14- and
+    7-wide rows of a 224 input), a row-vector tile falls back to one scalar accumulator per output; channels-last,
+    the optimizer's channel-vector tile (codegen/opt/tiling.py) runs its vectors across channels instead, which
+    every tap's input and weights then read contiguously. Not for a 1x1 window (nothing to share across taps) nor
+    below ``DEPTHWISE_CHANNELS_LAST_MIN_MACS`` (the transposing copy would cost more than it saves)."""
+    return cin_per_group == 1 and cout_per_group == 1 and math.prod(kernel) > 1 and row % CHANNEL_VECTOR != 0 \
+        and cout % CHANNEL_VECTOR == 0 and macs >= DEPTHWISE_CHANNELS_LAST_MIN_MACS
+
+
+def _depthwise_channels_last(x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
+    """A depthwise conv's padded input ``x`` copied channels-last ((N, *spatial, C): the copy the padding needs
+    anyway, transposed) and its weights tap-major ((1, *k, C): weight-only work, which a capture folds into the
+    stored weights), both read back through a permute in their original shapes, so the conv's loads step one
+    channel at a time. The conv computes the same products in the same order from them (float results agree
+    within rounding: the C compiler contracts multiply-adds differently in the vector code)."""
+    nd = x.ndim - 2
+    x = x.permute(0, *range(2, nd + 2), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))
+    weight = weight.permute(1, *range(2, nd + 2), 0).contiguous().permute(nd + 1, 0, *range(1, nd + 1))
+    return x, weight
 
 
 def _phase_rows(x: Tensor, s: int, fill: float | int) -> Tensor:
@@ -241,7 +276,10 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
         # a strided 1x1 conv (resnet's projection shortcuts) over a subsampled copy: a stride-1 pointwise conv's
         # rows merge into one long vector row (jit/codegen/opt/merge.py) instead of 28- or 14-wide rows read at stride 2
         return conv2d(win.reshape(bs, cin, *out_sp).contiguous(), weight, bias, groups)
-    if _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):
+    if _channels_last_depthwise(out_sp[-1], tuple(kernel), cin_g, cout // groups, cout, macs):
+        x, weight = _depthwise_channels_last(x, weight)
+        win = window(x, tuple(kernel), st, dl)
+    elif _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):
         if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1:
             return _phase_split_conv(x, weight, bias, groups, st, dl, out_sp)
         win = window(x.contiguous(), tuple(kernel), st, dl)

@@ -13,6 +13,7 @@ own dtype first and only then narrowed.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -25,8 +26,16 @@ MAX_INDEXED = 2**31 - 1  # elements an int32 index reaches
 _WIDE_INDEX = (dtypes.int64, dtypes.uint64, dtypes.uint32)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def idx_const(v: int) -> UOp:
+    """The int32 index constant ``v`` (cached: lowering builds the same few strides and sizes thousands of times;
+    a node is hash-consed anyway, so the cache only skips rebuilding its key)."""
     return UOp.const(INDEX_DTYPE, v)
+
+
+def _like(i: UOp, v: int) -> UOp:
+    """``v`` as ``i``'s constant, as ``i.alu(op, v)`` would build it (index arithmetic is int32: from the cache)."""
+    return idx_const(v) if i.dtype is INDEX_DTYPE else i.const_like(v)
 
 
 def strides_of(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -41,19 +50,22 @@ def flatten_index(idx: tuple[UOp, ...], shape: tuple[int, ...]) -> UOp:
     flat = idx_const(0)
     for i, st, n in zip(idx, strides_of(shape), shape, strict=True):
         if n != 1:
-            flat = flat + i * st
+            flat = flat + i * _like(i, st)
     return flat
 
 
 def unflatten_index(flat: UOp, shape: tuple[int, ...]) -> tuple[UOp, ...]:
     out = []
     for st, n in zip(strides_of(shape), shape, strict=True):
-        out.append(idx_const(0) if n == 1 else (flat // st) % n)
+        out.append(idx_const(0) if n == 1 else (flat // _like(flat, st)) % _like(flat, n))
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def reshape_index(idx: tuple[UOp, ...], out_shape: tuple[int, ...], in_shape: tuple[int, ...]) -> tuple[UOp, ...]:
-    """Map an index of the reshaped tensor to an index of its source, dim groups at a time."""
+    """Map an index of the reshaped tensor to an index of its source, dim groups at a time. A pure function of
+    immutable arguments, cached: operands reshaped alike are read at the same index (two thirds of the calls
+    lowering a resnet repeat an earlier one), and the result is the same hash-consed graph either way."""
     if 0 in in_shape or 0 in out_shape:
         return tuple(idx_const(0) for _ in in_shape)  # nothing is ever read through an empty view
     # split both shapes into groups with equal products so each group maps independently

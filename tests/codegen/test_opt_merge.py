@@ -8,10 +8,12 @@ import numpy as np
 from jit import Context, Ops, Tensor, UOp
 from jit.codegen.opt import DEFAULT_OPTS, optimize_kernel, plan_tiles
 from jit.codegen.opt.merge import merge_output_dims
+from jit.codegen.opt.tiling import CHANNEL_VECTORS_PER_8_REGISTERS, vector_registers
 from jit.codegen.opt.vectorize import choose_lanes
 from jit.codegen.pipeline import commit_dtypes
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
+from targets.cpu import CPU_VECTOR_WIDTH
 from tests.codegen.test_opt_tiling_threads import _conv_reference
 from tests.helpers import float_accumulators
 
@@ -70,8 +72,11 @@ def test_two_reduces_in_one_kernel_are_tiled_together() -> None:
 def test_short_rows_vectorize_across_output_channels_over_channels_last_weights() -> None:
     """resnet's 14- and 7-wide rows: conv2d stores the weights (Cin, kh, kw, Cout) (a weight-only copy) and the
     tile's vectors run across 8 output channels, loading each tap's 8 weights at once."""
-    # 7 row outputs x 2 vectors of 8 channels for the 1x1 conv, x 1 vector for the 3x3 (its reduce runs over taps)
-    for shape, cout, k, pad, accumulators in (((1, 32, 14, 14), 32, 3, 1, 56), ((1, 512, 7, 7), 64, 1, 0, 112)):
+    # 7 row outputs x 2 vectors of 8 channels for the 1x1 conv (4 where the registers are 32: AVX-512), x half as
+    # many for the 3x3 (its reduce runs over taps)
+    vectors = CHANNEL_VECTORS_PER_8_REGISTERS * vector_registers(CPU_VECTOR_WIDTH) // 8
+    for shape, cout, k, pad, accumulators in (((1, 32, 14, 14), 32, 3, 1, 7 * 8 * (vectors // 2)),
+                                              ((1, 512, 7, 7), 64, 1, 0, 7 * 8 * vectors)):
         x, w = _rand(*shape), _rand(cout, shape[1], k, k, seed=1)
         with Context(WINO="0"):  # the direct conv's tiles (a 3x3 conv this size is Winograd's by default)
             out = Tensor(x).conv2d(Tensor(w), padding=pad).relu()

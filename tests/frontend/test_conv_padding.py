@@ -102,6 +102,7 @@ def test_big_conv_values(xs: tuple[int, ...], ws: tuple[int, ...], groups: int, 
     # the same conv read through the lazy PAD: the same sums in the same order, up to float32 rounding (the C
     # compiler contracts multiply-adds differently around a select)
     monkeypatch.setattr(nn_ops, "PAD_MATERIALIZE_MIN_MACS", 1 << 62)
+    monkeypatch.setattr(nn_ops, "DEPTHWISE_PAD_MATERIALIZE_MIN_MACS", 1 << 62)
     lazy = conv_tensor(x, w, groups, stride, dilation, padding)
     assert len(schedule(lazy)) == 1
     np.testing.assert_allclose(got, lazy.numpy(), rtol=1e-5, atol=2e-5)

@@ -48,7 +48,7 @@ from jit.codegen.opt.park import park_accumulators
 from jit.codegen.opt.peel import peel_masked_row
 from jit.codegen.opt.select import unroll_selector_axes
 from jit.codegen.opt.split import split_divmod_ranges
-from jit.codegen.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel
+from jit.codegen.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel, vector_registers
 from jit.codegen.opt.vectorize import MIN_LANES, choose_lanes
 from jit.codegen.passes.unroll import UPCAST_MAX, pm_unroll_reduce
 from jit.ir.rewrite import graph_rewrite
@@ -69,7 +69,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     the target's language can share a reduce across a work-group (``jit.codegen.opt.group``); ``launch_dims``: how many
     output ranges the target launches as work-item dimensions rather than loops; ``peel_dims``: as many, for
     deciding whether a row is a loop to peel (``jit.codegen.opt.peel``; None: ``launch_dims``); ``l1``, ``l2``: the
-    target's caches (``TargetLimits``), whose line the line-reuse split and whose L2 size the loop order go by."""
+    target's caches (``TargetLimits``), whose line the line-reuse split and whose L2 size the loop order go by.
+    The vector registers a tile may fill follow from ``vector_width`` (``jit.codegen.opt.tiling.vector_registers``)."""
     opts = DEFAULT_OPTS if opts is None else opts
     if opts.tile:
         sink = split_divmod_ranges(sink)
@@ -77,13 +78,14 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         return group_kernel(sink, rng, opts.group_reduce)
     if opts.unroll:
         sink = unroll_selector_axes(sink)
-    plan = plan_tiles(sink, opts) if opts.tile else None
+    registers = vector_registers(vector_width)
+    plan = plan_tiles(sink, opts, registers) if opts.tile else None
     line_axis = None
     if plan is not None and opts.line_reuse and (found := split_for_line_reuse(sink, launch_dims, l1.line)) is not None:
         sink, line_axis = found
-        plan = plan_tiles(sink, opts)
+        plan = plan_tiles(sink, opts, registers)
     if plan is not None and (merged := merge_output_dims(sink)) is not sink:
-        sink, plan = merged, plan_tiles(merged, opts)
+        sink, plan = merged, plan_tiles(merged, opts, registers)
     if plan is not None:
         tiled = tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
         if len(plan.upcasts) > 1 and \

@@ -47,13 +47,17 @@ class OptOptions:
       (and its vectors) runs across the innermost output axis that the reduce's loads read contiguously (conv
       output channels over channels-last weights), this many wide; 0: never.
     * ``wide_upcasts``: wider tile rows tried first when the kernel has no reuse axis (a matrix-vector product):
-      more accumulators in flight hide the add latency that one short row cannot.
+      more accumulators in flight hide the add latency that one short row cannot; where none divides the row (a
+      depthwise conv's 56) and the reduce is long, the row's widest divisor of whole 4-lane vectors up to
+      ``max_upcast`` instead; ``()``: neither.
     * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
     * ``fill_tile``: a tile of fewer elements than this doubles its reuse height (up to 8 rows) while the height
       divides the axis and the tile stays under ``max_upcast``: a one-vector row 4 high is 4 accumulators, too few
       to hide the FMA latency (resnet's 56-wide rows: 8 wide, now 8 high); 0: never.
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
-    * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it).
+    * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it), unless
+      their reduce is long (``jit.codegen.opt.tiling.LONG_REDUCE_TRIPS``: a global pool's one accumulator per output
+      would wait on its last add every step).
     * ``unroll``: unroll small loops of kernels that are not tiled, and the small axes an elementwise kernel
       selects pieces by (jit/codegen/opt/select.py).
     * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
 from jit.codegen.passes.symbolic import pm_symbolic
@@ -28,10 +29,27 @@ from jit.ir.uop import Ops, UOp, toposort
 
 # fill_tile stops doubling a reuse height here: 8 rows of one 4-lane vector are 8 accumulators, 16 would spill
 MAX_FILL_HEIGHT = 8
-# vector accumulators a channel-vector tile may hold (AVX2 has 16 vector registers; a broadcast and a load need 2)
-MAX_VECTOR_ACCUMULATORS = 14
+# vector registers assumed when the target says nothing (AVX2's and SSE's 16)
+DEFAULT_VECTOR_REGISTERS = 16
+# registers a channel-vector tile keeps free of accumulators: a broadcast and a load per reduce step
+SPARE_VECTOR_REGISTERS = 2
 # fewer vector accumulators than this leave the FMA units waiting on the previous FMA's result
 MIN_VECTOR_ACCUMULATORS = 4
+# channel vectors per tile row, per 8 registers: each is one more weight load per reduce step (2 on AVX2's 16
+# registers: 14 accumulators for a row of 7; 4 on AVX-512's 32: 28)
+CHANNEL_VECTORS_PER_8_REGISTERS = 1
+# a channel-vector tile row of more outputs than this keeps the 16-register budget whatever the target has: each
+# output's broadcast input is live across the reduce step next to the accumulators, and GCC spills a 13-wide row
+# of two vectors (squeezenet's 13x13 1x1 convs) where a 7-wide row of four does not
+SHORT_CHANNEL_ROW = 8
+# below this many reduce trips the core overlaps the next tile's short chain with this one: no wider row needed
+WIDE_MIN_TRIPS = 16
+# a kernel with fewer outputs than ``min_outputs`` is still tiled when its reduce runs this many trips (a global
+# pool, a squeeze-and-excitation matrix-vector product): untiled, each output's long sum is one accumulator that
+# waits on its last add every step, and the tile's independent accumulators are what hide that latency
+LONG_REDUCE_TRIPS = 256
+# the narrowest vector (jit.codegen.opt.vectorize.MIN_LANES, which imports this module)
+WIDE_MIN_LANES = 4
 # a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
 # trips a row of 4 that vectorizes as it is costs less than the scattered stores (Winograd's output transform)
 CHANNEL_MIN_TRIPS = 32
@@ -92,9 +110,31 @@ def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, fro
     return None
 
 
-def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
+def _channel_vectors(blocks: int, max_vectors: int, max_accumulators: int, row: int) -> int:
+    """Channel vectors per tile row: the largest power of two <= ``max_vectors`` that divides the axis's
+    ``blocks`` of channel_vector channels and keeps ``row`` x vectors accumulators within ``max_accumulators``
+    (within the 16-register budget for a row longer than ``SHORT_CHANNEL_ROW``)."""
+    n = 1
+    if row > SHORT_CHANNEL_ROW:  # a long row's broadcasts are live across the step too: the 16-register budget
+        max_accumulators = min(max_accumulators, DEFAULT_VECTOR_REGISTERS - SPARE_VECTOR_REGISTERS)
+    while 2 * n <= max_vectors and 2 * n * row <= max_accumulators and blocks % (2 * n) == 0:
+        n *= 2
+    return n
+
+
+def vector_registers(vector_width: int) -> int:
+    """The vector registers of a target whose widest float32 vector has ``vector_width`` lanes: 32 for 16 lanes
+    (AVX-512, which also gives its 8-lane vectors 32 registers), else ``DEFAULT_VECTOR_REGISTERS``."""
+    return 32 if vector_width >= 16 else DEFAULT_VECTOR_REGISTERS
+
+
+def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
+               registers: int = DEFAULT_VECTOR_REGISTERS) -> TilePlan | None:
     """The tile plan for ``sink``, or None when it is not a reduce kernel worth tiling (one STORE; every reduce
-    long enough: a conv's epilogue may add a second reduce, resnet's projection shortcut, which is tiled alike)."""
+    long enough: a conv's epilogue may add a second reduce, resnet's projection shortcut, which is tiled alike).
+    ``registers``: the target's vector registers (``vector_registers``), which bound a channel-vector tile."""
+    max_accumulators = registers - SPARE_VECTOR_REGISTERS
+    max_vectors = max(1, CHANNEL_VECTORS_PER_8_REGISTERS * registers // 8)
     nodes = toposort([sink])
     reduces = [u for u in nodes if u.op is Ops.REDUCE]
     if not reduces or len(sink.src) != 1:
@@ -103,7 +143,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
     if trips < opts.min_reduce_trips:
         return None
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
-    if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs:
+    if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs and trips < LONG_REDUCE_TRIPS:
         return None
     inner = outs[-1]
     deps = range_deps(sink)
@@ -117,25 +157,33 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
         u_inner = max(d for d in range(1, min(_size(inner), max(inner_upcasts)) + 1) if _size(inner) % d == 0)
     if u_inner == 1:
         return None
-    if opts.channel_vector and u_inner % opts.channel_vector and (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS) and \
+    # a row of 4 vectorizes as it is only where its loads read it contiguously: a channels-last input (a depthwise
+    # conv's, jit/frontend/nn_ops.py) gathers it lane by lane, which costs more than the channel tile's stores
+    row_contiguous = all(_row_stride(ld.src[0].src[1], inner, deps) in (0, 1) for ld in loads)
+    if opts.channel_vector and u_inner % opts.channel_vector and \
+            (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
             (across := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
         u_row = max(d for d in range(1, opts.max_upcast // opts.channel_vector + 1) if _size(inner) % d == 0)
-        # two channel vectors when the row leaves room: 7 accumulators cannot hide the FMA latency, 14 can
-        # (resnet50 146 vs 151-157 ms); more would spill on 16 vector registers. Not where a reduce runs over
-        # several ranges (a stride-2 3x3 conv's channels, kernel rows and column phases): GCC unrolls the short
-        # inner loops and then spills the 14 inside them (resnet50's 512-channel one 4.3 vs 3.7 ms with 7)
-        pair = 2 * u_row <= MAX_VECTOR_ACCUMULATORS and _size(across) % (2 * opts.channel_vector) == 0 and \
-            all(len(red.src) == 2 for red in reduces)
-        if u_row * (2 if pair else 1) < MIN_VECTOR_ACCUMULATORS:
+        # several channel vectors when the row leaves room: 7 accumulators cannot hide the FMA latency, 14 can;
+        # more than the registers hold would spill. Half as many where a reduce runs over several ranges (a stride-2
+        # 3x3 conv's channels, kernel rows and column phases): GCC unrolls the short inner loops and keeps their
+        # loads live next to the accumulators, which on 16 registers leaves room for one vector only
+        single = all(len(red.src) == 2 for red in reduces)
+        vectors = partial(_channel_vectors, _size(across) // opts.channel_vector,
+                          max_vectors if single else max_vectors // 2, max_accumulators)
+        nvec = vectors(u_row)
+        if u_row == 1 or u_row * nvec < MIN_VECTOR_ACCUMULATORS:
             # a row of a prime past the cap (squeezenet's 13): one accumulator waits on the last FMA every step (a
-            # 512 -> 1000 1x1 conv at 14 GFLOP/s); the row's widest divisor that still fits the registers instead
-            u_row = max(d for d in range(1, MAX_VECTOR_ACCUMULATORS + 1) if _size(inner) % d == 0)
-            pair = pair and 2 * u_row <= MAX_VECTOR_ACCUMULATORS
+            # 512 -> 1000 1x1 conv at 14 GFLOP/s), and a tile one output wide is a few channel vectors at best;
+            # the row's widest divisor that still fits the registers instead
+            u_row = max(d for d in range(1, DEFAULT_VECTOR_REGISTERS - SPARE_VECTOR_REGISTERS + 1)
+                        if _size(inner) % d == 0)
+            nvec = vectors(u_row)
         # the weights are contiguous per block of channel_vector only: a wider vector (AVX-512's 16 over blocks of
         # 8) would gather every tap's weights lane by lane
-        return TilePlan(((across, opts.channel_vector * (2 if pair else 1)), (inner, u_row)), opts.channel_vector)
+        return TilePlan(((across, opts.channel_vector * nvec), (inner, u_row)), opts.channel_vector)
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
@@ -148,6 +196,11 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS) -> TilePlan | None:
             break
     if len(upcasts) == 1:  # nothing to share across rows (a matrix-vector product): more independent accumulators
         wide = _first_divisor(_size(inner), tuple(u for u in opts.wide_upcasts if u_inner < u <= opts.max_upcast))
+        if wide is None and opts.wide_upcasts and trips >= WIDE_MIN_TRIPS:
+            # a row none of them divides (a depthwise conv's 56): its widest divisor that is still whole vectors,
+            # so several accumulators share the taps instead of one waiting on the last FMA every tap
+            wide = max((d for d in range(u_inner + 1, opts.max_upcast + 1)
+                        if _size(inner) % d == 0 and d % WIDE_MIN_LANES == 0), default=None)
         upcasts[0] = (inner, wide or u_inner)
     return TilePlan(tuple(upcasts))
 

@@ -5,7 +5,8 @@ library calls, and an EfficientNet's SiLU epilogues cost more than its convoluti
 Before: a kernel graph after the optimizer, where a value depending on a RANGE of kind "vector" is a vector of
 lanes. After: every float32 EXP depending on such a range is replaced by the range-reduced polynomial below, built
 from ops the renderer spells as whole vectors (multiply-add, compare and select, rint, float-int conversion,
-bitcast); EXP elsewhere (scalars, other dtypes) is left to the library.
+bitcast); EXP elsewhere (scalars, other dtypes) is left to the library. The same walk lowers float32 ERF on vector
+lanes (``jit.codegen.passes.vector_erf``: the same reason, the exact GELU's erf).
 
 The math (Cephes' ``expf``): ``x`` is clamped to [-104, 89] (beyond, the result is 0 or +inf anyway; NaN passes
 through), ``n = rint(x / ln 2)``, ``r = x - n ln 2`` in two parts (Cody-Waite, exact products), ``e^r`` by a
@@ -16,6 +17,7 @@ into the subnormals as ``expf`` does. Within 2 ulp of the correctly rounded resu
 
 from __future__ import annotations
 
+from jit.codegen.passes.vector_erf import pm_vector_erf
 from jit.common.dtype import dtypes
 from jit.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from jit.ir.uop import Ops, UOp
@@ -66,7 +68,10 @@ pm_vector_exp = PatternMatcher([
 
 
 def lower_vector_exp(sink: UOp) -> UOp:
-    """The pass (module docstring) over ``sink``; the same node when no EXP is on vector lanes."""
-    if not any(u.op is Ops.EXP for u in sink.toposort()):
+    """The pass (module docstring) over ``sink``, and with it ``jit.codegen.passes.vector_erf`` (ERF on vector
+    lanes, for the same reason: the language's libm takes one float); the same node when no EXP or ERF is on
+    vector lanes."""
+    ops = {u.op for u in sink.toposort()}
+    if Ops.EXP not in ops and Ops.ERF not in ops:
         return sink
-    return graph_rewrite(sink, pm_vector_exp, name="vector exp")
+    return graph_rewrite(sink, pm_vector_exp + pm_vector_erf, name="vector exp and erf")

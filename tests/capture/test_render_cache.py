@@ -1,0 +1,267 @@
+"""The render cache (jit/render_cache.py): a hit gives what the codegen passes and renderer give, without running
+them; any change the result depends on misses; a damaged file is a miss; captures stay the same across processes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jit.realize as realize
+import jit.render_cache as rc
+from jit import Context, Device, Tensor, capture
+from jit.codegen.opt.options import OptOptions
+from jit.realize import clear_compiled_kernels, compile_uops
+
+ROOT = Path(__file__).resolve().parents[2]
+X = np.arange(96, dtype=np.float32).reshape(8, 12) / 7
+A, B = np.ones((64, 96), np.float32) / 3, np.ones((96, 128), np.float32) / 5
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, empty kernel cache folder for the test, and this process's compiled kernels forgotten."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    monkeypatch.delenv(rc.ENV, raising=False)
+    # stores on even while the checkout's sources are being edited (test_no_store_once_the_sources_changed tests that)
+    monkeypatch.setattr(rc, "_FINGERPRINT", (rc.compiler_fingerprint(), math.inf, frozenset()))
+    clear_compiled_kernels()
+    yield tmp_path
+    clear_compiled_kernels()
+
+
+def _kernels(scale: float = 3.0, opts: bool = False) -> list[realize.CompiledKernel]:
+    x = Tensor(X)
+    y = ((x * scale).exp().sum(axis=1) + 1).relu() if not opts else (Tensor(A) @ Tensor(B)).relu()
+    return compile_uops([y.uop], "CPU")
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("render-*.json"))
+
+
+def _no_rewrite(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the codegen passes ran on a cache hit")
+    monkeypatch.setattr(realize, "rewrite_kernel", boom)
+
+
+def _same(a: list[realize.CompiledKernel], b: list[realize.CompiledKernel]) -> None:
+    assert [k.name for k in a] == [k.name for k in b]
+    assert [k.program.source for k in a] == [k.program.source for k in b]
+    assert [k.program.meta.get("global_size") for k in a] == [k.program.meta.get("global_size") for k in b]
+    assert [k.program.meta.get("parallel") for k in a] == [k.program.meta.get("parallel") for k in b]
+    assert [k.stats for k in a] == [k.stats for k in b]
+    assert [k.dtype_policy for k in a] == [k.dtype_policy for k in b]
+
+
+def test_hit_gives_the_same_kernels_without_the_passes(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cold = _kernels()
+    assert len(_entries(cache)) == len(cold)
+    lowered = [k.lowered for k in cold]
+    clear_compiled_kernels()
+    with monkeypatch.context() as m:
+        _no_rewrite(m)
+        warm = _kernels()
+    _same(cold, warm)
+    # the graph is rebuilt on demand, equal to the one rendered (hash-consed: the same object)
+    assert [k.lowered for k in warm] == lowered
+
+
+def test_hit_result_runs(cache: Path) -> None:
+    want = np.maximum(np.exp(X * 3.0).sum(axis=1) + 1, 0)
+    got = ((Tensor(X) * 3.0).exp().sum(axis=1) + 1).relu().numpy()
+    clear_compiled_kernels()
+    again = ((Tensor(X) * 3.0).exp().sum(axis=1) + 1).relu().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_array_equal(got, again)
+
+
+def test_changed_graph_misses(cache: Path) -> None:
+    _kernels(3.0)
+    n = len(_entries(cache))
+    clear_compiled_kernels()
+    _kernels(4.0)
+    assert len(_entries(cache)) > n
+
+
+def test_changed_settings_miss(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cold = _kernels(opts=True)
+    n = len(_entries(cache))
+    clear_compiled_kernels()
+    with Context(NOOPT=1):
+        plain = _kernels(opts=True)
+    assert len(_entries(cache)) == n + len(plain)
+    assert [k.program.source for k in plain] != [k.program.source for k in cold]
+
+
+def test_changed_target_defaults_miss(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = Device["CPU"]
+    before = rc.target_fingerprint(target)
+    ast = compile_uops([(Tensor(X) + 1).uop], "CPU")[-1].ast
+    key = rc.entry_key(ast, target, "s")
+    monkeypatch.setattr(target, "default_opts", OptOptions(unroll=False), raising=False)
+    assert rc.target_fingerprint(target) != before
+    assert rc.entry_key(ast, target, "s") != key
+    monkeypatch.undo()
+    assert rc.entry_key(ast, target, "s") == key
+    assert rc.entry_key(ast, target, "t") != key  # settings are part of the key
+
+
+def test_corrupt_file_is_a_miss_and_replaced(cache: Path) -> None:
+    cold = _kernels()
+    for path in _entries(cache):
+        path.write_text('{"format": 1, "source": 12')
+    clear_compiled_kernels()
+    warm = _kernels()
+    _same(cold, warm)
+    for path in _entries(cache):  # rewritten whole by the recompile
+        assert rc.decode(path.read_text(), path.stem.removeprefix("render-")).source.count(rc.NAME_SLOT) == 1
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d.update(format=99),
+    lambda d: d.pop("key"),
+    lambda d: d.pop("stats"),
+    lambda d: d.update(source=d["source"].replace(rc.NAME_SLOT, "k")),
+    lambda d: d["stats"].update(flops="1"),
+    lambda d: d["policy"].update(native=["notadtype"]),
+    lambda d: d.update(meta=[1, 2]),
+])
+def test_damaged_entry_is_refused(cache: Path, damage: object) -> None:
+    _kernels()
+    path = _entries(cache)[0]
+    doc = json.loads(path.read_text())
+    damage(doc)  # type: ignore[operator]
+    text = json.dumps(doc)
+    key = path.stem.removeprefix("render-")
+    with pytest.raises(rc.RenderCacheError):
+        rc.decode(text, key)
+    path.write_text(text)
+    assert rc.load(key) is None
+
+
+def test_not_json_is_refused() -> None:
+    with pytest.raises(rc.RenderCacheError, match="not JSON"):
+        rc.decode("\x00garbage", "k")
+
+
+def test_entry_of_another_key_is_refused(cache: Path) -> None:
+    _kernels()
+    _kernels(opts=True)
+    a, b = _entries(cache)[:2]
+    key_b = b.stem.removeprefix("render-")
+    b.write_text(a.read_text())  # a file copied or renamed over another key's
+    with pytest.raises(rc.RenderCacheError, match="expected"):
+        rc.decode(b.read_text(), key_b)
+    assert rc.load(key_b) is None
+
+
+def test_disabled_writes_nothing(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(rc.ENV, "0")
+    _kernels()
+    assert not _entries(cache)
+
+
+def test_meta_reads_back_as_tuples(cache: Path) -> None:
+    cold = _kernels()
+    clear_compiled_kernels()
+    warm = _kernels()
+    for a, b in zip(cold, warm, strict=True):
+        for k in ("global_size", "local_size", "parallel"):
+            assert type(a.program.meta.get(k)) is type(b.program.meta.get(k))
+            assert a.program.meta.get(k) == b.program.meta.get(k)
+
+
+def test_store_refuses_a_name_it_cannot_put_back(cache: Path) -> None:
+    ck = _kernels()[-1]
+    # a compiled program's meta holds the loaded library too: no entry can hold that
+    assert not rc.store("k" * 64, ck.name, ck.program.source, ck.program.meta, ck.stats, ck.dtype_policy, ck.lowered)
+    meta = {k: v for k, v in ck.program.meta.items() if k in ("global_size", "local_size", "parallel")}
+    args = (meta, ck.stats, ck.dtype_policy, ck.lowered)
+    assert not rc.store("k" * 64, "absent_name", ck.program.source, *args)
+    assert not rc.store("k" * 64, ck.name, ck.program.source + f"\n// {ck.name}(", *args)
+    assert rc.store("k" * 64, ck.name, ck.program.source, *args)
+    entry = rc.load("k" * 64)
+    assert entry is not None and entry.source_for(ck.name) == ck.program.source
+    assert dataclasses.replace(entry, source="") != entry
+
+
+_CAPTURE = """
+import json, sys
+import numpy as np
+from jit import Tensor, capture
+def model(x):
+    h = (x.reshape(1, 3, 8, 8).conv2d(Tensor(np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)),
+         padding=1).relu() * 0.5).sum(axis=(2, 3))
+    return {"y": (h.exp() + 1).log()}
+x = np.linspace(0, 1, 192, dtype=np.float32).reshape(1, 192)
+run = capture(model, {"x": x}, target="CPU")
+print(json.dumps({"kernels": [[k.name, k.source] for k in run.cmdbuf.kernels],
+                  "dispatches": [repr(d) for d in run.cmdbuf.dispatches],
+                  "y": run({"x": x})["y"].tobytes().hex()}))
+"""
+
+
+def test_capture_is_identical_across_processes_cold_and_warm(tmp_path: Path) -> None:
+    env = {**os.environ, "DRIVEPACK_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop(rc.ENV, None)
+    runs = [subprocess.run([sys.executable, "-c", _CAPTURE], env=env, capture_output=True, text=True, check=True)
+            for _ in range(2)]
+    cold, warm = (json.loads(r.stdout) for r in runs)
+    assert _entries(tmp_path)
+    assert cold == warm
+    off = subprocess.run([sys.executable, "-c", _CAPTURE], env={**env, rc.ENV: "0"}, capture_output=True,
+                         text=True, check=True)
+    assert json.loads(off.stdout) == cold
+
+
+def test_capture_in_process_hits(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": (x * 2).exp().sum(axis=1)}
+    x = X.copy()
+    first = capture(model, {"x": x}, target="CPU")
+    clear_compiled_kernels()
+    with monkeypatch.context() as m:
+        _no_rewrite(m)
+        second = capture(model, {"x": x}, target="CPU")
+    assert [k.source for k in first.cmdbuf.kernels] == [k.source for k in second.cmdbuf.kernels]
+    np.testing.assert_array_equal(first({"x": x})["y"], second({"x": x})["y"])
+
+
+def test_no_store_once_the_sources_changed(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert rc.sources_unchanged()  # the fixture's: taken at infinity
+    # as if every compiler module had been imported after the fingerprint, from files edited since
+    monkeypatch.setattr(rc, "_FINGERPRINT", (rc.compiler_fingerprint(), 0.0, frozenset()))
+    assert not rc.sources_unchanged()
+    # modules loaded before the fingerprint run the bytes it describes, whatever their files say now
+    monkeypatch.setattr(rc, "_FINGERPRINT", (rc.compiler_fingerprint(), 0.0, frozenset(sys.modules)))
+    assert rc.sources_unchanged()
+    monkeypatch.setattr(rc, "_FINGERPRINT", (rc.compiler_fingerprint(), 0.0, frozenset()))
+    first = _kernels()
+    assert not _entries(cache)
+    clear_compiled_kernels()
+    _same(first, _kernels())
+
+
+def test_opencl_hit(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        target = Device["OPENCL"]
+    except Exception as e:  # noqa: BLE001 - no OpenCL platform here
+        pytest.skip(f"no OpenCL device: {e}")
+    key = rc.target_fingerprint(target)
+    cold = compile_uops([(Tensor(X, device="OPENCL") * 2).exp().uop], "OPENCL")
+    assert rc.target_fingerprint(target) == key  # live buffers and builds are no part of it
+    clear_compiled_kernels()
+    with monkeypatch.context() as m:
+        _no_rewrite(m)
+        warm = compile_uops([(Tensor(X, device="OPENCL") * 2).exp().uop], "OPENCL")
+    _same(cold, warm)
+    assert [k.program.meta.get("local_size") for k in cold] == [k.program.meta.get("local_size") for k in warm]
