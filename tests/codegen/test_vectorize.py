@@ -5,19 +5,23 @@ copies compute."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from jit import Device, Ops, Tensor, UOp, dtypes
+from abi.frames import nv12_geometry
+from jit import Device, Ops, Tensor, UOp, capture, dtypes
 from jit.codegen.opt import OptOptions, plan_tiles
 from jit.codegen.opt.search import use_tuning
 from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint, kernel_key
-from jit.codegen.opt.vectorize import choose_lanes
+from jit.codegen.opt.vectorize import addressed_by_data, choose_lanes
 from jit.codegen.pipeline import commit_dtypes
+from jit.common.dtype import PtrDType
 from jit.frontend import nn_ops
-from jit.realize import compile_uops
+from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
+from packager.modeld.warp import model_frame
 from targets.cpu import CPU_VECTOR_WIDTH
 from tests.codegen.test_beam import _pre_opt_sink
 from tests.codegen.test_opt_tiling_threads import _conv_reference
@@ -282,3 +286,36 @@ def test_a_load_at_a_constant_lane_stride_reads_from_one_scalar_base() -> None:
     src = _source(t)
     assert "+48)" in src and "[0]" not in src  # lane 1 is 4 * 12 elements past lane 0
     np.testing.assert_array_equal(t.numpy(), x.transpose(1, 2, 0))
+
+
+def test_rows_addressed_by_data_take_at_most_eight_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The modeld warp samples the frame at pixels computed from the transform: its rows gather every lane's byte
+    on its own, and on a 16-lane target they stay 8 lanes wide (moving each index out of a wider vector costs
+    more than the wider arithmetic saves). The sampled frame is the same bytes."""
+    g = nv12_geometry(1344, 760)
+    frame = np.random.default_rng(3).integers(0, 256, g.size, dtype=np.uint8)
+    tfm = np.array([[1.02, 0.01, 100.0], [-0.01, 1.0, 50.0], [0.0, 0.0, 1.0]], np.float32)
+
+    def warp() -> tuple[list[str], np.ndarray]:
+        clear_compiled_kernels()
+        cap = capture(lambda frame, tfm: {"img": model_frame(frame, tfm, g)},
+                      {"frame": np.zeros(g.size, np.uint8), "tfm": np.eye(3, dtype=np.float32)}, target="CPU")
+        return [k.source for k in cap.cmdbuf.kernels], cap({"frame": frame, "tfm": tfm})["img"]
+
+    want = warp()[1]
+    monkeypatch.setattr(Device["CPU"], "language", replace(Device["CPU"].language, vector_width=16))
+    sources, got = warp()
+    gathers = [s for s in sources if "dp_uint8x" in s and "*(data" in s]
+    assert gathers and all("dp_uint8x8 " in s and "x16 " not in s for s in gathers)
+    np.testing.assert_array_equal(got, want)
+    clear_compiled_kernels()
+
+
+def test_an_address_computed_from_a_load_or_a_float_is_addressed_by_data() -> None:
+    i32 = dtypes.int32
+    i = UOp(Ops.RANGE, i32, (UOp.const(i32, 64),), (0, "global"))
+    g = UOp(Ops.DEFINE_GLOBAL, PtrDType(i32, 64), (), 1)
+    loaded = UOp(Ops.LOAD, i32, (UOp(Ops.INDEX, g.dtype, (g, i)),))
+    rounded = (i.cast(dtypes.float32) * 1.5).cast(i32)
+    assert not addressed_by_data(i * 2 + 1)
+    assert addressed_by_data(loaded + 1) and addressed_by_data(rounded)
