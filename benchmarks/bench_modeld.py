@@ -464,6 +464,11 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, object]:
         preps[target] = capture_step(models, geometry, target, prepare=True)[0]
         print(f"  drivepack {target}: captured in {time.perf_counter() - t0:.1f} s, run {caps[target].n_dispatches} "
               f"dispatches, prepare {preps[target].n_dispatches}")
+    bandwidth = memory_bandwidth()
+    with contention(args.contention):
+        # before any peer has run (the OpenCV check below runs onnxruntime, whose workers spin on the cores for a
+        # while after a run): the kernels alone, on cores nothing else is using
+        kernels = {t: kernel_seconds(p, frame_feeds, args.repeat) for t, p in preps.items()}
     cv = OpenCvStep(plan, models, abis) if not args.no_opencv else None
     if cv is not None:
         worst = check_against_opencv(cv, caps, preps, plan, feeds)
@@ -489,10 +494,7 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, object]:
                 if peer is not None:
                     tinygrad[row, dev] = peer
                     peers[f"{row}_tg_{dev.lower()}"] = peer.call
-    bandwidth = memory_bandwidth()
     with contention(args.contention):
-        # first: no peer has run yet, so none spins on the cores (onnxruntime's workers do for a while after a run)
-        kernels = {t: kernel_seconds(p, frame_feeds, args.repeat) for t, p in preps.items()}
         medians = interleaved_medians(peers, args.repeat, warmup=WARMUP)
     bandwidth = max(bandwidth, memory_bandwidth())
     # every replay again on the other inputs from empty queues: a replay must compute, not return stale outputs
