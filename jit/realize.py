@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import jit.render_cache as render_cache
+from jit.codegen.opt import OptOptions, target_default_opts
 from jit.codegen.opt.search import settings_key as tuning_settings_key
 from jit.codegen.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
 from jit.codegen.pipeline import rewrite_kernel
 from jit.codegen.stats import KernelStats, kernel_stats
 from jit.common.dtype import DType, to_numpy
+from jit.common.errors import CompileError
 from jit.common.helpers import DEBUG, EMULATED_DTYPES, FUSION_COST, NOLOCALS, NOOPT, STREAMS, WINO, Context
 from jit.ir.stable_key import UnkeyableError, structural_key
 from jit.ir.uop import Ops, UOp
@@ -97,7 +99,8 @@ def host_bytes(buf: UOp) -> np.ndarray | None:
 class CompiledKernel:
     """A kernel ready to launch: its name, program, stats and dtype policy. ``lowered`` is the graph it was rendered
     from; a kernel served by the render cache (jit/render_cache.py) has none until first asked, when the codegen
-    passes run again on ``ast`` under the settings it was compiled with (deterministic: the same graph)."""
+    passes run again on ``ast`` under the settings and default options it was compiled with (deterministic: the
+    same graph, checked against the structural key the cache stored with it)."""
 
     name: str
     program: Program
@@ -107,13 +110,19 @@ class CompiledKernel:
     ast: UOp | None = field(default=None, repr=False)
     target: Target | None = field(default=None, repr=False)
     settings: dict[str, object] = field(default_factory=dict, repr=False)
+    default_opts: OptOptions | None = field(default=None, repr=False)
+    sink_key: str | None = field(default=None, repr=False)
 
     @property
     def lowered(self) -> UOp:
         if self.lowered_sink is None:
             assert self.ast is not None and self.target is not None, "a kernel without its graph keeps its ast"
             with _deep_recursion(), Context(**self.settings):
-                self.lowered_sink = rewrite_kernel(self.ast, self.target).sink
+                sink = rewrite_kernel(self.ast, self.target, self.default_opts).sink
+            if self.sink_key is not None and structural_key(sink) != self.sink_key:
+                raise CompileError(f"kernel {self.name}: lowered graph expected the one it was rendered from, got "
+                                   "another (the tuning or the target's options changed since it was compiled)")
+            self.lowered_sink = sink
         return self.lowered_sink
 
 
@@ -127,6 +136,7 @@ class _Pending:
     stats: KernelStats
     policy: DTypePolicy
     lowered: UOp | None
+    sink_key: str | None = None  # the rewritten graph's structural key, where a render-cache hit left no graph
 
 
 # (target, settings that change codegen, kernel graph) -> compiled kernel
@@ -178,7 +188,7 @@ def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None
     entry = render_cache.load(disk_key) if disk_key else None
     if entry is not None:
         name = unique_name(k.name, entry.sink_key)
-        return _Pending(name, entry.source_for(name), entry.meta, entry.stats, entry.policy, None)
+        return _Pending(name, entry.source_for(name), entry.meta, entry.stats, entry.policy, None, entry.sink_key)
     with _deep_recursion():
         rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
         try:
@@ -211,6 +221,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     settings = kernel_settings_key()
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
     disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
+    default_opts = target_default_opts(target)  # what a render-cache hit's ``lowered`` is rebuilt with
     context = {"NOOPT": NOOPT.value, "EMULATED_DTYPES": EMULATED_DTYPES.value, "WINO": WINO.value}
     todo: dict[UOp, _Pending] = {}
     for k in kernels:
@@ -220,7 +231,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
         if key in _rendered:
             ck = _rendered.pop(key)
             todo[k.ast] = _Pending(ck.name, ck.program.source, ck.program.meta, ck.stats, ck.dtype_policy,
-                                   ck.lowered_sink)
+                                   ck.lowered_sink, ck.sink_key)
             continue
         disk_key = render_cache.entry_key(k.ast, target, "", disk_context) if disk_context is not None else None
         pending = todo[k.ast] = _rewrite_and_render(k, target, disk_key)
@@ -231,7 +242,8 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
             print(pending.source)
 
     def kernel(ast: UOp, p: _Pending, program: Program) -> CompiledKernel:
-        return CompiledKernel(p.name, program, p.stats, p.lowered, p.policy, ast, target, context)
+        return CompiledKernel(p.name, program, p.stats, p.lowered, p.policy, ast, target, context, default_opts,
+                              p.sink_key)
 
     if todo and not build:
         for ast, p in todo.items():

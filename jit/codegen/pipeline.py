@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jit.codegen.opt import finish_kernel, optimize_for_target, target_default_opts
+from jit.codegen.opt import OptOptions, finish_kernel, optimize_for_target, target_default_opts
 from jit.codegen.opt.search import kernel_options, with_options
 from jit.codegen.passes.cast_const import pm_cast_const
 from jit.codegen.passes.commit_weak import pm_commit_weak
@@ -76,8 +76,9 @@ def decompose_dtypes(sink: UOp, policy: DTypePolicy, supported: frozenset[DType]
     return sink
 
 
-def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
-    """Every codegen pass in order, and the kernel's dtype policy (computed afresh for this kernel)."""
+def rewrite_kernel(sink: UOp, target: Target, default_opts: OptOptions | None = None) -> RewrittenKernel:
+    """Every codegen pass in order, and the kernel's dtype policy (computed afresh for this kernel).
+    ``default_opts``: the options used where no tuning chose any (None: the target's defaults now)."""
     sink = commit_dtypes(sink)
     supported = frozenset(target.supported_dtypes())
     policy = decide_policy(sink, target.name, supported, str(EMULATED_DTYPES.value))
@@ -85,7 +86,7 @@ def rewrite_kernel(sink: UOp, target: Target) -> RewrittenKernel:
     sink = graph_rewrite(sink, pm_cast_const, name="cast const")
     sink = graph_rewrite(sink, pm_symbolic, name="symbolic")
     # a tuning file's or BEAM search's choice, else the target's default
-    opts = (None if NOOPT else kernel_options(sink, target)) or target_default_opts(target)
+    opts = (None if NOOPT else kernel_options(sink, target)) or default_opts or target_default_opts(target)
     if not NOOPT:
         optimized = optimize_for_target(sink, opts, target)
         if optimized is not sink:  # an unchanged kernel is already simplified: the walk would find nothing

@@ -18,6 +18,7 @@ import jit.realize as realize
 import jit.render_cache as rc
 from jit import Context, Device, Tensor, capture
 from jit.codegen.opt.options import OptOptions
+from jit.ir.uop import Ops, toposort
 from jit.realize import clear_compiled_kernels, compile_uops
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,6 +114,40 @@ def test_changed_target_defaults_miss(cache: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.undo()
     assert rc.entry_key(ast, target, "s") == key
     assert rc.entry_key(ast, target, "t") != key  # settings are part of the key
+
+
+def test_a_hits_lowered_graph_is_rebuilt_with_the_defaults_it_was_compiled_under(cache: Path) -> None:
+    """Regression: a kernel served by the cache rebuilt ``lowered`` with the target's defaults of the moment it was
+    first read, not of its compile, so a kernel compiled under changed defaults showed a graph without their
+    steps (tests/codegen/test_opt_finish.py failed with a warm cache)."""
+    target = Device["CPU"]
+    hinted = dataclasses.replace(getattr(target, "default_opts", OptOptions()), unroll_hints=True)
+
+    def marked(k: realize.CompiledKernel) -> bool:
+        return any(u.op is Ops.RANGE and u.arg[2:] == ("unroll",) for u in toposort([k.lowered]))
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 8, 16, 16), dtype=np.float32), rng.standard_normal((8, 8, 3, 3), np.float32)
+
+    def conv() -> list[realize.CompiledKernel]:
+        return compile_uops([Tensor(x).conv2d(Tensor(w), stride=2, padding=1).relu().uop], "CPU")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(target, "default_opts", hinted, raising=False)
+        want = [marked(k) for k in conv()]  # a miss: stored
+        clear_compiled_kernels()
+        hits = conv()  # a hit: no graph until asked
+    assert any(want) and all(k.lowered_sink is None for k in hits)
+    assert [marked(k) for k in hits] == want  # asked after the defaults went back
+
+
+def test_a_hits_lowered_graph_that_comes_out_otherwise_is_an_error(cache: Path) -> None:
+    _kernels()
+    clear_compiled_kernels()
+    (k, *_) = _kernels()
+    k.sink_key = "0" * 64
+    with pytest.raises(realize.CompileError, match="lowered graph expected"):
+        _ = k.lowered
 
 
 def test_corrupt_file_is_a_miss_and_replaced(cache: Path) -> None:
