@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from targets.kernel_cache import cache_dir, publish
+from targets.kernel_cache import cache_dir, framed_digest, publish
 
 FORMAT = 1
 ENV = "DRIVEPACK_EXTENTS_CACHE"  # "0": prove every launch again
@@ -48,12 +48,7 @@ def enabled() -> bool:
 def launch_key(source: str, entry: str, global_size: tuple[int, ...], local_size: tuple[int, ...] | None,
                scalars: tuple[tuple[str, int], ...]) -> str:
     """The key of one launch's extents: lengths framed, so no two launches share one."""
-    h = hashlib.sha256(checker_fingerprint().encode())
-    for part in (source, entry, repr(global_size), repr(local_size), repr(scalars)):
-        data = part.encode("utf-8", "surrogatepass")
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-    return h.hexdigest()
+    return framed_digest((source, entry, repr(global_size), repr(local_size), repr(scalars)), checker_fingerprint())
 
 
 def _path(key: str) -> Path:

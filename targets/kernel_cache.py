@@ -6,8 +6,10 @@ kernel's key then names a ``<key>.ref`` file holding the name of the batch file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -37,3 +39,13 @@ def publish(path: Path, data: bytes | str) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
     os.replace(staged, path)
+
+
+def framed_digest(parts: Iterable[str], seed: str = "") -> str:
+    """SHA-256 of ``seed`` and ``parts``, each part framed by its length: no two different sequences share one."""
+    h = hashlib.sha256(seed.encode())
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()

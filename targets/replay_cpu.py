@@ -27,7 +27,6 @@ untyped memory off that alignment is copied (``Replay.input_modes`` says so). A 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import weakref
@@ -40,6 +39,7 @@ import numpy as np
 import targets.cpu_runtime as cpu
 from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, Scalar, parse_arena
+from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
 from targets.replay import Replay, ReplayError
 from targets.source_check import C, check_kernels
@@ -203,13 +203,7 @@ def _check_kernels_once(cmdbuf: CommandBuffer) -> None:
     if not all(isinstance(t, str) for k in cmdbuf.kernels for t in (k.name, k.entry, k.flags, k.source)):
         check_kernels(cmdbuf, C, TARGET_FLAGS)  # refuses what is no text, with its own message
         return
-    h = hashlib.sha256()
-    for k in cmdbuf.kernels:
-        for text in (k.name, k.entry, k.flags, k.source):
-            data = text.encode("utf-8", "surrogatepass")
-            h.update(len(data).to_bytes(8, "little"))
-            h.update(data)
-    digest = h.hexdigest()
+    digest = framed_digest(t for k in cmdbuf.kernels for t in (k.name, k.entry, k.flags, k.source))
     if digest in _checked:
         return
     check_kernels(cmdbuf, C, TARGET_FLAGS)

@@ -287,10 +287,7 @@ def test_no_store_once_the_sources_changed(cache: Path, monkeypatch: pytest.Monk
 
 
 def test_opencl_hit(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    try:
-        target = Device["OPENCL"]
-    except Exception as e:  # noqa: BLE001 - no OpenCL platform here
-        pytest.skip(f"no OpenCL device: {e}")
+    target = Device["OPENCL"]  # CI installs PoCL: an OpenCL test runs, never skips
     key = rc.target_fingerprint(target)
     cold = compile_uops([(Tensor(X, device="OPENCL") * 2).exp().uop], "OPENCL")
     assert rc.target_fingerprint(target) == key  # live buffers and builds are no part of it
