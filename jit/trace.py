@@ -19,7 +19,9 @@ The result is a ``Captured``: call it with numpy arrays by name, get a dict of f
 State: ``state={"history": initial}`` declares buffers the model updates in place. ``fn`` receives them as
 tensors next to the inputs and returns their new values under the same names; a replay reads the current value
 and, after every other dispatch, writes the new one back (a copy kernel from an arena temporary, so no kernel
-reads a state it is overwriting). Callers do not pass states; ``read_state`` / ``reset_state`` reach them.
+reads a state it is overwriting). Where jit/schedule/in_place.py proves that every read still sees the old value
+(a queue push: each slot moved one place), the producer stores into the state itself and the copy is dropped.
+Callers do not pass states; ``read_state`` / ``reset_state`` reach them.
 
 Kept kernels are the eager run's own (same sources, same launches), so a replay is bit-identical to the eager
 run whenever the folded weights are: folding runs the same float32 operations in a kernel of their own, which can
@@ -45,6 +47,7 @@ from jit.frontend.nn_ops import MATVEC_MAX_PAD
 from jit.frontend.tensor import Tensor
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.realize import CompiledKernel, compile_kernels, copy_from_device, host_bytes, run_schedule
+from jit.schedule.in_place import in_place_kernel, in_place_problem, is_plain_copy
 from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
 from jit.schedule.memory_plan import plan_alignment, plan_memory
 from jit.schedule.streams import BYTE_COST, dependencies, find_segments, segment_lifetime
@@ -290,6 +293,41 @@ def _plan_arena(users: dict[UOp, list[int]], segments: list[Segment], alignment:
     return {b: arena_binding(plan.offsets[lt.key], lt.nbytes) for b, lt in zip(users, lifetimes, strict=True)}, plan
 
 
+def _states_in_place(kept: list[ScheduledKernel], compiled: list[CompiledKernel], written_back: dict[UOp, UOp],
+                     tgt: Target) -> tuple[list[ScheduledKernel], list[CompiledKernel]]:
+    """The schedule with each state's producer storing into the state itself where jit/schedule/in_place.py proves
+    that safe, its write-back copy (and any plain copies between) dropped and the temporaries' readers reading the
+    state. ``written_back``: the copy's output buffer -> the state's buffer. A producer stays as it is when any
+    later kernel reads the old state (it would see the new one), and when its rewritten kernel fails the proof."""
+    def producer_of(buf: UOp) -> int | None:
+        return next((i for i, k in enumerate(kept) if k.out_buffer is buf), None)
+
+    for target, state in written_back.items():
+        copy = producer_of(target)
+        if copy is None or len(kept[copy].buffers) != 2:
+            continue
+        copies, temps = [copy], [kept[copy].buffers[1]]
+        producer = producer_of(temps[-1])
+        while producer is not None and len(kept[producer].buffers) == 2 and is_plain_copy(compiled[producer].lowered):
+            copies.append(producer)
+            temps.append(kept[producer].buffers[1])
+            producer = producer_of(temps[-1])
+        if producer is None or any(state in k.buffers[1:] for i, k in enumerate(kept)
+                                   if i > producer and i not in copies):
+            continue
+        rewritten = in_place_kernel(kept[producer], state)
+        if rewritten is None:
+            continue
+        ck = compile_kernels([rewritten], tgt, build=not tgt.replay_builds_kernels)[0]
+        if in_place_problem(ck.lowered) is not None:
+            continue
+        kept[producer], compiled[producer] = rewritten, ck
+        kept = [dataclasses.replace(k, buffers=[state if b in temps else b for b in k.buffers])
+                if any(b in temps for b in k.buffers) else k for i, k in enumerate(kept) if i not in copies]
+        compiled = [ck for i, ck in enumerate(compiled) if i not in copies]
+    return kept, compiled
+
+
 # --- the entry points ----------------------------------------------------------------------------------------
 def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None = None,
             state: Mapping[str, Any] | None = None, fold_weights: bool = True) -> Captured:
@@ -358,6 +396,9 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
     kept = [_read_as_images(k, images) for k in kept]
     compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels)
+    written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}
+    kept, compiled = _states_in_place(kept, compiled, written_back, tgt)
+    users = _arena_buffers(kept, role)
     segments = _lane_segments(kept, compiled, tgt.lanes, role)
     arena, plan = _plan_arena(users, segments, plan_alignment(tgt.limits.buffer_alignment))
     role.update(arena)
