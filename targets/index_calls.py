@@ -3,8 +3,9 @@
 Memory: ``vloadN(k, p)`` / ``vstoreN(v, k, p)`` access N elements at ``p + k*N``; ``__builtin_memcpy(dst, src,
 n)`` accesses ``n`` bytes at a pointer side and may only read or fill a local of at least ``n`` bytes on the
 other; ``dp_read_image(img, i, width)`` reads element ``i`` of an image in rows of ``width`` texels. Work-item
-functions give the launch's ranges. Conversions, lane selects and shuffles, integer min/max/clamp keep ranges;
-math gives an opaque value. Any other call (or a pointer handed to one of these where it reads no memory) is an
+functions give the launch's ranges. Conversions, lane selects and shuffles, integer min/max/clamp keep ranges
+(a conversion of a NaN-free float to an integer type gives its truncated range: targets/index_floats.py); math
+gives an opaque value. Any other call (or a pointer handed to one of these where it reads no memory) is an
 IndexParseError: this evaluation does not know what it touches.
 """
 
@@ -15,7 +16,7 @@ from typing import Protocol
 
 from targets.index_parse import CType, Expr, IndexParseError, scalar_type
 from targets.index_select import select_call
-from targets.index_values import INT, Addr, Img, Ints, Opaque, Ptr, Value, lanes_of, unknown, wrap
+from targets.index_values import INT, Addr, Floats, Img, Ints, Opaque, Ptr, Value, lanes_of, opaque, unknown, wrap
 
 
 class Walker(Protocol):
@@ -33,6 +34,8 @@ class Walker(Protocol):
 
     def convert(self, v: Value, t: CType, cast: bool) -> Value: ...
 
+    def convert_lanes(self, v: Value, t: CType, rounding: str = "") -> Value: ...
+
     def access(self, p: Value, extra: int, nbytes: int) -> None: ...
 
     def slot(self, name: str) -> tuple[int, list]: ...
@@ -47,7 +50,7 @@ _MATH = frozenset({
 _MATH = _MATH | {f"{m}f" for m in _MATH}  # C's float32 spellings
 _FLOAT_CONSTANTS = frozenset({"__builtin_nanf", "__builtin_nan", "__builtin_inff", "__builtin_inf"})
 _PREDICATES = frozenset({"isnan", "isinf", "isfinite", "signbit", "__builtin_isnan", "__builtin_isinf"})
-_CONVERT = re.compile(r"(convert|as)_([a-z]+(?:2|3|4|8|16)?)(?:_rte|_rtz|_sat)*")
+_CONVERT = re.compile(r"(convert|as)_([a-z]+(?:2|3|4|8|16)?)((?:_rte|_rtz|_sat)*)")
 _VLOAD = re.compile(r"v(load|store)(2|3|4|8|16)")
 _WORK_ITEM = frozenset({"get_global_id", "get_local_id", "get_group_id", "get_local_size", "get_global_size",
                         "get_num_groups"})
@@ -78,7 +81,7 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
     if any(isinstance(v, Ptr | Addr) for v in values):
         raise IndexParseError(f"expected no address passed to {name}, which this analysis does not follow")
     if name in _MATH or name in ("max", "min", "clamp") and not all(isinstance(v, Ints) for v in values):
-        first = next((v for v in values if isinstance(v, Opaque)), None)
+        first = next((v for v in values if isinstance(v, Opaque | Floats)), None)
         return Opaque(first.t if first is not None else FLOAT)
     if name in _FLOAT_CONSTANTS:
         return Opaque(FLOAT)
@@ -92,12 +95,14 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
     if name == "__builtin_convertvector":
         if len(values) != 2 or not isinstance(values[1], CType):
             raise IndexParseError("expected __builtin_convertvector(value, type)")
-        return w.convert(values[0], values[1], True)
+        return w.convert_lanes(values[0], values[1])
     if m := _CONVERT.fullmatch(name):
         t = scalar_type(m.group(2))
         if t is None or len(values) != 1:
             raise IndexParseError(f"expected a conversion to a vector or scalar type, got {name}")
-        return w.convert(values[0], t, True) if m.group(1) == "convert" else reinterpret(values[0], t)
+        # a rounding mode other than toward zero rounds outward here; _sat changes nothing for a value that fits
+        rounding = "_rte" if "_rte" in m.group(3) else ""
+        return w.convert_lanes(values[0], t, rounding) if m.group(1) == "convert" else reinterpret(values[0], t)
     if name.startswith("dp_ipow_"):
         v = values[0] if values else None
         return Ints.full(v.t) if isinstance(v, Ints) else Ints.full(INT)
@@ -206,7 +211,7 @@ def shuffle(values: list) -> Value:
     """Lanes of ``a`` (and ``b``) picked by a mask: each picked lane's range where the mask is constant."""
     if len(values) not in (2, 3) or not isinstance(values[-1], Ints):
         raise IndexParseError("expected a shuffle by an integer mask")
-    sources, mask = values[:-1], values[-1]
+    sources, mask = [opaque(v) for v in values[:-1]], values[-1]
     if all(isinstance(v, Ints) for v in sources):
         pool = [r for v in sources for r in v.lanes]
         out = []

@@ -18,7 +18,7 @@ from jit.common.errors import DrivepackError
 
 MAX_DEPTH = 64  # nested expressions and statements; the renderer's deepest brackets nest 18 levels
 
-Expr = tuple[Any, ...]  # ("num", int | None, suffix) ("id", name) ("bin", op, a, b) ("un", op, a) ...
+Expr = tuple[Any, ...]  # ("num", int | None, suffix[, float text]) ("id", name) ("bin", op, a, b) ("un", op, a) ...
 Stmt = tuple[Any, ...]  # ("decl", type, name, array_len | None, init | None) ("expr", e) ("for", ...) ...
 
 
@@ -452,12 +452,14 @@ class _Parser:
 
 
 def _number(tok: str) -> Expr:
-    """("num", value, suffix): an integer literal's value and its suffix, or None for a float literal."""
+    """("num", value, suffix): an integer literal's value and its suffix; a float literal is ("num", None,
+    suffix, text): its suffix ("f" for float, "" for double) and its digits (targets/index_floats.py reads them)."""
     m = re.fullmatch(r"(\d+)([uUlL]*)", tok)
     if m is not None:
         if len(m.group(1)) > 1 and m.group(1).startswith("0"):
             raise IndexParseError(f"expected a decimal integer, got {tok!r}")  # octal: the renderer writes none
         return ("num", int(m.group(1)), m.group(2).lower())
-    if not re.fullmatch(r"(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?[fF]?", tok):
+    m = re.fullmatch(r"((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)([fF]?)", tok)
+    if m is None:
         raise IndexParseError(f"expected a number, got {tok!r}")
-    return ("num", None, "f")
+    return ("num", None, m.group(2).lower(), m.group(1))

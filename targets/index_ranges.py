@@ -10,6 +10,9 @@ casts and conversions with C's wrapping, min/max, ternaries, vector lanes), a br
 with its condition narrowing the variables it compares, a lane select (OpenCL's ``select``, the CPU renderer's
 bit-select ``(a & -m) | (b & (m - 1))``: targets/index_select.py) one of its two values, narrowed the same way where it
 picks the variable its mask compares; a variable assigned inside a loop may hold any value of its type there and after.
+A float may hold any value, NaN included, except where targets/index_floats.py proves it NaN-free within a range (a
+literal; a select or ternary that picks a variable only where a comparison held, which a NaN fails): converted to an
+integer type, such a float gives its truncated range (the modeld warp's clamped coordinates, its frame index).
 Each access through a pointer (``*(p)``, ``p[i]``, ``vloadN``/``vstoreN``, ``__builtin_memcpy`` of a vector) adds its
 byte range, vector width included, to the parameter's extent; an image read (``dp_read_image``) adds its element range
 and row width. ``check_extents`` then refuses a dispatch whose binding is smaller than that extent, or that reaches

@@ -9,15 +9,23 @@ a GATHER's clamped index. Anything else about the mask is not used: both values 
 
 Only a mask that evaluates the same twice counts as a bit-select (no assignment, no memory read, no call), and
 only one whose value is known to be 0 or 1 in every lane: otherwise ``-m`` and ``m - 1`` need not be
-complementary, and the bitwise expression is evaluated as bits (targets/index_values.py ``int_op``).
+complementary, and the bitwise expression is evaluated as bits (targets/index_values.py ``int_op``). A mask may
+be a variable declared as the comparison (``m = -(x < c)``) while neither it nor what it compares has been
+assigned since (targets/index_walk.py ``Walker.definition``).
+
+Float selects: the CPU renderer blends floats through their bits, ``(vt)(((it)A & -m) | ((it)B & (m - 1)))``
+(``float_bit_select``), OpenCL uses ``select``. Their lanes are narrowed NaN-aware (targets/index_floats.py): the
+value picked where the comparison held is not NaN and is bounded by it; the one picked where it failed may be
+NaN unless both compared sides are NaN-free. A lane that may be NaN makes the whole select ``Opaque``.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from targets import index_floats
 from targets.index_parse import CType, Expr, IndexParseError
-from targets.index_values import INT, Addr, Img, Ints, Opaque, Ptr, Value, arith_type, join, narrow, wrap
+from targets.index_values import INT, Addr, Floats, Img, Ints, Opaque, Ptr, Value, arith_type, join, narrow, wrap
 
 SWAP = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
 NEGATE = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
@@ -35,16 +43,18 @@ class Walker(Protocol):
 
     def slot(self, name: str) -> tuple[int, list]: ...
 
+    def definition(self, name: str) -> Expr | None: ...
 
-def _plain(e: Expr) -> bool:
+
+def plain(e: Expr) -> bool:
     """Whether ``e`` reads variables and constants only (no assignment, memory or call): evaluated twice, it
     gives one value."""
     if e[0] == "un":
-        return e[1] in ("-", "+", "!", "~") and _plain(e[2])
+        return e[1] in ("-", "+", "!", "~") and plain(e[2])
     if e[0] not in _PLAIN:
         return False
     parts = e[2] if e[0] == "ctor" else e[1:]
-    return all(_plain(x) for x in parts if isinstance(x, tuple) and x and isinstance(x[0], str))
+    return all(plain(x) for x in parts if isinstance(x, tuple) and x and isinstance(x[0], str))
 
 
 def _writes(e: Expr) -> bool:
@@ -74,16 +84,20 @@ def _is_comparison(e: Expr) -> bool:
 
 
 def _lanes(v: Value) -> int:
-    return len(v.lanes) if isinstance(v, Ints) else v.t.lanes if isinstance(v, Opaque) else 1
+    return len(v.lanes) if isinstance(v, Ints | Floats) else v.t.lanes if isinstance(v, Opaque) else 1
 
 
-def _comparison(m: Expr, negations: int) -> Expr | None:
-    """The comparison ``m`` is under exactly ``negations`` unary minuses, or None."""
-    for _ in range(negations):
-        if m[0] != "un" or m[1] != "-":
-            return None
-        m = m[2]
-    return m if _is_comparison(m) and _plain(m) else None
+def comparison(w: Walker | None, m: Expr, negations: int) -> Expr | None:
+    """The comparison ``m`` is under exactly ``negations`` unary minuses, or None; a variable stands for the
+    comparison it was declared as where ``w`` (the walker) still vouches for it (``definition``)."""
+    for _ in range(4):  # a definition is a comparison under at most two minuses: no deeper chains
+        if m[0] == "id" and w is not None and (d := w.definition(m[1])) is not None:
+            m = d
+        elif negations and m[0] == "un" and m[1] == "-":
+            m, negations = m[2], negations - 1
+        else:
+            break
+    return m if negations == 0 and _is_comparison(m) and plain(m) else None
 
 
 def picked(w: Walker, cond: Expr | None, taken: bool, e: Expr, v: Value) -> list[tuple[int, int] | None] | None:
@@ -116,6 +130,8 @@ def choose(w: Walker, cond: Expr | None, ea: Expr, a: Value, eb: Expr, b: Value,
             raise IndexParseError("expected a select of values, got an address")
     if cond is not None and (_writes(ea) or _writes(eb)):
         cond = None
+    if any(isinstance(v, Floats | Opaque) and v.t.kind == "float" for v in (a, b)):
+        return _choose_floats(w, cond, ea, a, eb, b, t)
     na, nb = picked(w, cond, True, ea, a), picked(w, cond, False, eb, b)
     out = join(a, b)
     if isinstance(out, Ints) and isinstance(a, Ints) and isinstance(b, Ints) and (na or nb):
@@ -140,7 +156,7 @@ def bit_select(w: Walker, ea: Expr, eb: Expr) -> Value | None:
                 continue
             m = ma[2]
             for vb, mb in ((y[2], y[3]), (y[3], y[2])):
-                if mb != ("bin", "-", m, ("num", 1, "")) or not _plain(m) or _writes(va) or _writes(vb):
+                if mb != ("bin", "-", m, ("num", 1, "")) or not plain(m) or _writes(va) or _writes(vb):
                     continue
                 mv = w.pure(m)
                 if not isinstance(mv, Ints) or any(lo < 0 or hi > 1 for lo, hi in mv.lanes):
@@ -159,7 +175,7 @@ def bit_select(w: Walker, ea: Expr, eb: Expr) -> Value | None:
                 if not promoted.signed and promoted.size < t.size:
                     return Ints.full(t)  # -m zero-extended: not all ones, so not a select; any value
                 # m = -(c): a vector comparison's -1 / 0 made 1 / 0; a scalar comparison is 0 / 1 itself
-                cond = _comparison(m, 1) if len(mv.lanes) > 1 else _comparison(m, 0)
+                cond = comparison(w, m, 1) if len(mv.lanes) > 1 else comparison(w, m, 0)
                 return choose(w, cond, va, a, vb, b, t)
     return None
 
@@ -174,7 +190,77 @@ def select_call(w: Walker, args: tuple[Expr, ...]) -> Value:
     if isinstance(c, Ptr | Img | Addr) or c is None:
         raise IndexParseError("expected select by a value mask")
     if _lanes(c) == 1:
-        cond = _comparison(c_e, 0)
+        cond = comparison(w, c_e, 0)
     else:  # a vector comparison is -1 where it holds; -(-(c)) is too
-        cond = _comparison(c_e, 2) or _comparison(c_e, 0)
+        cond = comparison(w, c_e, 2) or comparison(w, c_e, 0)
     return choose(w, cond, b_e, b, a_e, a, None)
+
+
+def _picked_floats(w: Walker, cond: Expr | None, taken: bool, e: Expr,
+                   lanes: list[index_floats.FloatLane]) -> list[index_floats.FloatLane | bool]:
+    """Float lanes ``lanes`` of ``e`` where ``cond`` evaluated to ``taken``, narrowed where ``e`` is a variable
+    it compares (False: a lane that never takes this side)."""
+    name = _variable(w, e) if cond is not None else None
+    if cond is None or name is None:
+        return list(lanes)
+    for var, other, op in ((cond[2], cond[3], cond[1]), (cond[3], cond[2], SWAP[cond[1]])):
+        if _variable(w, var) != name:
+            continue
+        ks = index_floats.lanes(w.pure(other), len(lanes))
+        if ks is None:
+            continue
+        out: list[index_floats.FloatLane | bool] = []
+        for r, k in zip(lanes, ks, strict=True):
+            possible, narrowed = index_floats.narrow(r, op, k, taken)
+            out.append(narrowed if possible else False)
+        return out
+    return list(lanes)
+
+
+def _choose_floats(w: Walker, cond: Expr | None, ea: Expr, a: Value, eb: Expr, b: Value, t: CType | None) -> Value:
+    """``choose`` of float values: ``Floats`` where every lane of both sides (as narrowed) is NaN-free, else
+    ``Opaque`` of the select's type."""
+    n = max(_lanes(a), _lanes(b))
+    ref = a if isinstance(a, Floats | Opaque) and _lanes(a) == n else b
+    out_t = t or ref.t  # type: ignore[union-attr]
+    if out_t.lanes != n:
+        out_t = CType(out_t.kind, out_t.size, out_t.signed, n)
+    la, lb = index_floats.lanes(a, n), index_floats.lanes(b, n)
+    if la is None or lb is None or a.t.size != b.t.size:  # type: ignore[union-attr]
+        return Opaque(out_t)
+    return index_floats.join_lanes(out_t, _picked_floats(w, cond, True, ea, la), _picked_floats(w, cond, False, eb, lb))
+
+
+def _int_cast(e: Expr) -> tuple[CType, Expr] | None:
+    """``(it)x`` for an integer vector type ``it``: (it, x); else None."""
+    return (e[1], e[2]) if e[0] == "cast" and e[1].kind == "int" and e[1].lanes > 1 else None
+
+
+def float_bit_select(w: Walker, t: CType, e: Expr) -> Value | None:
+    """``(t)(((it)A & -m) | ((it)B & (m - 1)))`` (``&`` and ``|`` operands in either order), ``t`` a float vector
+    type and ``it`` an integer vector type of its size: per lane A's bits where ``m`` is 1, B's where 0, so A's
+    or B's float. None: not this form (evaluated as a cast of bits then). Once the form matches, A and B are
+    evaluated here (once) and any other doubt about it gives ``Opaque``."""
+    if not (e[0] == "bin" and e[1] == "|" and e[2][0] == e[3][0] == "bin" and e[2][1] == e[3][1] == "&"):
+        return None
+    for x, y in ((e[2], e[3]), (e[3], e[2])):
+        for va, ma in ((x[2], x[3]), (x[3], x[2])):
+            if ma[0] != "un" or ma[1] != "-":
+                continue
+            m = ma[2]
+            for vb, mb in ((y[2], y[3]), (y[3], y[2])):
+                ca, cb = _int_cast(va), _int_cast(vb)
+                if mb != ("bin", "-", m, ("num", 1, "")) or ca is None or cb is None or ca[0] != cb[0] or \
+                        not plain(m) or _writes(va) or _writes(vb):
+                    continue
+                it, (a_e, a), (b_e, b) = ca[0], (ca[1], w.eval(ca[1])), (cb[1], w.eval(cb[1]))
+                mv = w.pure(m)
+                mask_ok = isinstance(mv, Ints) and len(mv.lanes) == t.lanes and mv.t.size == it.size and \
+                    all(0 <= lo and hi <= 1 for lo, hi in mv.lanes)
+                same_shape = it.lanes == t.lanes and it.size == t.size and all(
+                    isinstance(v, Floats | Opaque) and v.t.kind == "float" and v.t.size == t.size and
+                    _lanes(v) == t.lanes for v in (a, b))
+                if not (mask_ok and same_shape):
+                    return Opaque(t)
+                return _choose_floats(w, comparison(w, m, 1), a_e, a, b_e, b, t)
+    return None

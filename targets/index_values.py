@@ -1,6 +1,7 @@
 """The values of the interval evaluation of a kernel body (targets/index_walk.py) and their arithmetic.
 
-``Ints`` (one integer range per lane, with the C type that wraps them), ``Opaque`` (a float, or anything whose
+``Ints`` (one integer range per lane, with the C type that wraps them), ``Floats`` (one float range per lane, of a
+value that is never NaN: targets/index_floats.py), ``Opaque`` (any other float, NaN included, or anything whose
 value does not matter to an address), ``Ptr`` (a buffer parameter or local array, plus a range of byte offsets),
 ``Img`` (an image parameter) and ``Addr`` (the address of a local variable, for ``__builtin_memcpy``). The
 functions take ranges over unbounded integers and give C's results: ``wrap`` applies a type's wrapping.
@@ -53,6 +54,16 @@ class Ints:
 
 
 @dataclass(frozen=True)
+class Floats:
+    """Floats that are never NaN: one inclusive range per lane (bounds may be infinite) of C float type ``t``.
+    Only what targets/index_floats.py proves (literals, clamping selects) is one; everything else float is
+    ``Opaque``."""
+
+    lanes: tuple[tuple[float, float], ...]
+    t: CType
+
+
+@dataclass(frozen=True)
 class Opaque:
     """A value whose bits no address depends on (floats) of type ``t``."""
 
@@ -83,7 +94,7 @@ class Addr:
     name: str
 
 
-Value = Ints | Opaque | Ptr | Img | Addr | None
+Value = Ints | Floats | Opaque | Ptr | Img | Addr | None
 
 
 def unknown(t: CType) -> Value:
@@ -107,8 +118,11 @@ def join(a: Value, b: Value) -> Value:
         if a.lo is None or b.lo is None or a.hi is None or b.hi is None:
             return Ptr(a.base, None, None, a.t)
         return Ptr(a.base, min(a.lo, b.lo), max(a.hi, b.hi), a.t)
+    if isinstance(a, Floats) and isinstance(b, Floats) and len(a.lanes) == len(b.lanes) and a.t == b.t:
+        return Floats(tuple((min(x[0], y[0]), max(x[1], y[1])) for x, y in zip(a.lanes, b.lanes, strict=True)), a.t)
     if a == b:
         return a
+    a, b = opaque(a), opaque(b)  # floats of other types or widths: only that they are floats
     if isinstance(a, Opaque) and isinstance(b, Opaque | Ints):
         return a
     if isinstance(b, Opaque) and isinstance(a, Ints):
@@ -203,4 +217,9 @@ def narrow(r: tuple[int, int], op: str, k: tuple[int, int]) -> tuple[int, int] |
 
 def lanes_of(v: Value) -> int:
     """The lanes of a value (1: a scalar)."""
-    return len(v.lanes) if isinstance(v, Ints) else v.t.lanes if isinstance(v, Opaque) else 1
+    return len(v.lanes) if isinstance(v, Ints | Floats) else v.t.lanes if isinstance(v, Opaque) else 1
+
+
+def opaque(v: Value) -> Value:
+    """``v`` with what is known of a float's range forgotten (``Floats`` as ``Opaque``; anything else as is)."""
+    return Opaque(v.t) if isinstance(v, Floats) else v

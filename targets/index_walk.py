@@ -3,6 +3,11 @@
 ``Walker.run`` evaluates statements in order over the values of targets/index_values.py, recording in
 ``extents`` the byte range each buffer parameter is accessed at (``images``: the element range of each image
 read). Whatever it cannot bound raises IndexParseError, which the caller turns into a refusal.
+
+A variable's slot is ``[declared type, value, writes, definition]``: ``writes`` counts the assignments since
+its declaration, and ``definition`` is the comparison a mask variable was declared as (``int8 m = -(x < c);``)
+with the slots it read and their ``writes`` then, so that a select by ``m`` can be narrowed as if it spelled the
+comparison, as long as neither ``m`` nor what it read has been assigned since (``Walker.definition``).
 """
 
 from __future__ import annotations
@@ -10,14 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from targets import index_floats
 from targets.index_calls import call
 from targets.index_parse import CType, Expr, IndexParseError, Stmt
 from targets.index_select import NEGATE as _NEGATE
 from targets.index_select import SWAP as _SWAP
-from targets.index_select import bit_select
+from targets.index_select import bit_select, comparison, float_bit_select, plain
 from targets.index_values import (
     INT,
     Addr,
+    Floats,
     Img,
     Ints,
     Opaque,
@@ -50,8 +57,8 @@ class Walker:
         self.pure_floor = 0  # scopes below this may not be assigned (inside one branch of a ternary)
 
     # --- environment -------------------------------------------------------------------------------------
-    def declare(self, name: str, t: CType, value: Value) -> None:
-        self.scopes[-1][name] = [t, value]
+    def declare(self, name: str, t: CType, value: Value, definition: tuple | None = None) -> None:
+        self.scopes[-1][name] = [t, value, 0, definition]
 
     def slot(self, name: str) -> tuple[int, list]:
         for depth in range(len(self.scopes) - 1, -1, -1):
@@ -120,7 +127,39 @@ class Walker:
             self.arrays[base] = n.lanes[0][0] * t.nbytes
             self.declare(name, CType("ptr", 8, False, 1, t), Ptr(base, 0, 0, CType("ptr", 8, False, 1, t)))
             return
-        self.declare(name, t, unknown(t) if init is None else self.convert(self.eval(init), t, True))
+        if init is None:
+            self.declare(name, t, unknown(t))
+            return
+        self.declare(name, t, self.convert(self.eval(init), t, True), self.mask_definition(t, init))
+
+    def mask_definition(self, t: CType, init: Expr) -> tuple | None:
+        """What ``Walker.definition`` needs of a variable of type ``t`` declared as ``init``: kept for a
+        comparison under at most two minuses, plain, of a signed integer type (which keeps its 0, 1 or -1 lanes
+        as they are), with the slots it reads and their write counts now; else None."""
+        if t.kind != "int" or not t.signed or t.boolean or not plain(init) or \
+                not any(comparison(None, init, k) is not None for k in (0, 1, 2)):
+            return None
+        reads = []
+        for name in sorted(_names(init)):
+            _, entry = self.slot(name)
+            reads.append((name, entry, entry[2]))
+        return init, tuple(reads)
+
+    def definition(self, name: str) -> Expr | None:
+        """The comparison variable ``name`` was declared as, where neither it nor any variable the comparison
+        reads has been assigned (or shadowed) since: evaluated now, that expression has the variable's value."""
+        entry = self.slot(name)[1]
+        if entry[3] is None or entry[2] != 0:
+            return None
+        expr, reads = entry[3]
+        for var, then, writes in reads:
+            try:
+                now = self.slot(var)[1]
+            except IndexParseError:
+                return None
+            if now is not then or now[2] != writes:
+                return None
+        return expr
 
     def loop(self, var: str, start: Expr, bound: Expr, body: Stmt, assigned: frozenset[str]) -> None:
         """``for (int var = start; var < bound; var++) body``: ``var`` from start's least value to bound's greatest
@@ -132,7 +171,7 @@ class Walker:
         b = self.scalar(self.eval(bound))
         if b[1] - 1 < a[0]:
             return  # never runs
-        self.scopes.append({var: [INT, Ints(((a[0], min(b[1] - 1, bounds(INT)[1])),), INT)]})
+        self.scopes.append({var: [INT, Ints(((a[0], min(b[1] - 1, bounds(INT)[1])),), INT), 0, None]})
         self.stmt(body)
         self.scopes.pop()
         self.widen(assigned)
@@ -146,6 +185,7 @@ class Walker:
                 continue  # declared inside the loop body
             v = entry[1]
             entry[1] = Ptr(v.base, None, None, v.t) if isinstance(v, Ptr) else unknown(entry[0])
+            entry[2], entry[3] = entry[2] + 1, None
 
     def branch(self, cond: Expr, then: Stmt, other: Stmt | None) -> None:
         c = self.eval(cond)
@@ -164,6 +204,8 @@ class Walker:
             for mine, theirs in zip(self.scopes, other_scopes, strict=True):
                 for name, entry in mine.items():
                     entry[1] = join(entry[1], theirs[name][1])
+                    if entry[2] != theirs[name][2]:  # assigned on one side only: no longer its definition
+                        entry[2], entry[3] = max(entry[2], theirs[name][2]), None
 
     # --- conditions --------------------------------------------------------------------------------------
     def truth(self, v: Value) -> bool | None:
@@ -183,7 +225,11 @@ class Walker:
         if cond[0] != "bin" or cond[1] not in _SWAP:
             return True
         op = cond[1] if taken else _NEGATE[cond[1]]
-        for var, other, o in ((cond[2], cond[3], op), (cond[3], cond[2], _SWAP[op])):
+        for var, other, o, raw in ((cond[2], cond[3], op, cond[1]), (cond[3], cond[2], _SWAP[op], _SWAP[cond[1]])):
+            if var[0] == "id" and var[1] not in ("NAN", "INFINITY") and self.slot(var[1])[1][0].kind == "float":
+                if not self.refine_float(var[1], raw, other, taken, undo):
+                    return False
+                continue
             offset = 0
             if var[0] == "bin" and var[1] in ("+", "-") and var[3][0] == "num" and var[3][1] is not None:
                 offset, var = (var[3][1] if var[1] == "+" else -var[3][1]), var[2]
@@ -200,6 +246,22 @@ class Walker:
                 return False
             undo.append((entry, v))
             entry[1] = Ints((r,), v.t)
+        return True
+
+    def refine_float(self, name: str, op: str, other: Expr, held: bool, undo: list[tuple[list, Value]]) -> bool:
+        """Narrow scalar float variable ``name`` where ``name op other`` evaluated to ``held`` (NaN-aware:
+        targets/index_floats.py ``narrow``); False when that cannot happen."""
+        _, entry = self.slot(name)
+        v, k = entry[1], self.pure(other)  # evaluated again: it may not assign
+        mine, theirs = index_floats.lanes(v, 1), index_floats.lanes(k, 1)
+        if entry[0].lanes != 1 or mine is None:
+            return True
+        possible, r = index_floats.narrow(mine[0], op, theirs[0] if theirs is not None else None, held)
+        if not possible:
+            return False
+        if r is not None:
+            undo.append((entry, v))
+            entry[1] = Floats((r,), entry[0])
         return True
 
     def assuming(self, cond: Expr, taken: bool, e: Expr) -> Value:
@@ -229,6 +291,8 @@ class Walker:
             raise IndexParseError("expected an image from an image")
         if isinstance(v, Ptr | Img | Addr):
             raise IndexParseError("expected an address to stay an address (no pointer arithmetic as integers)")
+        if isinstance(v, Floats):  # a scalar's value converts; a vector cast (GCC) keeps the bits
+            return index_floats.cast(v, t, len(v.lanes) == 1)
         if t.kind != "int":
             return Opaque(t)
         if not isinstance(v, Ints):
@@ -237,6 +301,13 @@ class Walker:
         if lanes is None:
             return Ints.full(t)
         return Ints(tuple(self.to_int(r, t, cast) for r in lanes), t)
+
+    def convert_lanes(self, v: Value, t: CType, rounding: str = "") -> Value:
+        """``v`` converted lane by lane to ``t`` (``__builtin_convertvector``, OpenCL ``convert_T`` with its
+        ``rounding`` mode): values, not bits, for vectors too."""
+        if isinstance(v, Floats):
+            return index_floats.cast(v, t, True, rounding)
+        return self.convert(v, t, True)
 
     def to_int(self, r: tuple[int, int], t: CType, cast: bool) -> tuple[int, int]:
         if t.boolean:
@@ -247,7 +318,7 @@ class Walker:
         kind = e[0]
         if kind == "num":
             if e[1] is None:
-                return Opaque(CType("float", 4))
+                return index_floats.literal(e)
             t = _literal_type(e[1], e[2])
             return Ints.const(e[1], t)
         if kind == "id":
@@ -261,6 +332,8 @@ class Walker:
         if kind == "tern":
             return self.ternary(e[1], e[2], e[3])
         if kind == "cast":
+            if e[1].kind == "float" and e[1].lanes > 1 and (picked := float_bit_select(self, e[1], e[2])) is not None:
+                return picked
             return self.convert(self.eval(e[2]), e[1], True)
         if kind == "ctor":
             return self.ctor(e[1], [self.eval(x) for x in e[2]])
@@ -293,10 +366,16 @@ class Walker:
 
     def ctor(self, t: CType, items: list[Value]) -> Value:
         lanes: list[tuple[int, int]] = []
+        floats: list[tuple[float, float]] | None = [] if t.kind == "float" else None
         for v in items:
             if t.kind != "int":
                 if isinstance(v, Ptr | Img | Addr):
                     raise IndexParseError("expected vector lanes of values, got an address")
+                # a NaN-free float keeps its range as a lane of its own type or a wider one (converted exactly)
+                if floats is not None and isinstance(v, Floats) and v.t.size <= t.size:
+                    floats.extend(v.lanes)
+                else:
+                    floats = None
                 continue
             c = self.convert(v, CType(t.kind, t.size, t.signed), True) if not (
                 isinstance(v, Ints) and len(v.lanes) > 1) else v
@@ -304,7 +383,7 @@ class Walker:
                 raise IndexParseError("expected integer vector lanes")
             lanes.extend(self.to_int(r, CType(t.kind, t.size, t.signed), True) for r in c.lanes)
         if t.kind != "int":
-            return Opaque(t)
+            return Floats(tuple(floats), t) if floats is not None and len(floats) == t.lanes else Opaque(t)
         if len(lanes) != t.lanes:
             raise IndexParseError(f"expected {t.lanes} vector lanes, got {len(lanes)}")
         return Ints(tuple(lanes), t)
@@ -331,7 +410,7 @@ class Walker:
             lanes = max(lanes_of(a), lanes_of(b))
             if op in _SWAP:
                 return Ints(((-1, 0) if lanes > 1 else (0, 1),) * lanes, CType("int", 4, True, lanes))
-            t = a.t if isinstance(a, Opaque) else b.t  # type: ignore[union-attr]
+            t = a.t if isinstance(a, Opaque | Floats) else b.t  # type: ignore[union-attr]
             return Opaque(t if t.lanes >= lanes else CType(t.kind, t.size, t.signed, lanes))
         n = max(len(a.lanes), len(b.lanes))
         if n > 1 and 1 < min(len(a.lanes), len(b.lanes)) != n:
@@ -364,7 +443,7 @@ class Walker:
 
     def unary(self, op: str, ea: Expr) -> Value:
         if op == "&":
-            if ea[0] != "id" or not isinstance(self.slot(ea[1])[1][1], Ints | Opaque | None):
+            if ea[0] != "id" or not isinstance(self.slot(ea[1])[1][1], Ints | Floats | Opaque | None):
                 raise IndexParseError("expected the address of a local value only")
             return Addr(ea[1])
         if op in ("++", "--"):
@@ -376,8 +455,12 @@ class Walker:
             assert v.t.pointee is not None
             self.access(v, 0, v.t.pointee.nbytes)
             return unknown(v.t.pointee)
+        if isinstance(v, Floats):
+            if op == "-":
+                return index_floats.negate(v)
+            v = Opaque(v.t) if op != "+" else v
         if not isinstance(v, Ints):
-            if isinstance(v, Opaque):
+            if isinstance(v, Opaque | Floats):
                 return Ints(((0, 1),), INT) if op == "!" and v.t.lanes == 1 else v
             raise IndexParseError(f"expected a value after {op!r}, got an address")
         t = v.t if v.t.size >= 4 or len(v.lanes) > 1 else INT
@@ -409,6 +492,7 @@ class Walker:
         if depth < self.pure_floor:
             raise IndexParseError(f"expected no assignment to {name} inside one branch of a ternary or && / ||")
         entry[1] = unknown(entry[0]) if value is None else self.convert(value, entry[0], False)
+        entry[2], entry[3] = entry[2] + 1, None
         return entry[1]
 
     def pure(self, e: Expr) -> Value:
@@ -451,10 +535,20 @@ class Walker:
     def lane(self, v: Value, i: int) -> Value:
         if isinstance(v, Ints) and 0 <= i < len(v.lanes):
             return Ints((v.lanes[i],), CType("int", v.t.size, v.t.signed))
+        if isinstance(v, Floats) and 0 <= i < len(v.lanes):
+            return Floats((v.lanes[i],), CType(v.t.kind, v.t.size, v.t.signed))
         if isinstance(v, Opaque) and 0 <= i < max(v.t.lanes, 1):
             return Opaque(CType(v.t.kind, v.t.size, v.t.signed))
         raise IndexParseError(f"expected lane {i} of a vector")
 
+
+
+def _names(e: Expr) -> set[str]:
+    """The variables a plain expression reads."""
+    if e[0] == "id":
+        return {e[1]} if e[1] not in ("NAN", "INFINITY") else set()
+    parts = e[2] if e[0] == "ctor" else e[1:]
+    return {n for x in parts if isinstance(x, tuple) and x and isinstance(x[0], str) for n in _names(x)}
 
 
 def _literal_type(v: int, suffix: str) -> CType:

@@ -415,11 +415,63 @@ def _bounds(d: AnyDType) -> tuple[Any, Any]:
     return (d.min, d.max)
 
 
+def _is_float(d: AnyDType) -> bool:
+    return isinstance(d, DType) and d.is_float
+
+
+def nan_free(u: UOp) -> bool:
+    """Whether float node ``u`` provably never holds NaN: its value range is not the dtype's default (module
+    rule below). False for every non-float node."""
+    return _is_float(u.dtype) and (u.vmin, u.vmax) != _bounds(u.dtype)
+
+
+def _float_vrange(u: UOp, default: tuple[Any, Any]) -> tuple[Any, Any]:
+    """The value range of float node ``u``. A range other than ``default`` (the dtype's -inf..inf) means: never
+    NaN and always within [lo, hi]. Only two select shapes have one (besides finite constants), the NaN-absorbing
+    clamp bounds: ``WHERE(CMPLT(p, q), q, p)`` is ``q`` only where ``p < q`` held, which a NaN fails, so it is at
+    least ``p`` and NaN-free when ``p`` is; ``WHERE(CMPLT(q, p), q, p)`` is at most ``p`` likewise. Everything
+    else (arithmetic, MAX/MIN, which propagate NaN, casts) stays ``default``."""
+    if u.op is not Ops.WHERE or u.src[0].op is not Ops.CMPLT:
+        return default
+    (a, b), t, f = u.src[0].src, u.src[1], u.src[2]
+    if f is a and t is b:  # max-like: p < q ? q : p, with p = f
+        max_like = True
+    elif f is b and t is a:  # min-like: q < p ? q : p, with p = f
+        max_like = False
+    else:
+        return default
+    if not nan_free(f):
+        return default
+    # the taken ``q`` passed a comparison with a NaN-free ``p``, so it is not NaN; it is bounded by ``p`` on one
+    # side and by its own range (or nothing: it may be +-inf) on the other
+    q_lo, q_hi = (t.vmin, t.vmax) if nan_free(t) else (-math.inf, math.inf)
+    if max_like:
+        out = (f.vmin, max(f.vmax, q_hi))
+    else:
+        out = (min(f.vmin, q_lo), f.vmax)
+    return default if out == default else out
+
+
+def _float_to_int(u: UOp, default: tuple[Any, Any]) -> tuple[Any, Any] | None:
+    """``CAST`` of a NaN-free bounded float to int type ``u.dtype``: C (and Python's ``int``) truncate toward
+    zero, which is monotone, so the range is the truncated bounds; None where a bound is infinite or a
+    truncated value would not fit (C leaves that conversion undefined)."""
+    src = u.src[0]
+    if not nan_free(src) or not (math.isfinite(src.vmin) and math.isfinite(src.vmax)):
+        return None
+    lo, hi = math.trunc(src.vmin), math.trunc(src.vmax)
+    return (lo, hi) if default[0] <= lo and hi <= default[1] else None
+
+
 def _compute_vrange(u: UOp) -> tuple[Any, Any]:
     op, d = u.op, u.dtype
     default = _bounds(d)
     if op is Ops.CONST:
+        if _is_float(d) and (d.weak or math.isnan(u.arg)):  # type: ignore[union-attr]
+            return default  # NaN has no range; a weak float's value is rounded only when it gets a width
         return (u.arg, u.arg)
+    if _is_float(d):
+        return _float_vrange(u, default)
     if op is Ops.RANGE:
         return (0, u.src[0].vmax - 1)
     if op is Ops.SPECIAL:
@@ -455,6 +507,8 @@ def _compute_vrange(u: UOp) -> tuple[Any, Any]:
         cand = (min(lo_hi[1][0], lo_hi[2][0]), max(lo_hi[1][1], lo_hi[2][1]))
     elif op is Ops.CAST and isinstance(u.src[0].dtype, DType) and (u.src[0].dtype.is_int or u.src[0].dtype.is_bool):
         cand = (int(lo_hi[0][0]), int(lo_hi[0][1]))
+    elif op is Ops.CAST and d.is_int and _is_float(u.src[0].dtype):
+        cand = _float_to_int(u, default)
     if cand is None or cand[0] < default[0] or cand[1] > default[1]:
         return default  # the op may wrap: say nothing better than the dtype's range
     return cand

@@ -20,11 +20,26 @@ def half_resolution(tfm: Tensor) -> Tensor:
     return tfm * scale
 
 
+def clamp_absorbing_nan(x: Tensor, lo: float, hi: float) -> Tensor:
+    """``x`` clamped to ``[lo, hi]`` (``lo <= hi``, finite), with NaN mapped to ``lo``: ``lo < x ? x : lo``, then
+    ``y < hi ? y : hi``. A NaN fails the first comparison, so the result is never NaN; for every other value
+    (infinities included) it equals ``x.clip(lo, hi)`` bit for bit. Unlike ``Tensor.clip`` (MAX/MIN, which keep a
+    NaN, as numpy does) the compiler can bound it (jit/ir/uop.py value ranges), so an index built from it needs
+    no clamp of its own."""
+    lo_t = Tensor(lo, dtype=x.dtype, device=x.device)
+    hi_t = Tensor(hi, dtype=x.dtype, device=x.device)
+    y = (lo_t < x).where(x, lo_t)
+    return (y < hi_t).where(y, hi_t)
+
+
 def warp_plane(buf: Tensor, tfm: Tensor, *, offset: int, pitch: int, width: int, height: int,
                out_width: int, out_height: int, column_step: int = 1) -> Tensor:
     """``(out_height, out_width)`` uint8 samples of the plane whose pixel (x, y) is ``buf[offset + y * pitch +
     x * column_step]`` (``buf``: the flat uint8 camera buffer), pixel ``(x, y)`` of the output reading the source
-    pixel ``tfm`` maps it to (model pixel -> camera pixel), rounded half to even and clamped to the plane."""
+    pixel ``tfm`` maps it to (model pixel -> camera pixel), rounded half to even and clamped to the plane. A NaN
+    source coordinate (a NaN in ``tfm``, or 0/0) reads coordinate 0 of that axis: column 0 for a NaN ``sx / sw``,
+    line 0 for a NaN ``sy / sw``. The index lies in the plane by construction, which the compiler sees, so the
+    read needs no index clamp (``take``'s normalisation folds away)."""
     dev = buf.device
     xs = Tensor.arange(out_width, dtype=dtypes.float32, device=dev).reshape(1, out_width)
     ys = Tensor.arange(out_height, dtype=dtypes.float32, device=dev).reshape(out_height, 1)
@@ -34,8 +49,8 @@ def warp_plane(buf: Tensor, tfm: Tensor, *, offset: int, pitch: int, width: int,
         return m[0] * xs + m[1] * ys + m[2]
 
     sx, sy, sw = row(0), row(1), row(2)
-    col = (sx / sw).round().clip(0, width - 1).cast(dtypes.int32)
-    line = (sy / sw).round().clip(0, height - 1).cast(dtypes.int32)
+    col = clamp_absorbing_nan((sx / sw).round(), 0.0, float(width - 1)).cast(dtypes.int32)
+    line = clamp_absorbing_nan((sy / sw).round(), 0.0, float(height - 1)).cast(dtypes.int32)
     index = line * pitch + col * column_step + offset
     return buf.take(index.reshape(out_height * out_width)).reshape(out_height, out_width)
 

@@ -105,8 +105,9 @@ def test_replay_at_the_camera_rate_reports_latency_drops_and_the_prepare_cost(
     assert doc["frames"] == 12 and doc["runs"] + doc["prepared"] == 12 and doc["runs"] >= 1
     assert doc["deadline_ms"] == 50 and doc["latency_ms"]["p50"] > 0
     assert (doc["prepare_ms"] is None) == (doc["prepared"] == 0)
-    # faster than any step can run: most frames take the dropped-frame path, and their cost is reported
-    assert main(["replay", str(step_pkg), "--rate", "1000", "--frames", "12", "--json"]) == 0
+    # faster than any step can run (a frame every 0.1 ms; the sample step takes about 1.5 ms on 2 cores, so at
+    # 1 kHz it could finish between two arrivals): most frames take the dropped-frame path, and their cost is reported
+    assert main(["replay", str(step_pkg), "--rate", "10000", "--frames", "12", "--json"]) == 0
     fast = json.loads(capsys.readouterr().out)
     assert fast["prepared"] > 0 and fast["prepare_ms"]["mean"] > 0 and fast["dropped_pct"] > 0
     assert main(["replay", str(step_pkg), "--rate", "20", "--frames", "3"]) == 0

@@ -1,0 +1,108 @@
+"""Float ranges of the interval evaluation (targets/index_walk.py), as narrow as a clamped index needs.
+
+A float is ``Opaque`` (any value, NaN included) unless this module proves it ``Floats``: never NaN, and each lane
+within an inclusive range. Only three things give one: a float literal (its value, or the two floats around it
+where the text does not name one exactly); a select or ternary picking a variable where a comparison held,
+which a NaN fails (``lo < x ? x : lo`` is ``x`` only where ``x > lo``, else ``lo``); and conversions that keep
+a value (to the same float type, or a scalar widened). A conversion of a ``Floats`` to an integer type gives the
+truncated range (C's conversion, OpenCL's default ``_rtz``; the other rounding modes round outward here) where
+it fits the type; everything else about floats (arithmetic, math calls) forgets the range. A comparison that
+did not hold says nothing where either side may be NaN, since NaN fails every ``<``, ``<=``, ``>``, ``>=``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from targets.index_parse import CType, Expr
+from targets.index_values import Floats, Ints, Opaque, Value, bounds
+
+FloatLane = tuple[float, float] | None  # a lane's range; None: any value, NaN included
+NEGATE = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}  # for NaN-free sides only
+
+
+def literal(e: Expr) -> Floats:
+    """A float literal ``("num", None, suffix, text)``: float where suffixed ``f``, else double. The range holds
+    the float32 values around the literal's double value: the compiler's rounding of the decimal text is one
+    of them (and an unsuffixed literal, a double, lies between them too, so a device that reads it as a float
+    is covered as well)."""
+    v = float(e[3])
+    f = float(np.float32(v)) if v <= float(np.finfo(np.float32).max) else math.inf
+    lo = f if f <= v else float(np.nextafter(np.float32(f), np.float32(-np.inf)))
+    hi = f if f >= v else float(np.nextafter(np.float32(f), np.float32(np.inf)))
+    return Floats(((lo, hi),), CType("float", 4 if e[2] == "f" else 8))
+
+
+def lanes(v: Value, n: int) -> list[FloatLane] | None:
+    """``v``'s ``n`` lanes (a scalar to every lane) as float ranges; None where ``v`` is not a float value of
+    1 or ``n`` lanes."""
+    if isinstance(v, Floats) and len(v.lanes) in (1, n):
+        return list(v.lanes * n if len(v.lanes) == 1 else v.lanes)
+    if isinstance(v, Opaque) and v.t.kind == "float" and v.t.lanes in (1, n):
+        return [None] * n
+    return None
+
+
+def narrow(r: FloatLane, op: str, k: FloatLane, held: bool) -> tuple[bool, FloatLane]:
+    """Lane ``r`` where ``r op k`` evaluated to ``held``: (whether that can happen, ``r`` narrowed). A comparison
+    that held had neither side NaN; one that failed narrows only where neither side may be NaN."""
+    if not held:
+        if r is None or k is None:
+            return True, r
+        op = NEGATE[op]
+    if op not in ("<", "<=", ">", ">=", "=="):
+        return True, r
+    lo, hi = r if r is not None else (-math.inf, math.inf)
+    k_lo, k_hi = k if k is not None else (-math.inf, math.inf)
+    if op in ("<", "<=", "=="):
+        hi = min(hi, k_hi)
+    if op in (">", ">=", "=="):
+        lo = max(lo, k_lo)
+    return lo <= hi, (lo, hi)
+
+
+def join_lanes(t: CType, a: list[FloatLane | bool], b: list[FloatLane | bool]) -> Value:
+    """Per lane one of ``a``'s or ``b``'s values (False: that side never gives this lane): ``Floats`` where
+    every lane is bounded, else ``Opaque``."""
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x is None or y is None:
+            return Opaque(t)
+        picked = [r for r in (x, y) if r is not False]
+        if not picked:  # neither side for this lane: cannot happen, so say nothing
+            return Opaque(t)
+        out.append((min(r[0] for r in picked), max(r[1] for r in picked)))  # type: ignore[index]
+    return Floats(tuple(out), t)
+
+
+def cast(v: Floats, t: CType, value_conversion: bool, rounding: str = "") -> Value:
+    """``v`` converted to ``t``. ``value_conversion``: a conversion of each lane's value (C's scalar casts,
+    ``__builtin_convertvector``, OpenCL's ``convert_T`` and its scalar-to-vector literal); else a vector cast,
+    which GCC reads as the same bits. ``rounding``: an OpenCL ``convert_T`` mode (``_rte``, ``_rtz``, ...)."""
+    n = t.lanes
+    src = v.lanes * n if len(v.lanes) == 1 and n > 1 and value_conversion else v.lanes
+    if len(src) != n:
+        return Ints.full(t) if t.kind == "int" else Opaque(t)
+    if t.kind == "float":
+        same = t.size == v.t.size
+        widened = value_conversion and t.size > v.t.size
+        return Floats(tuple(src), t) if same or widened else Opaque(t)
+    if t.kind != "int" or t.boolean or not value_conversion:
+        return Ints.full(t) if t.kind == "int" else Opaque(t)
+    out = []
+    for lo, hi in src:
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return Ints.full(t)
+        r = (math.trunc(lo), math.trunc(hi)) if rounding in ("", "_rtz") else (math.floor(lo), math.ceil(hi))
+        t_lo, t_hi = bounds(t)
+        if not t_lo <= r[0] <= r[1] <= t_hi:
+            return Ints.full(t)  # the conversion overflows: undefined in C, any value here
+        out.append(r)
+    return Ints(tuple(out), t)
+
+
+def negate(v: Floats) -> Floats:
+    """``-v``: exact for floats."""
+    return Floats(tuple((-hi, -lo) for lo, hi in v.lanes), v.t)
