@@ -39,6 +39,10 @@ OP_COST = {**dict.fromkeys(HEAVY, 32), Ops.FDIV: 8, Ops.RECIPROCAL: 8, Ops.SQRT:
 # bare epilogues does (kernels.py _reaches_reduce); it errs on fusing: measured on the CPU target, a ReLU fused
 # into that conv already cost ~15% more than a kernel of its own, a second input ~20% more
 BYTE_COST = 16
+# a concat a reduce evaluates fewer times than this stays fused: the extra kernel would cost more than the selects
+# (a ceil-mode max pool of the ONNX conformance tests, padded by a concat, evaluates a few hundred; the zoo's
+# shufflenet and squeezenet concats tens of thousands and more)
+CONCAT_MIN_EVALUATIONS = 1 << 14
 
 
 def _walk(root: UOp, boundaries: set[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
@@ -181,17 +185,34 @@ def store_reload_cost(node: UOp) -> int:
     return 2 * _itemsize(node) * BYTE_COST
 
 
+def is_concat(node: UOp) -> bool:
+    """Whether ``node`` is a piece of a concat as ``Tensor.cat`` builds it: a select between a padded piece and
+    the pieces before it (jit/frontend/movement.py ``cat``)."""
+    return node.op is Ops.WHERE and node.src[0].op is Ops.PAD and node.src[1].op is Ops.PAD
+
+
+def concat_tops(evals: dict[UOp, int]) -> set[UOp]:
+    """The concats (their last piece) among the nodes a reduce evaluates at least ``CONCAT_MIN_EVALUATIONS``
+    times. Each evaluation of one loads every piece (the renderer selects between loads at clamped indices, it does
+    not branch) and, through a channel shuffle into the next concat, every piece of that one too: shufflenet's
+    depthwise convs read five buffers per tap, and squeezenet's max pools two."""
+    inner = {n.src[2] for n in evals if is_concat(n)}
+    return {n for n, e in evals.items() if is_concat(n) and n not in inner and e >= CONCAT_MIN_EVALUATIONS}
+
+
 def dear_producers(boundaries: set[UOp]) -> set[UOp]:
     """The fusion cost pass. Before: ``boundaries``, the kernel outputs found so far (every reduce a kernel
     reads at another index than its own is one). After: every elementwise producer, no kernel output yet, that
     tops a chain some reduce kernel computes more than once per element (once per output block) and that costs
-    more to recompute there than to store and reload (or that holds a ``HEAVY`` op); the caller makes them
-    kernel outputs, each then computed once. Empty under ``FUSION_COST=0``."""
+    more to recompute there than to store and reload (or that holds a ``HEAVY`` op), and every concat a reduce
+    reads (``concat_tops``: a stored concat is one plain load per tap); the caller makes them kernel outputs,
+    each then computed once. Empty under ``FUSION_COST=0``."""
     if not FUSION_COST:
         return set()
     out: set[UOp] = set()
     for k in boundaries:
         evals = evaluations(k, boundaries)
+        out |= concat_tops(evals)
         order, parents = _walk(k, boundaries)
         again = {n for n, e in evals.items() if n.op in GroupOp.Elementwise and n.shape and blocks(n, e) > 1}
         # inside a recomputed chain (every parent in it, through movement ops): the chain's top decides for it

@@ -206,3 +206,65 @@ def test_the_gelu_chain_is_heavy_and_dear() -> None:
     gelu, conv = kernels
     assert any(n.op is Ops.ERF for n in toposort([gelu.ast]))
     assert not any(n.op is Ops.ERF for n in toposort([conv.ast]))
+
+
+# --- concats under a reduce -----------------------------------------------------------------------------------
+def depthwise(c: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(RNG_SEED + c)
+    return rng.standard_normal((c, 1, 3, 3)).astype(np.float32), np.zeros(c, np.float32)
+
+
+def depthwise_ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A 3x3 depthwise conv, padding 1, in numpy."""
+    pad = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h, wd = x.shape[2:]
+    return sum(pad[:, :, i:i + h, j:j + wd] * w[None, :, 0, i, j, None, None] for i in range(3) for j in range(3))
+
+
+def shuffle_block(x, conv):  # noqa: ANN001, ANN201 (Tensor or numpy: the same code for both)
+    """shufflenet's block tail: concat the untouched half and a branch, shuffle the channels in 2 groups."""
+    n, c, h, wd = x.shape
+    half, branch = x[:, : c // 2], conv(x[:, c // 2:])
+    if isinstance(x, Tensor):
+        return Tensor.cat(half, branch, dim=1).reshape(n, 2, c // 2, h, wd).permute(0, 2, 1, 3, 4).reshape(n, c, h, wd)
+    return np.concatenate([half, branch], 1).reshape(n, 2, c // 2, h, wd).transpose(0, 2, 1, 3, 4).reshape(x.shape)
+
+
+def tensor_reads(run: Captured) -> list[int]:
+    """Per reduce dispatch, the input and intermediate buffers it reads (weights left out)."""
+    return [sum(b.startswith(("input:", "arena:")) for b in d.bindings[1:]) for d in run.cmdbuf.dispatches
+            if run.cmdbuf.kernels[d.kernel].name.startswith("r_")]
+
+
+def test_a_concat_read_by_a_depthwise_conv_is_stored_not_selected_per_tap() -> None:
+    """Regression (shufflenet_v2, 2.4x onnxruntime): three blocks of concat + channel shuffle stayed fused into
+    the next depthwise conv, which then loaded every piece of every nested concat for each of its 9 taps and
+    selected one. Each concat is now stored once, and every conv reads one buffer besides its weights."""
+    c = 16
+    (wb, bb), (wl, bl) = depthwise(c // 2), depthwise(c)
+    x = np.random.default_rng(5).standard_normal((1, c, 12, 12), dtype=np.float32)
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        for _ in range(3):
+            x = shuffle_block(x, lambda t: t.conv2d(Tensor(wb), Tensor(bb), padding=1, groups=c // 2).relu())
+        return {"y": x.conv2d(Tensor(wl), Tensor(bl), padding=1, groups=c)}
+
+    want = x
+    for _ in range(3):
+        want = shuffle_block(want, lambda t: np.maximum(depthwise_ref(t, wb), 0))
+    want = depthwise_ref(want, wl)
+    run = capture(model, {"x": x})
+    assert max(tensor_reads(run)) == 1
+    np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    with Context(FUSION_COST=0):
+        assert max(tensor_reads(capture(model, {"x": x}))) > 2  # what the regression was
+
+
+def test_concat_tops_are_the_last_piece_of_each_concat() -> None:
+    a, b, c = (Tensor(np.ones((1, 2, 4, 4), np.float32)) for _ in range(3))
+    cat = Tensor.cat(a, b, c, dim=1)
+    inner = cat.uop.src[2]
+    assert fusion_cost.is_concat(cat.uop) and fusion_cost.is_concat(inner)
+    many = fusion_cost.CONCAT_MIN_EVALUATIONS
+    assert fusion_cost.concat_tops({cat.uop: many, inner: many}) == {cat.uop}
+    assert fusion_cost.concat_tops({cat.uop: many - 1, inner: many}) == set()  # too small to be worth a kernel
