@@ -19,7 +19,7 @@ from jit.frontend.movement import window
 from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geometry, spatial_pads
 from jit.frontend.tensor import Tensor
 from jit.frontend.winograd import pick_tile, winograd_conv2d  # WINO: 3x3 convs by Winograd
-from jit.ir.uop import Ops
+from jit.ir.uop import GroupOp, Ops
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -246,6 +246,21 @@ def _phase_split_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: in
     return out + bias.reshape(1, -1, *(1,) * (x.ndim - 2)) if bias is not None else out
 
 
+def rows_across_memory(x: Tensor) -> bool:
+    """Whether ``x`` is a transposed view whose last axis is not its source's last: read in place, consecutive
+    elements of a row lie a whole plane apart (timm's LayerNorm2d, ``Transpose -> LayerNormalization ->
+    Transpose``, in front of every ConvNeXt 1x1 conv), and the conv's row vectors are gathered lane by lane."""
+    node = x.uop
+    while node.op in GroupOp.Movement:
+        if node.op is Ops.PERMUTE:
+            return node.arg[-1] != len(node.arg) - 1 and node.shape is not None and node.shape[-1] > 1
+        if node.op is not Ops.RESHAPE or node.shape is None or node.src[0].shape is None or \
+                node.shape[-1] != node.src[0].shape[-1]:
+            return False  # a reshape that regroups the last axis, or a window/pad: its rows are its own business
+        node = node.src[0]
+    return False
+
+
 def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: IntOrTuple = 1,
            dilation: IntOrTuple = 1, padding: Any = 0) -> Tensor:
     """N-d convolution (cross-correlation): input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel).
@@ -272,6 +287,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     win = window(x, tuple(kernel), st, dl)  # (N, Cin, *out, *k)
     out_sp = win.shape[2:2 + nd]
     macs = bs * cout * math.prod(out_sp) * cin_g * math.prod(kernel)
+    if macs >= PAD_MATERIALIZE_MIN_MACS and rows_across_memory(self):
+        return conv2d(self.contiguous(), weight, bias, groups, stride, dilation, padding)
     if math.prod(kernel) == 1 and max(st) > 1 and macs >= PAD_MATERIALIZE_MIN_MACS:
         # a strided 1x1 conv (resnet's projection shortcuts) over a subsampled copy: a stride-1 pointwise conv's
         # rows merge into one long vector row (jit/codegen/opt/merge.py) instead of 28- or 14-wide rows read at stride 2
