@@ -122,6 +122,15 @@ def test_resize_int8_linear_rounds_and_saturates() -> None:
     check("Resize", {"x": x}, opset=13, consts=consts, mode="linear")
 
 
+def test_resize_int8_linear_edge_value_rounds_half_to_even() -> None:
+    """Regression: at the first column, half_pixel coordinates fall at -1/6, both taps on the clamped edge
+    element; their float32 weights summed on the device to just under 1, so the edge value -15.5 (88 * 0.25 - 50 *
+    0.75) came out -15.499999 and rounded to -15 instead of -16."""
+    x = np.array([[[[88, 34, 2, -60], [-50, -118, -109, -124], [-84, 79, 37, 104]]]], np.int8)
+    consts = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2.0, 1.5], np.float32)}
+    check("Resize", {"x": x}, opset=13, consts=consts, mode="linear")
+
+
 def test_resize_cubic_is_unsupported() -> None:
     consts = {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2.0, 2.0], np.float32)}
     m = model("Resize", {"x": f32(1, 1, 2, 2)}, opset=13, consts=consts, mode="cubic")

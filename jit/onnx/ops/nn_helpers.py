@@ -221,7 +221,20 @@ def resize_taps(coords: np.ndarray, in_len: int, scale: float, coeff_fn: CoeffFn
         coeffs = np.where((idx < 0) | (idx >= in_len), 0.0, coeffs)
         s = coeffs.sum(-1, keepdims=True)
         coeffs = coeffs / np.where(s == 0, 1.0, s)
-    return np.clip(idx, 0, in_len - 1), coeffs
+    return _merge_repeated_taps(np.clip(idx, 0, in_len - 1), coeffs)
+
+
+def _merge_repeated_taps(idx: np.ndarray, coeffs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Taps that read the same (edge-clamped) element summed into the first of them here, in float64: at an edge,
+    weights 1/6 and 5/6 of one element, each rounded to float32 and added on the device, gave -15.499999 for the
+    edge value -15.5, which an int8 output then rounded to -15 instead of -16 (half to even)."""
+    idx, coeffs = idx.copy(), coeffs.copy()
+    for k in range(1, idx.shape[1]):
+        for j in range(k):
+            same = (idx[:, k] == idx[:, j]) & (coeffs[:, k] != 0)
+            coeffs[same, j] += coeffs[same, k]
+            coeffs[same, k] = 0.0
+    return idx, coeffs
 
 
 def resize_axis(x: Tensor, axis: int, idx: np.ndarray, coeffs: np.ndarray, extrap: np.ndarray | None,
