@@ -149,18 +149,16 @@ def in_place_problem(sink: UOp, param: int = 0) -> str | None:
     ordered = sorted(offsets)
     if any(b - a < span for a, b in zip(ordered, ordered[1:], strict=False)):
         return f"slots {ordered} closer than the index spans ({span})"
+    offset = {index: c for (_, index), (_, c) in zip(accesses, split, strict=True)}
     first_store: dict[int, int] = {}
     for pos, store in enumerate(sink.src):
         if store.op is not Ops.STORE:
             return f"SINK source {store.op.name}"
-        if store.src[0].src[0].op is Ops.DEFINE_GLOBAL and store.src[0].src[0].arg == param:
-            first_store.setdefault(_split_constant(store.src[0].src[1])[1], pos)
+        if store.src[0] in offset:
+            first_store.setdefault(offset[store.src[0]], pos)
     trees = [set(toposort([store])) for store in sink.src]
     for load, index in accesses:
-        if load.op is not Ops.LOAD:
-            continue
-        c = _split_constant(index.src[1])[1]
-        feeds = min(pos for pos, tree in enumerate(trees) if load in tree)
-        if feeds > first_store.get(c, len(sink.src)):
-            return f"a load at offset {c} comes after the store over it"
+        if load.op is Ops.LOAD and min(p for p, tree in enumerate(trees) if load in tree) > \
+                first_store.get(offset[index], len(sink.src)):
+            return f"a load at offset {offset[index]} comes after the store over it"
     return None
