@@ -38,7 +38,7 @@ CPU_LANGUAGE = CStyleLanguage(
     parallel_range=True,
     # GCC vector extensions; loads and stores go through memcpy, which compiles to one unaligned vector move
     vector_width=CPU_VECTOR_WIDTH,
-    vector_exp=False,
+    vector_math=False,
     vector_type="dp_{name}x{n}",
     vector_typedef="typedef {t} {vt} __attribute__((vector_size({nbytes})));",
     vector_load="({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})",

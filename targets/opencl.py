@@ -44,6 +44,8 @@ OPENCL_LANGUAGE = CStyleLanguage(
     vector_type="{t}{n}",
     vector_load="vload{n}(0, {ptr})",
     vector_store="vstore{n}({val}, 0, {ptr});",
+    vector_word_load="as_{vt}(vload{w}(0, (__global const uint*)({ptr})))",
+    vector_word_store="vstore{w}(as_uint{w}({val}), 0, (__global uint*)({ptr}));",
     vector_lane="{x}.s{hexi}",
     vector_ctor="(({vt})({lanes}))",
     vector_shuffle="shuffle2({a}, {b}, ({ut})({mask}))",
@@ -99,8 +101,9 @@ class OpenCLTarget(OpenCLRuntime, Target):
                         if ext in info.extensions)
         # a CPU device's work-items are loops too; a GPU wants one work-item per element
         cpu_device = not info.device_type & CL_DEVICE_TYPE_GPU
+        # a CPU device's rint(floatN) and rounding conversions are library code (PoCL's), a GPU's one instruction
         self.language = replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=opencl_vector_width(info),
-                                peel_launched_rows=cpu_device)
+                                peel_launched_rows=cpu_device, vector_rint=not cpu_device)
         # the optimizer's defaults for this device (jit/codegen/opt): a GPU shares long reduces across work-groups,
         # a CPU device's compiler wants its accumulators parked
         self.default_opts = CPU_DEVICE_OPTS if cpu_device else GPU_OPTS

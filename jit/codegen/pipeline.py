@@ -12,7 +12,8 @@
 4. ``cast_const``: the final commit of any weak constant still bare, including ones a decomposition built;
 5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/codegen/opt: register tiling of reduce kernels,
    unrolling of small loops in the rest), then symbolic again, then, for a target whose language has no vector
-   ``exp``, ``lower_vector_exp`` (float32 exp on vector lanes as arithmetic);
+   ``exp``, ``lower_vector_exp`` (float32 exp on vector lanes as arithmetic), and for one whose vector ``rint``
+   is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds);
 6. ``finish_kernel``, under NOOPT too: the optimizer's steps that shape how the renderer spells loops, addresses
    and accumulators (unroll hints, base pointers, parked accumulators), where the kernel's options turn them on
    (the target's ``default_opts`` when no tuning chose any).
@@ -36,6 +37,7 @@ from jit.codegen.passes.long_decomp import decompose_longs
 from jit.codegen.passes.lower_weak import pm_lower_weak
 from jit.codegen.passes.symbolic import pm_symbolic
 from jit.codegen.passes.vector_exp import lower_vector_exp
+from jit.codegen.passes.vector_rint import lower_vector_rint
 from jit.common.dtype import DType
 from jit.common.helpers import EMULATED_DTYPES, NOOPT
 from jit.ir.rewrite import graph_rewrite
@@ -91,8 +93,11 @@ def rewrite_kernel(sink: UOp, target: Target, default_opts: OptOptions | None = 
         optimized = optimize_for_target(sink, opts, target)
         if optimized is not sink:  # an unchanged kernel is already simplified: the walk would find nothing
             sink = graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing")
-        if not getattr(getattr(target, "language", None), "vector_exp", True):
+        language = getattr(target, "language", None)
+        if not getattr(language, "vector_math", True):
             sink = lower_vector_exp(sink)
+        if not getattr(language, "vector_rint", True):
+            sink = lower_vector_rint(sink)
     # the SINK records the options: the target reads launch choices (work-group size) from it, the renderer whether
     # accumulators are parked
     sink = with_options(finish_kernel(sink, opts), opts)

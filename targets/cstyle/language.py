@@ -15,6 +15,10 @@ from jit.ir.uop import Ops
 
 INFIX: dict[Ops, str] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.CMPLT: "<", Ops.CMPEQ: "==",
                          Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+# float math functions (the float64 spelling: float32 adds ``f32_math_suffix``)
+FLOAT_FN: dict[Ops, str] = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SQRT: "sqrt", Ops.SIN: "sin", Ops.COS: "cos",
+                            Ops.TAN: "tan", Ops.TANH: "tanh", Ops.ERF: "erf", Ops.TRUNC: "trunc",
+                            Ops.FLOOR: "floor", Ops.CEIL: "ceil", Ops.RINT: "rint", Ops.ABS: "fabs"}
 
 
 # an inlined expression nesting deeper than this gets a variable: a fused chain of hundreds of ops would otherwise
@@ -85,6 +89,12 @@ class CStyleLanguage:
     vector_typedef: str = ""
     vector_load: str = ""
     vector_store: str = ""
+    # the same for a vector of 8- or 16-bit lanes whose first element is at a multiple of 4 bytes (its offset proven
+    # so; every buffer starts aligned), as ``w`` 32-bit words: a load of ``w`` words reinterpreted as ``vt``, a store
+    # of ``val`` reinterpreted as ``w`` words; "" = as the other vectors. PoCL spells a uchar16 vload16 as sixteen
+    # byte loads (14 GB/s copying where a uint4 load copies at 87)
+    vector_word_load: str = ""
+    vector_word_store: str = ""
     vector_lane: str = "{x}[{i}]"
     # lanes of two vectors a, b picked by ``mask`` (indices into a's lanes then b's); ``it``/``ut``: the signed /
     # unsigned int vector types of as many lanes as wide as a's; "" = no shuffles (strided loads are gathered)
@@ -100,9 +110,14 @@ class CStyleLanguage:
     # as C casts convert them (``vector_convert``, same lane count); "" = lane by lane
     vector_reinterpret: str = ""
     vector_convert: str = ""
-    # whether ``exp`` takes a vector (OpenCL's overloads do; C's expf takes one float): without, the codegen
-    # pipeline computes float32 exp on vector lanes as arithmetic (jit/codegen/passes/vector_exp.py)
-    vector_exp: bool = True
+    # whether the math functions (``FLOAT_FN``: exp, rint, ...) take a vector, lane by lane (OpenCL's overloads do;
+    # C's expf takes one float): without, they are called once per lane, and the codegen pipeline computes float32
+    # exp and erf on vector lanes as arithmetic (jit/codegen/passes/vector_exp.py). PoCL spent 80% of the modeld
+    # warp in eight scalar rint calls per float8
+    vector_math: bool = True
+    # whether a vector rint is as fast as the rest of the vector arithmetic: without, the codegen pipeline computes
+    # float32 rint on vector lanes from adds (jit/codegen/passes/vector_rint.py)
+    vector_rint: bool = True
     # conversions from 8- or 16-bit lanes to 32-bit ones widen one step at a time (8 -> 16 -> 32 bits, then to
     # float): GCC 12 compiles a direct uint8x8 -> float32x8 convert (and the byte shuffle before it) lane by lane,
     # eight scalar converts per vector; through uint16x8 and int32x8 it is two zero-extends and one vcvtdq2ps

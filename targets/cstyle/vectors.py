@@ -9,11 +9,13 @@ computed lane by lane with the scalar spelling. It is the vector half of ``Kerne
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 
+from jit.codegen.passes.symbolic import linear_terms
 from jit.common.dtype import DType, ImageDType, PtrDType, dtypes
 from jit.ir.uop import Ops, UOp
-from targets.cstyle.language import INFIX, MAX_INLINE_DEPTH, CStyleLanguage, paren_depth
+from targets.cstyle.language import FLOAT_FN, INFIX, MAX_INLINE_DEPTH, CStyleLanguage, paren_depth
 
 # ops a language's vector types compute directly on 32-bit lanes (vector op vector, or vector op scalar); more are
 # whole-vector expressions where the language spells them (``VectorExprs.whole_vector_text``), the rest are
@@ -108,6 +110,21 @@ class VectorExprs(ABC):
         self.no_overflow.add(base := base + b)  # a new node, only ever an address
         return stride, base
 
+    def word_count(self, index: UOp, d: DType) -> int:
+        """How many 32-bit words the contiguous lanes of ``d`` at ``index`` (an INDEX) are loaded or stored as
+        (``vector_word_load``): 2, 4, 8 or 16 where the lanes are 8 or 16 bits wide, fill whole words and start at
+        a multiple of 4 bytes of a global buffer (the gcd of their offset's linear terms says so); else 0."""
+        buf, idx = index.src
+        words, rest = divmod(self.lanes * d.itemsize, 4)
+        if not self.lang.vector_word_load or d.itemsize > 2 or rest or words not in (2, 4, 8, 16) or \
+                buf.op is not Ops.DEFINE_GLOBAL or isinstance(buf.dtype, ImageDType):
+            return 0
+        base = self.lane_offset(idx)[1]
+        if base is None:
+            return words
+        terms, const = linear_terms(base)
+        return words if math.gcd(const, *terms.values()) * d.itemsize % 4 == 0 else 0
+
     def strided_ptr(self, index: UOp, d: DType) -> tuple[int, str] | None:
         """``(stride, "buf+base")`` when ``index`` (an INDEX) addresses elements ``base + lane * stride`` stored as
         ``d`` and lanes of ``d`` are stored as ``d`` (not bool, not an image); None otherwise."""
@@ -117,11 +134,14 @@ class VectorExprs(ABC):
             return None
         return stride, self.expr(buf) if base is None else f"{self.expr(buf)}+{self.expr(base)}"
 
-    def strided_load(self, stride: int, ptr: str, d: DType) -> str | None:
-        """Lanes ``ptr[0], ptr[stride], ...`` from contiguous vector loads: one load (stride 1), or two overlapping
-        loads and a shuffle of their even elements (stride 2; the loads stay within the elements the lanes span).
-        None for other strides (the caller gathers lane by lane)."""
+    def strided_load(self, stride: int, ptr: str, d: DType, words: int = 0) -> str | None:
+        """Lanes ``ptr[0], ptr[stride], ...`` from contiguous vector loads: one load (stride 1; of ``words`` 32-bit
+        words where ``word_count`` gave some), or two overlapping loads and a shuffle of their even elements (stride
+        2; the loads stay within the elements the lanes span). None for other strides (the caller gathers lane by
+        lane)."""
         n, vt = self.lanes, self.vtname(d)
+        if stride == 1 and words:
+            return self.lang.vector_word_load.format(ptr=ptr, w=words, vt=vt)
         if stride == 1:
             return self.lang.vector_load.format(ptr=ptr, n=n, vt=vt)
         if stride != 2 or not self.lang.vector_shuffle:
@@ -188,7 +208,8 @@ class VectorExprs(ABC):
         """One vector expression for ``u`` where the language spells it (None: computed lane by lane):
         comparisons of and selects between 32-bit lanes; signed 32-bit + - * wrapping through the unsigned type
         (as the scalar spelling does); integer min/max as compare and select; and/or/xor/not of bool lanes (int32
-        0/1); conversions between lane types; a select whose condition is one scalar for every lane."""
+        0/1); conversions between lane types; a select whose condition is one scalar for every lane; float32 math
+        functions where they take vectors (``vector_math``)."""
         lang, op, d = self.lang, u.op, u.dtype
         assert isinstance(d, DType)
         if op is Ops.CAST and lang.vector_convert and not d.is_bool and d in _VECTOR_LANE_TYPES and \
@@ -202,6 +223,8 @@ class VectorExprs(ABC):
             return lang.vector_reinterpret.format(x=f"({a}{INFIX[op]}{b})", vt=self.vtname(d))
         if op is Ops.BITCAST and lang.vector_reinterpret and lane32(d) and lane32(u.src[0].dtype):
             return lang.vector_reinterpret.format(x=self.expr(u.src[0]), vt=self.vtname(d))
+        if op in FLOAT_FN and d is dtypes.float32 and lang.vector_math:
+            return f"{FLOAT_FN[op]}{lang.f32_math_suffix}({self.expr(u.src[0])})"
         if op is Ops.RECIPROCAL and d is dtypes.float32:  # a scalar 1 divides every lane (sigmoid's 1 / (1 + e))
             return f"(1.0f/{self.expr(u.src[0])})"
         if op in (Ops.MAX, Ops.MIN) and lang.vector_select and lane32(d):
@@ -230,8 +253,10 @@ class VectorExprs(ABC):
             index, val = u.src
             at = self.strided_ptr(index, val.dtype) if self.lane in self.deps(val) else None
             if at is not None and at[0] == 1:
-                self.line(self.lang.vector_store.format(ptr=at[1], val=self.expr(val), n=self.lanes,
-                                                        vt=self.vtname(val.dtype)))
+                spelling = self.lang.vector_word_store if (words := self.word_count(index, val.dtype)) else \
+                    self.lang.vector_store
+                self.line(spelling.format(ptr=at[1], val=self.expr(val), n=self.lanes, w=words,
+                                          vt=self.vtname(val.dtype)))
                 return ""
             idx, v = self.expr(index.src[1], force_var=True), self.expr(val, force_var=True)
             buf = self.expr(index.src[0])
@@ -242,7 +267,8 @@ class VectorExprs(ABC):
         assert isinstance(d, DType)
         if op is Ops.LOAD:
             at = self.strided_ptr(u.src[0], d)
-            if (text := self.strided_load(*at, d) if at is not None else None) is None:
+            text = self.strided_load(*at, d, self.word_count(u.src[0], d)) if at is not None else None
+            if text is None:
                 buf, idx = u.src[0].src
                 if at is not None:  # a constant stride (channels of a pixel): one scalar base, constant offsets
                     ptr = self.new_var("ptr")

@@ -16,15 +16,12 @@ from dataclasses import dataclass
 from jit.common.dtype import DType, ImageDType, PtrDType, dtypes
 from jit.common.errors import CompileError
 from jit.ir.uop import GroupOp, Ops, UOp, add_terms, toposort
-from targets.cstyle.language import INFIX, MAX_INLINE_DEPTH, CStyleLanguage, paren_depth, render_const
+from targets.cstyle.language import FLOAT_FN, INFIX, MAX_INLINE_DEPTH, CStyleLanguage, paren_depth, render_const
 from targets.cstyle.vectors import VectorExprs, lane32
 
 _INLINE = frozenset({Ops.CONST, Ops.RANGE, Ops.INDEX, Ops.DEFINE_GLOBAL})
 # signed integer ops that can overflow (C leaves that undefined; numpy wraps)
 _WRAPPING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL, Ops.NEG})
-_FLOAT_FN: dict[Ops, str] = {Ops.EXP: "exp", Ops.LOG: "log", Ops.SQRT: "sqrt", Ops.SIN: "sin", Ops.COS: "cos",
-                             Ops.TAN: "tan", Ops.TANH: "tanh", Ops.ERF: "erf", Ops.TRUNC: "trunc",
-                             Ops.FLOOR: "floor", Ops.CEIL: "ceil", Ops.RINT: "rint", Ops.ABS: "fabs"}
 
 
 def _cannot_wrap(u: UOp) -> bool:
@@ -254,10 +251,10 @@ class KernelRenderer(VectorExprs):
         if op is Ops.ABS and not d.is_float:
             neg = self.alu_text(UOp(Ops.NEG, d, u.src[:1]), s)  # INT_MIN wraps to itself, as numpy's abs
             return f"(({s[0]})<0?{neg}:({s[0]}))"
-        if op in _FLOAT_FN:
+        if op in FLOAT_FN:
             if not d.is_float:
                 raise CompileError(f"{self.name}: {op.name} expects a float operand, got {d.name}")
-            return self.fcall(_FLOAT_FN[op], d, s)
+            return self.fcall(FLOAT_FN[op], d, s)
         raise CompileError(f"{self.name}: no C rendering for {op.name} on {d.name}")
 
     def int_pow_call(self, d: DType, s: list[str]) -> str:

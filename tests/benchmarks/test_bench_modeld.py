@@ -53,6 +53,6 @@ def test_kernel_seconds_sums_one_median_per_dispatch_of_the_prepare_step() -> No
 
     prep, plan = capture_step(MODELS, GEOMETRY, "CPU", prepare=True)
     feeds = {n: a for n, a in golden_step_inputs(plan, seed=0).items() if n in plan.inputs(prepare=True)}
-    total = bench_modeld.kernel_seconds(prep, feeds, repeat=3)
-    assert 0 < total < 10  # seconds: a real run of every dispatch, no call overhead counted
+    times = bench_modeld.kernel_seconds(prep, feeds, repeat=3)
+    assert 0 < times.best <= times.median < 10  # seconds: a real run of every dispatch, no call overhead counted
     assert prep.n_dispatches == 6  # per camera: warp, queue shift (in the state itself), sampled frames

@@ -83,6 +83,11 @@ CL_PAD = ("__kernel void k(__global float* restrict data0, __global ushort* rest
           "  int8 a = ((lane+g)+-1);\n  int8 z = ((int8)(0, 0, 0, 0, 0, 0, 0, 0));\n  int8 b = MAX;\n"
           "  ushort4 v = ((ushort4)(*(data1+b.s0), *(data1+b.s1), *(data1+b.s6), *(data1+b.s7)));\n"
           "  *(data0+g) = (float)(v.s0);\n}\n")
+# a uchar16 moved as four uint words (targets/opencl.py's vector_word_load/store): 16 bytes per access, not 4
+CL_WORDS = ("__kernel void k(__global uchar* restrict data0, __global uchar* restrict data1) {\n"
+            "  int g = get_global_id(0);\n"
+            "  uchar16 v = as_uchar16(vload4(0, (__global const uint*)(data1+(g*16))));\n"
+            "  vstore4(as_uint4(v), 0, (__global uint*)(data0+(g*16)));\n}\n")
 IMAGE = ("__kernel void k(__global float* restrict data0, read_only image2d_t data1) {\n  int g = get_global_id(0);\n"
          "  *(data0+g) = dp_read_image(data1, g, 2);\n}\n")
 
@@ -151,6 +156,8 @@ CASES = [
     ("work-items gated", cl("if (g < 4) *(data0+g) = *(data1+g);"), (8,), None, (16, 16), None),
     ("opencl vector", cl("float4 v = vload4(0, data1+(g*4));\n  vstore4(v, 0, data0+(g*4));"), (4,), None,
      (64, 60), "data1 (b1) expected the 64"),
+    ("opencl byte vector as words", CL_WORDS, (4,), None, (64, 64), None),
+    ("opencl byte vector as words past the end", CL_WORDS, (4,), None, (64, 60), "data1 (b1) expected the 64"),
     ("past the launch's dimensions", cl("*(data0+get_global_id(1)) = 0.0f;"), (4,), None, (4, 0), None),
     ("bit-select clamp", gather(4), (1,), None, (16, 16, 128), None),
     ("bit-select clamp one past the end", gather(5), (1,), None, (16, 16, 128), "data1 (b1) expected the 20 bytes"),

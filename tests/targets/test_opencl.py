@@ -6,6 +6,7 @@ These tests never skip: a machine without an OpenCL device fails them, on purpos
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -152,6 +153,29 @@ def test_rendered_source_and_global_size(target: cl.OpenCLTarget) -> None:
     local = ck.program.local_size
     assert local is not None and all(g % lo == 0 for g, lo in zip(ck.program.global_size, local, strict=True))
     assert np.prod(local) <= min(target.info.max_work_group_size, ck.program.handle.max_group)
+
+
+def test_math_functions_take_the_whole_vector(target: cl.OpenCLTarget) -> None:
+    # regression: each float8 lane went through its own scalar library call (rint: most of PoCL's modeld warp)
+    x = RNG.standard_normal((64, 256)).astype(np.float32) * 4
+    out = Tensor(x, device="OPENCL").exp() * Tensor(x, device="OPENCL").sqrt().abs()
+    (ck,) = compile_uops([out.uop], "OPENCL")
+    src = ck.program.source
+    assert re.search(r"float(8|16) \w+ = (exp|sqrt)\(", src) and not re.search(r"(exp|sqrt)\([^()]*\.s0\)", src)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(out.numpy(), np.exp(x) * np.abs(np.sqrt(x)), rtol=1e-6)
+
+
+@pytest.mark.parametrize(("start", "words"), [(0, True), (4, True), (1, False)])
+def test_byte_vectors_move_as_words_where_aligned(target: cl.OpenCLTarget, start: int, words: bool) -> None:
+    # regression: PoCL loads a uchar16 vload16 byte by byte; a copy at a multiple of 4 bytes goes as uint words,
+    # one at an odd offset may not (vload4 of uint needs 4-byte alignment) and stays a vloadN of bytes
+    x = RNG.integers(0, 256, (12, 128, 260), dtype=np.uint8)
+    out = Tensor(x, device="OPENCL")[:, :, start:start + 256].contiguous()
+    (ck,) = compile_uops([out.uop], "OPENCL")
+    src = ck.program.source
+    assert ("(__global const uint*)" in src) is words and "(__global uint*)" in src, src
+    np.testing.assert_array_equal(out.numpy(), x[:, :, start:start + 256])
 
 
 def test_choose_local_size_respects_limits() -> None:
