@@ -458,6 +458,15 @@ def kernel_seconds(prep: Captured, feeds: Mapping[str, np.ndarray], repeat: int)
     return KernelTimes(float(np.median(per_dispatch, axis=0).sum()), float(per_dispatch.min(axis=0).sum()))
 
 
+def frame_path_figures(preps: Mapping[str, Captured], feeds: Mapping[str, np.ndarray], repeat: int,
+                       busy: int = 0) -> tuple[dict[str, KernelTimes], float]:
+    """The prepare kernels alone per target (``busy`` busy-loop processes alongside), then the memory bandwidth:
+    in that order, since the probe slows the kernels timed after it (``kernel_seconds``)."""
+    with contention(busy):
+        kernels = {t: kernel_seconds(p, feeds, repeat) for t, p in preps.items()}
+    return kernels, memory_bandwidth()
+
+
 # --- the run -------------------------------------------------------------------------------------------------------
 def bench(args: argparse.Namespace, work: Path) -> dict[str, object]:
     geom = nv12_geometry(*CAMERA)
@@ -475,12 +484,9 @@ def bench(args: argparse.Namespace, work: Path) -> dict[str, object]:
         preps[target] = capture_step(models, geometry, target, prepare=True)[0]
         print(f"  drivepack {target}: captured in {time.perf_counter() - t0:.1f} s, run {caps[target].n_dispatches} "
               f"dispatches, prepare {preps[target].n_dispatches}")
-    with contention(args.contention):
-        # before any peer has run (the OpenCV check below runs onnxruntime, whose workers spin on the cores for a
-        # while after a run) and before the bandwidth probe (see kernel_seconds): the kernels alone, on cores
-        # nothing else is using
-        kernels = {t: kernel_seconds(p, frame_feeds, args.repeat) for t, p in preps.items()}
-    bandwidth = memory_bandwidth()
+    # before any peer has run: the OpenCV check below runs onnxruntime, whose workers spin on the cores for a while
+    # after a run
+    kernels, bandwidth = frame_path_figures(preps, frame_feeds, args.repeat, args.contention)
     cv = OpenCvStep(plan, models, abis) if not args.no_opencv else None
     if cv is not None:
         worst = check_against_opencv(cv, caps, preps, plan, feeds)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from abi.frames import nv12_geometry
 from packager import samples
@@ -56,3 +57,13 @@ def test_kernel_seconds_sums_one_median_per_dispatch_of_the_prepare_step() -> No
     times = bench_modeld.kernel_seconds(prep, feeds, repeat=3)
     assert 0 < times.best <= times.median < 10  # seconds: a real run of every dispatch, no call overhead counted
     assert prep.n_dispatches == 6  # per camera: warp, queue shift (in the state itself), sampled frames
+
+
+def test_the_kernels_are_timed_before_the_bandwidth_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    # regression: the probe ran first and the kernels timed after it took twice as long (82% read as 40%)
+    calls: list[str] = []
+    times = bench_modeld.KernelTimes(1e-4, 1e-4)
+    monkeypatch.setattr(bench_modeld, "kernel_seconds", lambda *a: calls.append("kernels") or times)
+    monkeypatch.setattr(bench_modeld, "memory_bandwidth", lambda: calls.append("probe") or 4e10)
+    kernels, bandwidth = bench_modeld.frame_path_figures({"CPU": None, "OPENCL": None}, {}, 3)  # type: ignore[dict-item]
+    assert calls == ["kernels", "kernels", "probe"] and kernels == {"CPU": times, "OPENCL": times} and bandwidth == 4e10
