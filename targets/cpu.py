@@ -6,13 +6,16 @@ uses alone); CPUTarget adds the C flavour, the declared dtypes and ``render``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
 from jit.common.dtype import DType, dtypes
 from jit.ir.uop import UOp
 from targets.base import Target, TargetLimits
 from targets.cpu_caches import cpu_caches
+from targets.cpu_fma import wide_channels_pay
 from targets.cpu_runtime import CPURuntime
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import render_kernel_info
@@ -51,6 +54,7 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_convert="__builtin_convertvector({x}, {vt})",
     widen_stepwise=True,
 )
+WIDE_CHANNEL_OPTS = replace(DEFAULT_OPTS, wide_channel_vector=16)
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
     dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64})
@@ -63,6 +67,12 @@ class CPUTarget(CPURuntime, Target):
     # the caches the optimizer sizes loops by: what the OS says about this machine's (targets/cpu_caches.py)
     limits = TargetLimits(max_local_size=1, buffer_alignment=64, l1=HOST_CACHES.l1, l2=HOST_CACHES.l2)
     language = CPU_LANGUAGE
+
+    def __init__(self, threads: int | None = None) -> None:
+        super().__init__(threads)
+        # the optimizer's defaults: short rows vectorized across 16 channels where this machine's 16-lane FMAs do
+        # twice the work of 8-lane ones (targets/cpu_fma.py probes it once per machine)
+        self.default_opts: OptOptions = WIDE_CHANNEL_OPTS if wide_channels_pay(CPU_VECTOR_WIDTH) else DEFAULT_OPTS
 
     def supported_dtypes(self) -> frozenset[DType]:
         """C with GCC/Clang: every integer width, _Float16, float and double. bfloat16 and the fp8 formats have

@@ -12,6 +12,25 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
 
 
+@pytest.fixture
+def eight_lane_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU target as on a machine whose 16-lane FMAs do not pay (targets/cpu_fma.py): channel vectors and
+    weight blocks of 8, whatever this machine's probe found. For tests of that tile's exact shape."""
+    from jit.codegen.opt import DEFAULT_OPTS
+    from targets.registry import Device
+
+    monkeypatch.setattr(Device["CPU"], "default_opts", DEFAULT_OPTS)
+
+
+@pytest.fixture
+def wide_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU target as on a machine whose 16-lane FMAs pay: channel vectors of 16 where the channels divide."""
+    from targets.cpu import WIDE_CHANNEL_OPTS
+    from targets.registry import Device
+
+    monkeypatch.setattr(Device["CPU"], "default_opts", WIDE_CHANNEL_OPTS)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--onnx-node-dir", default=os.environ.get("ONNX_NODE_DIR"),
                      help="folder written by tests/onnx/conformance/generate.py "

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from jit.codegen.opt import target_default_opts
 from jit.codegen.opt.options import DEFAULT_OPTS
 from jit.common.dtype import DType, dtypes, least_upper_dtype
 from jit.common.errors import AxisError, ShapeError
@@ -20,6 +21,7 @@ from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geo
 from jit.frontend.tensor import Tensor
 from jit.frontend.winograd import pick_tile, winograd_conv2d  # WINO: 3x3 convs by Winograd
 from jit.ir.uop import GroupOp, Ops
+from targets.registry import Device
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -164,6 +166,15 @@ CHANNELS_LAST_MIN_MACS = 1 << 17
 CHANNEL_VECTOR = DEFAULT_OPTS.channel_vector  # the block the optimizer vectorizes short rows across
 
 
+def channel_block(cout_per_group: int, device: str) -> int:
+    """The channel block of a conv's channel-blocked weights on ``device``: its optimizer's wide channel vector
+    (``OptOptions.wide_channel_vector``, the CPU target's on a machine whose 16-lane FMAs pay) where the output
+    channels divide into it, else ``CHANNEL_VECTOR``. The tiles read a block's taps contiguously only when their
+    lanes are the block's width."""
+    wide = target_default_opts(Device[device]).wide_channel_vector
+    return wide if wide and cout_per_group % wide == 0 else CHANNEL_VECTOR
+
+
 def _channels_last_weights(row: int, cout_per_group: int, macs: int) -> bool:
     """Whether a conv stores its weights channel-blocked ((Cout/8, Cin, *k, 8), read back through a permute): when
     its output rows do not split into vectors (resnet's 14 and 7), the optimizer vectorizes across output channels
@@ -305,10 +316,10 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     pointwise = math.prod(kernel) == 1 and all(s == 1 for s in st) and not any(b or e for b, e in pads)
     row = math.prod(out_sp) if pointwise else out_sp[-1]
     if _channels_last_weights(row, cout_g, macs):
-        # blocks of CHANNEL_VECTOR channels, each block's taps contiguous (Cout/8, Cin, *k, 8): one block's reduce
-        # streams 32-byte steps through memory; plain channels-last (Cin, *k, Cout) steps Cout floats per tap,
-        # which at resnet's 512 (2 KB) lands every tap in the same few cache sets (measured 3x slower)
-        n, v = weight.ndim, CHANNEL_VECTOR
+        # blocks of v channels, each block's taps contiguous (Cout/v, Cin, *k, v): one block's reduce streams
+        # 4v-byte steps through memory; plain channels-last (Cin, *k, Cout) steps Cout floats per tap, which at
+        # resnet's 512 (2 KB) lands every tap in the same few cache sets (measured 3x slower)
+        n, v = weight.ndim, channel_block(cout_g, self.device)
         blocked = weight.reshape(cout // v, v, *weight.shape[1:]).permute(0, *range(2, n + 1), 1).contiguous()
         weight = blocked.permute(0, n, *range(1, n)).reshape(weight.shape)
     xw = win.reshape(bs, g, 1, cin_g, *out_sp, *kernel)

@@ -20,6 +20,10 @@ from jit.schedule.kernels import create_schedule
 from targets.cpu import CPU_VECTOR_WIDTH
 from tests.helpers import float_accumulators
 
+# the exact 8-lane channel tiles these tests describe (a machine whose 16-lane FMAs pay tiles
+# 16 wide: tests/codegen/test_opt_merge.py)
+pytestmark = pytest.mark.usefixtures("eight_lane_channels")
+
 
 def _rand(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
@@ -169,3 +173,4 @@ def test_a_prime_row_keeps_its_row_tile_whatever_the_registers() -> None:
     for registers in (16, 32):
         plan = plan_tiles(ast, registers=registers)
         assert plan is not None and [u for _, u in plan.upcasts] == [8, 13]
+

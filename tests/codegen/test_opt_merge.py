@@ -3,17 +3,22 @@ epilogue adds a second reduce (resnet's projection shortcut) are tiled, with the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 
 from jit import Context, Ops, Tensor, UOp
 from jit.codegen.opt import DEFAULT_OPTS, optimize_kernel, plan_tiles
 from jit.codegen.opt.merge import merge_output_dims
+from jit.codegen.opt.options import OptOptions, OptOptionsError
 from jit.codegen.opt.tiling import CHANNEL_VECTORS_PER_8_REGISTERS, vector_registers
 from jit.codegen.opt.vectorize import choose_lanes
 from jit.codegen.pipeline import commit_dtypes
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
 from targets.cpu import CPU_VECTOR_WIDTH
+from tests.codegen.test_opt_depthwise import _depthwise_reference as depthwise_reference
 from tests.codegen.test_opt_tiling_threads import _conv_reference
 from tests.helpers import float_accumulators
 
@@ -69,6 +74,7 @@ def test_two_reduces_in_one_kernel_are_tiled_together() -> None:
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.usefixtures("eight_lane_channels")
 def test_short_rows_vectorize_across_output_channels_over_channels_last_weights() -> None:
     """resnet's 14- and 7-wide rows: conv2d stores the weights (Cin, kh, kw, Cout) (a weight-only copy) and the
     tile's vectors run across 8 output channels, loading each tap's 8 weights at once."""
@@ -88,6 +94,7 @@ def test_short_rows_vectorize_across_output_channels_over_channels_last_weights(
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.usefixtures("eight_lane_channels")
 def test_channel_vectors_are_no_wider_than_the_weights_channel_block() -> None:
     """Regression (AVX-512): a 16-lane vector across output channels spanned two 8-channel weight blocks and
     gathered each tap's 16 weights lane by lane; the lanes stop at the block, whatever the machine's width."""
@@ -99,6 +106,36 @@ def test_channel_vectors_are_no_wider_than_the_weights_channel_block() -> None:
     assert choose_lanes(ast, plan, DEFAULT_OPTS, 4) == 4
 
 
+@pytest.mark.parametrize(("cout", "lanes"), [(64, 16), (40, 8)])
+@pytest.mark.usefixtures("wide_channels")
+def test_wide_channel_vectors_where_the_weights_block_by_16(cout: int, lanes: int) -> None:
+    """A machine whose 16-lane FMAs pay (OptOptions.wide_channel_vector, the CPU target's default there): output
+    channels that divide by 16 are blocked by 16 and tiled 16 wide; 40 channels stay blocked by 8, tiled 8 wide."""
+    wide = replace(DEFAULT_OPTS, wide_channel_vector=16)
+    x, w = _rand(1, 96, 7, 7), _rand(cout, 96, 1, 1, seed=1)
+    out = Tensor(x).conv2d(Tensor(w))
+    plan = plan_tiles(merge_output_dims(_ast(out)), wide)
+    assert plan is not None and plan.max_lanes == lanes
+    (conv,) = [k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_")]
+    assert f"dp_float32x{lanes} " in conv.program.source and (lanes == 8 or "dp_float32x8 " not in conv.program.source)
+    np.testing.assert_allclose(out.numpy(), _conv_reference(x, w, np.zeros(cout, np.float32), 0), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_wide_channel_vector_is_a_multiple_of_the_channel_vector() -> None:
+    with pytest.raises(OptOptionsError, match="wide_channel_vector: expected 0 or a multiple of channel_vector 8"):
+        OptOptions(wide_channel_vector=12)
+
+
 def test_rows_that_merge_into_whole_vectors_keep_their_weights() -> None:
     out = Tensor(_rand(1, 32, 28, 28)).conv2d(Tensor(_rand(32, 32, 1, 1, seed=1)))  # 28 x 28 = 98 vectors
     assert len(compile_uops([out.uop])) == 1
+
+
+@pytest.mark.usefixtures("wide_channels")
+def test_a_depthwise_conv_on_short_rows_takes_16_channel_vectors_where_they_pay() -> None:
+    x, w, b = _rand(1, 64, 14, 14), _rand(64, 1, 5, 5, seed=1), _rand(64, seed=2)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), groups=64, padding=2)
+    conv = compile_uops([out.uop])[-1].program.source
+    assert "dp_float32x16 acc" in conv and "dp_float32x8 acc" not in conv
+    np.testing.assert_allclose(out.numpy(), depthwise_reference(x, w, b, 2, 1), rtol=1e-5, atol=1e-5)

@@ -128,6 +128,7 @@ def test_a_matrix_vector_product_gets_a_wide_row() -> None:
     assert _tile_sizes(plan_tiles(ast, OptOptions(wide_upcasts=()))) == [16]
 
 
+@pytest.mark.usefixtures("eight_lane_channels")
 def test_short_rows_run_across_two_channel_vectors() -> None:
     """resnet's 14-wide rows: 7 outputs of a row times two vectors of 8 output channels (14 accumulators; one
     vector of channels would be 7, too few for the FMA latency), where the reduce runs over one range (a 1x1

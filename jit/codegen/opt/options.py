@@ -46,6 +46,10 @@ class OptOptions:
     * ``channel_vector``: when the output row is too short for vectors (not a multiple of this), the tile row
       (and its vectors) runs across the innermost output axis that the reduce's loads read contiguously (conv
       output channels over channels-last weights), this many wide; 0: never.
+    * ``wide_channel_vector``: lanes tried before ``channel_vector`` for such a tile, where the axis divides
+      into them and the loads read that many contiguously (conv2d blocks its weights by 16 channels where they
+      divide): a target whose widest vectors multiply-add as many per cycle as half-width ones sets it (the CPU
+      target on a machine its probe finds so, targets/cpu_fma.py); 0: never.
     * ``wide_upcasts``: wider tile rows tried first when the kernel has no reuse axis (a matrix-vector product):
       more accumulators in flight hide the add latency that one short row cannot; where none divides the row (a
       depthwise conv's 56) and the reduce is long, the row's widest divisor of whole 4-lane vectors up to
@@ -89,6 +93,7 @@ class OptOptions:
     wide_upcasts: tuple[int, ...] = (64, 32)
     strided_tile: tuple[int, ...] = (8, 8)
     channel_vector: int = 8
+    wide_channel_vector: int = 0
     max_upcast: int = 80
     fill_tile: int = 64
     min_reduce_trips: int = 2
@@ -120,6 +125,10 @@ class OptOptions:
         _check_positive("fill_tile", self.fill_tile, minimum=0)
         _check_positive("group_reduce", self.group_reduce, minimum=0)
         _check_positive("channel_vector", self.channel_vector, minimum=0)
+        _check_positive("wide_channel_vector", self.wide_channel_vector, minimum=0)
+        if self.wide_channel_vector and (not self.channel_vector or self.wide_channel_vector % self.channel_vector):
+            raise OptOptionsError(f"OptOptions.wide_channel_vector: expected 0 or a multiple of channel_vector "
+                                  f"{self.channel_vector}, got {self.wide_channel_vector}")
         _check_positive("min_reduce_trips", self.min_reduce_trips)
         _check_positive("min_outputs", self.min_outputs)
 

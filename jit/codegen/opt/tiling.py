@@ -99,14 +99,16 @@ def _reads_lanes_contiguously(idx: UOp, axis: UOp, lanes: int) -> bool:
 
 
 def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, frozenset[UOp]],
-                         opts: OptOptions) -> UOp | None:
-    """The innermost output axis (not the row) that ``opts.channel_vector`` divides and that every load depending
-    on it reads in contiguous runs of that many (a conv's output channels over channel-blocked weights), or None."""
-    for cand in reversed(outer):
-        reads = [ld for ld in loads if cand in deps[ld]]
-        if reads and _size(cand) % opts.channel_vector == 0 and \
-                all(_reads_lanes_contiguously(ld.src[0].src[1], cand, opts.channel_vector) for ld in reads):
-            return cand
+                         opts: OptOptions) -> tuple[UOp, int] | None:
+    """The innermost output axis (not the row) that a channel vector divides and that every load depending on it
+    reads in contiguous runs of that many (a conv's output channels over channel-blocked weights), with those
+    lanes: ``opts.wide_channel_vector`` where it fits, else ``opts.channel_vector``; None where neither does."""
+    for lanes in (opts.wide_channel_vector, opts.channel_vector):
+        for cand in reversed(outer) if lanes else ():
+            reads = [ld for ld in loads if cand in deps[ld]]
+            if reads and _size(cand) % lanes == 0 and \
+                    all(_reads_lanes_contiguously(ld.src[0].src[1], cand, lanes) for ld in reads):
+                return cand, lanes
     return None
 
 
@@ -162,16 +164,17 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     row_contiguous = all(_row_stride(ld.src[0].src[1], inner, deps) in (0, 1) for ld in loads)
     if opts.channel_vector and u_inner % opts.channel_vector and \
             (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
-            (across := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
+            (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
-        u_row = max(d for d in range(1, opts.max_upcast // opts.channel_vector + 1) if _size(inner) % d == 0)
+        across, lanes = found
+        u_row = max(d for d in range(1, opts.max_upcast // lanes + 1) if _size(inner) % d == 0)
         # several channel vectors when the row leaves room: 7 accumulators cannot hide the FMA latency, 14 can;
         # more than the registers hold would spill. Half as many where a reduce runs over several ranges (a stride-2
         # 3x3 conv's channels, kernel rows and column phases): GCC unrolls the short inner loops and keeps their
         # loads live next to the accumulators, which on 16 registers leaves room for one vector only
         single = all(len(red.src) == 2 for red in reduces)
-        vectors = partial(_channel_vectors, _size(across) // opts.channel_vector,
+        vectors = partial(_channel_vectors, _size(across) // lanes,
                           max_vectors if single else max_vectors // 2, max_accumulators)
         nvec = vectors(u_row)
         if u_row == 1 or u_row * nvec < MIN_VECTOR_ACCUMULATORS:
@@ -181,9 +184,9 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             u_row = max(d for d in range(1, DEFAULT_VECTOR_REGISTERS - SPARE_VECTOR_REGISTERS + 1)
                         if _size(inner) % d == 0)
             nvec = vectors(u_row)
-        # the weights are contiguous per block of channel_vector only: a wider vector (AVX-512's 16 over blocks of
-        # 8) would gather every tap's weights lane by lane
-        return TilePlan(((across, opts.channel_vector * nvec), (inner, u_row)), opts.channel_vector)
+        # no wider than the runs the loads read contiguously (the weights' channel block): a wider vector would
+        # gather every tap's weights lane by lane
+        return TilePlan(((across, lanes * nvec), (inner, u_row)), lanes)
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
         shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)

@@ -1,0 +1,104 @@
+"""Whether this machine's 16-lane float32 vectors (AVX-512) multiply-add about as many vectors per cycle as its
+8-lane ones: probed, not read off the CPU's name.
+
+Cores differ exactly here: some run a 512-bit FMA as two halves on 256-bit units (AMD Zen 4, Intel parts with one
+512-bit FMA port), so 16 lanes do no more work per cycle than 8; others have full-width units (AMD Zen 5, Intel
+server parts with two ports), where 16 lanes do twice the work. The CPU target (targets/cpu.py) vectorizes convs
+across 16 output channels only on the second kind (``OptOptions.wide_channel_vector``).
+
+The probe: one C function per width, a loop of ``ACCUMULATORS`` independent multiply-add chains (enough to fill
+every FMA port past its latency), each timed ``ROUNDS`` times in alternation, the fastest of each kept. Wide pays
+when 16 lanes take less than ``WIDE_PAYS_BELOW`` times as long as 8 (about 1 on full-width units, 2 on halves).
+The probe is generated here (never package text), compiled like a kernel (cached by its source hash) and run
+once per machine: its answer is cached on disk by a digest of the CPU's model and flags, so a package's kernels
+do not change between processes of the same machine with a noisy probe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import cffi
+
+from targets.kernel_cache import cache_dir
+
+ACCUMULATORS = 12
+ITERATIONS = 50_000
+ROUNDS = 7
+WIDE_PAYS_BELOW = 1.5
+WIDE_ENV = "DRIVEPACK_CPU_WIDE_CHANNELS"  # "1" / "0": decided by the caller instead of the probe
+
+_CHAINS = "\n".join(f"    a{i} = a{i} * m + x;" for i in range(ACCUMULATORS))
+_SUM = " + ".join(f"a{i}" for i in range(ACCUMULATORS))
+PROBE_SOURCE = "\n".join(f"""
+typedef float dp_probe{n} __attribute__((vector_size({4 * n})));
+double dp_fma{n}(long iterations, float seed) {{
+  dp_probe{n} x = (dp_probe{n}){{0}} + seed, m = (dp_probe{n}){{0}} + 0.999f;
+  dp_probe{n} {", ".join(f"a{i} = x" for i in range(ACCUMULATORS))};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long k = 0; k < iterations; k++) {{
+{_CHAINS}
+  }}
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  dp_probe{n} s = {_SUM};
+  volatile float sink = s[0];
+  (void)sink;
+  return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}}""" for n in (8, 16))
+PROBE_SOURCE = "#define _GNU_SOURCE\n#include <time.h>\n" + PROBE_SOURCE
+PROBE_CDEF = "double dp_fma8(long iterations, float seed);\ndouble dp_fma16(long iterations, float seed);"
+
+
+def machine_digest() -> str:
+    """A digest of what identifies this CPU to the probe: /proc/cpuinfo's model name and flags lines."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    keep = sorted({ln for ln in lines if ln.startswith(("model name", "flags", "vendor_id", "cpu family", "model\t"))})
+    return hashlib.sha256("\n".join(keep).encode()).hexdigest()[:20]
+
+
+def probe_ratio() -> float:
+    """Seconds of the 16-lane loop over those of the 8-lane one, each the fastest of ``ROUNDS`` runs."""
+    from targets.cpu_runtime import compile_shared  # the compiler side, only where a probe runs
+
+    ffi = cffi.FFI()
+    ffi.cdef(PROBE_CDEF)
+    lib = ffi.dlopen(str(compile_shared(PROBE_SOURCE)))
+    best = {8: float("inf"), 16: float("inf")}
+    for _ in range(ROUNDS):
+        best[8] = min(best[8], lib.dp_fma8(ITERATIONS, 1.0))
+        best[16] = min(best[16], lib.dp_fma16(ITERATIONS, 1.0))
+    return best[16] / best[8]
+
+
+@cache
+def wide_channels_pay(vector_width: int) -> bool:
+    """Whether the CPU target should vectorize across 16 channels on this machine (``vector_width``: its widest
+    float32 vector): ``$DRIVEPACK_CPU_WIDE_CHANNELS`` if set, never without 16-lane vectors, else the probe's
+    answer, from the on-disk record of this machine when there is one."""
+    forced = os.environ.get(WIDE_ENV)
+    if forced is not None:
+        return forced.strip() == "1"
+    if vector_width < 16:
+        return False
+    record = cache_dir() / f"cpu-fma-{machine_digest()}.json"
+    try:
+        return bool(json.loads(record.read_text())["wide"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    ratio = probe_ratio()
+    wide = ratio < WIDE_PAYS_BELOW
+    tmp = record.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({"wide": wide, "ratio": ratio}))
+        os.replace(tmp, record)
+    except OSError:
+        pass  # a read-only cache: the next process probes again
+    return wide
