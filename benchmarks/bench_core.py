@@ -9,10 +9,13 @@ Kernels are compiled before timing; the timed part relaunches the already schedu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -42,19 +45,51 @@ def median_time(fn: Callable[[], object], repeat: int, warmup: int = 1) -> float
     return statistics.median(times)
 
 
+def other_threads_cpu_ns() -> int | None:
+    """Nanoseconds of CPU every thread of this process but the calling one has run (Linux's
+    ``/proc/self/task/*/schedstat``); None where that is not available."""
+    me = str(threading.get_native_id())
+    total = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            if tid != me:
+                with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+                    total += int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
+def settle(minimum: float, window: float = 0.005, cap: float = 0.25) -> float:
+    """Sleep ``minimum`` seconds, then on until this process's other threads have run no CPU for ``window``
+    seconds (a peer's thread pool still spinning after its call: onnxruntime's spins 40-50 ms on this machine,
+    longer than a fixed pause covered), ``cap`` seconds at most in all. The seconds waited."""
+    start = time.perf_counter()
+    time.sleep(minimum)
+    last = other_threads_cpu_ns()
+    while last is not None and time.perf_counter() - start < cap:
+        time.sleep(window)
+        now = other_threads_cpu_ns()
+        if now is None or now == last:
+            break
+        last = now
+    return time.perf_counter() - start
+
+
 def interleaved_medians(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
-                        block: int = 5, settle: float = 0.05) -> dict[str, float]:
+                        block: int = 5, settle_s: float = 0.05) -> dict[str, float]:
     """Median seconds per call of each of ``fns``, timed in alternating blocks of ``block`` calls (``repeat`` per
     function in all): on a noisy machine a slow spell then falls on every peer alike, not on whichever ran in it.
-    Each block starts ``settle`` seconds after the last: thread pools (onnxruntime's, OpenMP's) spin a while after
-    a call, and a peer timed in that while shares the cores with them."""
+    Each block starts once the last one's threads are quiet (``settle``, at least ``settle_s`` seconds): thread
+    pools (onnxruntime's, OpenMP's) spin a while after a call, and a peer timed in that while shares the cores
+    with them."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     while any(len(t) < repeat for t in times.values()):
         for name, fn in fns.items():
-            time.sleep(settle)
+            settle(settle_s)
             for _ in range(min(block, repeat - len(times[name]))):
                 start = time.perf_counter()
                 fn()
