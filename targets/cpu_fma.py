@@ -3,8 +3,8 @@
 
 Cores differ exactly here: some run a 512-bit FMA as two halves on 256-bit units (AMD Zen 4, Intel parts with one
 512-bit FMA port), so 16 lanes do no more work per cycle than 8; others have full-width units (AMD Zen 5, Intel
-server parts with two ports), where 16 lanes do twice the work. The CPU target (targets/cpu.py) vectorizes convs
-across 16 output channels only on the second kind (``OptOptions.wide_channel_vector``).
+server parts with two ports), where 16 lanes do twice the work. The CPU target (targets/cpu.py) tiles with 16-lane
+vectors only on the second kind (``WIDE_VECTOR_OPTS``).
 
 The probe: one C function per width, a loop of ``ACCUMULATORS`` independent multiply-add chains (enough to fill
 every FMA port past its latency), each timed ``ROUNDS`` times in alternation, the fastest of each kept. Wide pays
@@ -30,7 +30,7 @@ ACCUMULATORS = 12
 ITERATIONS = 50_000
 ROUNDS = 7
 WIDE_PAYS_BELOW = 1.5
-WIDE_ENV = "DRIVEPACK_CPU_WIDE_CHANNELS"  # "1" / "0": decided by the caller instead of the probe
+WIDE_ENV = "DRIVEPACK_CPU_WIDE_VECTORS"  # "1" / "0": decided by the caller instead of the probe
 
 _CHAINS = "\n".join(f"    a{i} = a{i} * m + x;" for i in range(ACCUMULATORS))
 _SUM = " + ".join(f"a{i}" for i in range(ACCUMULATORS))
@@ -79,9 +79,9 @@ def probe_ratio() -> float:
 
 
 @cache
-def wide_channels_pay(vector_width: int) -> bool:
-    """Whether the CPU target should vectorize across 16 channels on this machine (``vector_width``: its widest
-    float32 vector): ``$DRIVEPACK_CPU_WIDE_CHANNELS`` if set, never without 16-lane vectors, else the probe's
+def wide_vectors_pay(vector_width: int) -> bool:
+    """Whether the CPU target should tile with 16-lane vectors on this machine (``vector_width``: its widest
+    float32 vector): ``$DRIVEPACK_CPU_WIDE_VECTORS`` if set, never without 16-lane vectors, else the probe's
     answer, from the on-disk record of this machine when there is one."""
     forced = os.environ.get(WIDE_ENV)
     if forced is not None:

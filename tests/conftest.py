@@ -12,23 +12,33 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
 
 
+def _cpu_defaults(monkeypatch: pytest.MonkeyPatch, opts: object) -> Iterator[None]:
+    """The CPU target's optimizer defaults set to ``opts`` for one test, compiled kernels forgotten before and after
+    (the process keeps kernels by graph and target name, compiled under the defaults in force then)."""
+    from jit.realize import clear_compiled_kernels
+    from targets.registry import Device
+
+    monkeypatch.setattr(Device["CPU"], "default_opts", opts)
+    clear_compiled_kernels()
+    yield
+    clear_compiled_kernels()
+
+
 @pytest.fixture
-def eight_lane_channels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CPU target as on a machine whose 16-lane FMAs do not pay (targets/cpu_fma.py): channel vectors and
-    weight blocks of 8, whatever this machine's probe found. For tests of that tile's exact shape."""
+def eight_lane_channels(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CPU target as on a machine whose 16-lane FMAs do not pay (targets/cpu_fma.py): tiles of 8-lane vectors,
+    channel vectors and weight blocks of 8, whatever this machine's probe found. For tests of those tiles' shape."""
     from jit.codegen.opt import DEFAULT_OPTS
-    from targets.registry import Device
 
-    monkeypatch.setattr(Device["CPU"], "default_opts", DEFAULT_OPTS)
+    yield from _cpu_defaults(monkeypatch, DEFAULT_OPTS)
 
 
 @pytest.fixture
-def wide_channels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CPU target as on a machine whose 16-lane FMAs pay: channel vectors of 16 where the channels divide."""
-    from targets.cpu import WIDE_CHANNEL_OPTS
-    from targets.registry import Device
+def wide_vectors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The CPU target as on a machine whose 16-lane FMAs pay: the same tiles 16 lanes wide (WIDE_VECTOR_OPTS)."""
+    from targets.cpu import WIDE_VECTOR_OPTS
 
-    monkeypatch.setattr(Device["CPU"], "default_opts", WIDE_CHANNEL_OPTS)
+    yield from _cpu_defaults(monkeypatch, WIDE_VECTOR_OPTS)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

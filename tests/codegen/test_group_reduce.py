@@ -20,8 +20,8 @@ from jit.ir.uop import toposort
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
 from targets.cl_binding import CL_DEVICE_TYPE_GPU
-from targets.cpu import CPU_VECTOR_WIDTH, WIDE_CHANNEL_OPTS
-from targets.cpu_fma import wide_channels_pay
+from targets.cpu import CPU_VECTOR_WIDTH, WIDE_VECTOR_OPTS
+from targets.cpu_fma import wide_vectors_pay
 from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS
 from targets.opencl_runtime import group_local_size
 
@@ -107,8 +107,8 @@ def test_defaults_follow_the_device_type() -> None:
     assert target_default_opts(cl) == (GPU_OPTS if is_gpu else CPU_DEVICE_OPTS)
     assert target_default_opts(Device["QCOM"]) == GPU_OPTS  # an Adreno profile, whatever stands in for it
     # 16-lane channel vectors where this machine's probe finds they pay (targets/cpu_fma.py)
-    wide = wide_channels_pay(CPU_VECTOR_WIDTH)
-    assert target_default_opts(Device["CPU"]) == (WIDE_CHANNEL_OPTS if wide else DEFAULT_OPTS)
+    wide = wide_vectors_pay(CPU_VECTOR_WIDTH)
+    assert target_default_opts(Device["CPU"]) == (WIDE_VECTOR_OPTS if wide else DEFAULT_OPTS)
 
 
 def test_work_group_is_one_outputs_items() -> None:

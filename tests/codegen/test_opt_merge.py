@@ -107,7 +107,7 @@ def test_channel_vectors_are_no_wider_than_the_weights_channel_block() -> None:
 
 
 @pytest.mark.parametrize(("cout", "lanes"), [(64, 16), (40, 8)])
-@pytest.mark.usefixtures("wide_channels")
+@pytest.mark.usefixtures("wide_vectors")
 def test_wide_channel_vectors_where_the_weights_block_by_16(cout: int, lanes: int) -> None:
     """A machine whose 16-lane FMAs pay (OptOptions.wide_channel_vector, the CPU target's default there): output
     channels that divide by 16 are blocked by 16 and tiled 16 wide; 40 channels stay blocked by 8, tiled 8 wide."""
@@ -132,7 +132,7 @@ def test_rows_that_merge_into_whole_vectors_keep_their_weights() -> None:
     assert len(compile_uops([out.uop])) == 1
 
 
-@pytest.mark.usefixtures("wide_channels")
+@pytest.mark.usefixtures("wide_vectors")
 def test_a_depthwise_conv_on_short_rows_takes_16_channel_vectors_where_they_pay() -> None:
     x, w, b = _rand(1, 64, 14, 14), _rand(64, 1, 5, 5, seed=1), _rand(64, seed=2)
     out = Tensor(x).conv2d(Tensor(w), Tensor(b), groups=64, padding=2)

@@ -55,13 +55,17 @@ def test_elementwise_and_tiny_reduce_kernels_are_not_tiled() -> None:
     assert plan_tiles(commit_dtypes(_ast(Tensor(np.ones((32, 2), np.float32)).sum(axis=1)))) is None
 
 
-def test_tiled_matmul_shares_one_reduce_loop_and_matches_numpy() -> None:
+@pytest.mark.parametrize(("lanes", "accumulators"), [("eight_lane_channels", 64), ("wide_vectors", 128)])
+def test_tiled_matmul_shares_one_reduce_loop_and_matches_numpy(lanes: str, accumulators: int,
+                                                               request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(lanes)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((64, 48), dtype=np.float32), rng.standard_normal((48, 80), dtype=np.float32)
     out = Tensor(a).matmul(Tensor(b)).relu()
     src = compile_uops([out.uop])[-1].program.source
-    assert float_accumulators(src) == 64  # a 4 x 16 tile
-    assert src.count("for (int ridx2") == 1  # all 64 accumulators in one pass over k
+    # a 4 x 16 tile; where 16-lane vectors pay, the same registers hold 8 x 16 (WIDE_VECTOR_OPTS)
+    assert float_accumulators(src) == accumulators
+    assert src.count("for (int ridx2") == 1  # all the accumulators in one pass over k
     np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from targets import cpu_fma
 
-decide = cpu_fma.wide_channels_pay.__wrapped__  # the decision itself, past the per-process cache
+decide = cpu_fma.wide_vectors_pay.__wrapped__  # the decision itself, past the per-process cache
 
 
 def test_the_probe_times_both_widths() -> None:
