@@ -71,7 +71,8 @@ def test_the_warp_kernels_hold_no_gather_normalisation(warp: Captured) -> None:
     n = GEOM.size
     sources = [k.source for k in warp.cmdbuf.kernels if k.source]
     assert sources
-    reads_frame = [s for s in sources if "rint" in s]
+    # rint, or on a CPU OpenCL device its lowering by 2**23 (jit/codegen/passes/vector_rint.py)
+    reads_frame = [s for s in sources if "rint" in s or "8388608.0f" in s]
     assert reads_frame, "expected the warp kernel (it rounds coordinates)"
     for source in sources:
         assert not re.search(rf"\b{n - 1}\b", source), "the take's upper clamp to n - 1 is still there"
