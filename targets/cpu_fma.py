@@ -24,6 +24,7 @@ from pathlib import Path
 
 import cffi
 
+from targets.cpu_runtime import compile_shared
 from targets.kernel_cache import cache_dir
 
 ACCUMULATORS = 12
@@ -66,8 +67,6 @@ def machine_digest() -> str:
 
 def probe_ratio() -> float:
     """Seconds of the 16-lane loop over those of the 8-lane one, each the fastest of ``ROUNDS`` runs."""
-    from targets.cpu_runtime import compile_shared  # the compiler side, only where a probe runs
-
     ffi = cffi.FFI()
     ffi.cdef(PROBE_CDEF)
     lib = ffi.dlopen(str(compile_shared(PROBE_SOURCE)))

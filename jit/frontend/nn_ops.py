@@ -176,9 +176,10 @@ def channel_block(cout_per_group: int, device: str) -> int:
 
 
 def _channels_last_weights(row: int, cout_per_group: int, macs: int) -> bool:
-    """Whether a conv stores its weights channel-blocked ((Cout/8, Cin, *k, 8), read back through a permute): when
-    its output rows do not split into vectors (resnet's 14 and 7), the optimizer vectorizes across output channels
-    instead (codegen/opt/tiling.py), which needs each tap's weights for 8 consecutive channels side by side. ``row`` is
+    """Whether a conv stores its weights channel-blocked ((Cout/v, Cin, *k, v) for v = ``channel_block``, read back
+    through a permute): when its output rows do not split into vectors (resnet's 14 and 7), the optimizer vectorizes
+    across output channels instead (codegen/opt/tiling.py), which needs each tap's weights for v consecutive
+    channels side by side. ``row`` is
     what the optimizer tiles: the last output dim, or all of them for a 1x1 stride-1 unpadded conv (its rows merge,
     jit/codegen/opt/merge.py). The copy is weight-only work: a capture folds it into the stored weights."""
     return row % CHANNEL_VECTOR != 0 and cout_per_group % CHANNEL_VECTOR == 0 and macs >= CHANNELS_LAST_MIN_MACS
