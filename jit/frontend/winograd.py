@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from jit.codegen.opt import target_default_opts
 from jit.common.dtype import dtypes, least_upper_dtype
 from jit.common.errors import DrivepackError, ShapeError
 from jit.common.helpers import WINO
@@ -281,9 +282,15 @@ def setting_tile(value: Any | None = None) -> int | str:
     raise WinogradSettingError(f"WINO: expected one of 0, 2, 4, auto, got {raw!r}")
 
 
-def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1) -> int:
+# the smallest output side F(4,3) pays from (4 tiles at 7x7), and where the direct conv's tiles are 16 lanes wide
+# (a machine whose 16-lane FMAs do twice the work: targets/cpu_fma.py): 16 tiles at 14x14
+MIN_WINOGRAD_SIDE = 7
+MIN_WINOGRAD_SIDE_WIDE = 14
+
+
+def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1, wide: bool = False) -> int:
     """The "auto" heuristic (the default): which m x m output tile to use for a conv of this size (``stride`` 1 or
-    2), 0 for the direct conv.
+    2), 0 for the direct conv; ``wide``: the device's direct conv tiles 16-lane vectors.
 
     Winograd saves multiplies in the GEMM only; the transforms cost per tile and channel regardless of the other
     channel count, so small channel counts do not pay for them (cin, cout >= 32). Measured per conv with the
@@ -297,8 +304,13 @@ def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1) -> int:
     must be re-read by enough tiles: from 32 tiles (512 outputs) up. Vision's 48 -> 96 channel conv (16x32
     outputs, 32 tiles): replay 11.13 -> 10.67 ms on the CPU (27 of 30 alternating blocks), 14.25 -> 13.78 on
     PoCL; its 96 -> 128 one (8 tiles) and its 24 -> 48 one (24 channels) were slower by Winograd.
+
+    Where the direct conv runs 16-lane tiles (twice the FMA rate), 4 tiles no longer pay for the transforms and for
+    U, 4x the filters streamed per call (37.7 MB at 512 channels): resnet18's 7x7 convs direct took its two-thread
+    replay from 10.5-10.9 to 8.9-9.1 ms (one thread 16.0-16.5 to 15.6-15.8), so F(4,3) from 14x14 there.
     """
-    if min(cin, cout) < 32 or min(oh, ow) < 7 or (stride == 2 and oh * ow < 512):
+    if min(cin, cout) < 32 or min(oh, ow) < (MIN_WINOGRAD_SIDE_WIDE if wide else MIN_WINOGRAD_SIDE) or \
+            (stride == 2 and oh * ow < 512):
         return 0
     return 4
 
@@ -317,5 +329,6 @@ def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any
         return int(setting)
     (pt, pb), (pl, pr) = spatial_pads(padding, 2, "conv padding")
     s = strides[0]
+    wide = target_default_opts(Device[x.device]).wide_channel_vector > 0
     return auto_tile(x.shape[1], weight.shape[0], (x.shape[2] + pt + pb - 3) // s + 1,
-                     (x.shape[3] + pl + pr - 3) // s + 1, s)
+                     (x.shape[3] + pl + pr - 3) // s + 1, s, wide)
