@@ -62,8 +62,8 @@ def other_threads_cpu_ns() -> int | None:
 
 def settle(minimum: float, window: float = 0.005, cap: float = 0.25) -> float:
     """Sleep ``minimum`` seconds, then on until this process's other threads have run no CPU for ``window``
-    seconds (a peer's thread pool still spinning after its call: onnxruntime's spins 40-50 ms on this machine,
-    longer than a fixed pause covered), ``cap`` seconds at most in all. The seconds waited."""
+    seconds (a peer's thread pool still spinning after its call: onnxruntime's spins tens of milliseconds, longer
+    than a fixed pause covered), ``cap`` seconds at most in all. The seconds waited."""
     start = time.perf_counter()
     time.sleep(minimum)
     last = other_threads_cpu_ns()

@@ -452,8 +452,7 @@ class KernelTimes(NamedTuple):
 def kernel_seconds(prep: Captured, feeds: Mapping[str, np.ndarray], repeat: int) -> KernelTimes:
     """The warp and queue kernels alone: every dispatch of the prepare step waited for on its own (no call
     overhead, no outputs copied to the host), runs back to back. Never interleaved with the bandwidth probe: its
-    copy slows the warp for several runs after it (65 -> 85-95 us here), far longer than it takes to refill the
-    caches."""
+    copy slows the warp for several runs after it, far longer than it takes to refill the caches."""
     per_dispatch = np.asarray([[d.seconds for d in prep.profile(feeds)] for _ in range(max(repeat, 10))])
     return KernelTimes(float(np.median(per_dispatch, axis=0).sum()), float(per_dispatch.min(axis=0).sum()))
 

@@ -92,7 +92,7 @@ class CStyleLanguage:
     # the same for a vector of 8- or 16-bit lanes whose first element is at a multiple of 4 bytes (its offset proven
     # so; every buffer starts aligned), as ``w`` 32-bit words: a load of ``w`` words reinterpreted as ``vt``, a store
     # of ``val`` reinterpreted as ``w`` words; "" = as the other vectors. PoCL spells a uchar16 vload16 as sixteen
-    # byte loads (14 GB/s copying where a uint4 load copies at 87)
+    # byte loads, a uint4 load as one
     vector_word_load: str = ""
     vector_word_store: str = ""
     vector_lane: str = "{x}[{i}]"
@@ -112,8 +112,8 @@ class CStyleLanguage:
     vector_convert: str = ""
     # whether the math functions (``FLOAT_FN``: exp, rint, ...) take a vector, lane by lane (OpenCL's overloads do;
     # C's expf takes one float): without, they are called once per lane, and the codegen pipeline computes float32
-    # exp and erf on vector lanes as arithmetic (jit/codegen/passes/vector_exp.py). PoCL spent 80% of the modeld
-    # warp in eight scalar rint calls per float8
+    # exp and erf on vector lanes as arithmetic (jit/codegen/passes/vector_exp.py). A call per lane is a scalar
+    # library call per lane: PoCL's warp spent most of its time in eight rint calls per float8
     vector_math: bool = True
     # whether a vector rint is as fast as the rest of the vector arithmetic: without, the codegen pipeline computes
     # float32 rint on vector lanes from adds (jit/codegen/passes/vector_rint.py)
