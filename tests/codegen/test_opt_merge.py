@@ -3,8 +3,6 @@ epilogue adds a second reduce (resnet's projection shortcut) are tiled, with the
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -17,7 +15,7 @@ from jit.codegen.opt.vectorize import choose_lanes
 from jit.codegen.pipeline import commit_dtypes
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
-from targets.cpu import CPU_VECTOR_WIDTH
+from targets.cpu import CPU_VECTOR_WIDTH, WIDE_VECTOR_OPTS
 from tests.codegen.test_opt_depthwise import _depthwise_reference as depthwise_reference
 from tests.codegen.test_opt_tiling_threads import _conv_reference
 from tests.helpers import float_accumulators
@@ -111,10 +109,9 @@ def test_channel_vectors_are_no_wider_than_the_weights_channel_block() -> None:
 def test_wide_channel_vectors_where_the_weights_block_by_16(cout: int, lanes: int) -> None:
     """A machine whose 16-lane FMAs pay (OptOptions.wide_channel_vector, the CPU target's default there): output
     channels that divide by 16 are blocked by 16 and tiled 16 wide; 40 channels stay blocked by 8, tiled 8 wide."""
-    wide = replace(DEFAULT_OPTS, wide_channel_vector=16)
     x, w = _rand(1, 96, 7, 7), _rand(cout, 96, 1, 1, seed=1)
     out = Tensor(x).conv2d(Tensor(w))
-    plan = plan_tiles(merge_output_dims(_ast(out)), wide)
+    plan = plan_tiles(merge_output_dims(_ast(out)), WIDE_VECTOR_OPTS)
     assert plan is not None and plan.max_lanes == lanes
     (conv,) = [k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_")]
     assert f"dp_float32x{lanes} " in conv.program.source and (lanes == 8 or "dp_float32x8 " not in conv.program.source)
