@@ -35,7 +35,7 @@ WIDE_ENV = "DRIVEPACK_CPU_WIDE_VECTORS"  # "1" / "0": decided by the caller inst
 
 _CHAINS = "\n".join(f"    a{i} = a{i} * m + x;" for i in range(ACCUMULATORS))
 _SUM = " + ".join(f"a{i}" for i in range(ACCUMULATORS))
-PROBE_SOURCE = "\n".join(f"""
+PROBE_SOURCE = "#define _GNU_SOURCE\n#include <time.h>\n" + "\n".join(f"""
 typedef float dp_probe{n} __attribute__((vector_size({4 * n})));
 double dp_fma{n}(long iterations, float seed) {{
   dp_probe{n} x = (dp_probe{n}){{0}} + seed, m = (dp_probe{n}){{0}} + 0.999f;
@@ -51,7 +51,6 @@ double dp_fma{n}(long iterations, float seed) {{
   (void)sink;
   return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }}""" for n in (8, 16))
-PROBE_SOURCE = "#define _GNU_SOURCE\n#include <time.h>\n" + PROBE_SOURCE
 PROBE_CDEF = "double dp_fma8(long iterations, float seed);\ndouble dp_fma16(long iterations, float seed);"
 
 
