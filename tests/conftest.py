@@ -12,13 +12,18 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
 
 
-def _cpu_defaults(monkeypatch: pytest.MonkeyPatch, opts: object) -> Iterator[None]:
-    """The CPU target's optimizer defaults set to ``opts`` for one test, compiled kernels forgotten before and after
-    (the process keeps kernels by graph and target name, compiled under the defaults in force then)."""
+def _cpu_defaults(monkeypatch: pytest.MonkeyPatch, opts: object, vector_width: int | None = None) -> Iterator[None]:
+    """The CPU target's optimizer defaults set to ``opts`` (and its widest vector to ``vector_width`` lanes, if
+    given) for one test, compiled kernels forgotten before and after (the process keeps kernels by graph and target
+    name, compiled under the defaults in force then)."""
+    from dataclasses import replace
+
     from jit.realize import clear_compiled_kernels
     from targets.registry import Device
 
     monkeypatch.setattr(Device["CPU"], "default_opts", opts)
+    if vector_width is not None:
+        monkeypatch.setattr(Device["CPU"], "language", replace(Device["CPU"].language, vector_width=vector_width))
     clear_compiled_kernels()
     yield
     clear_compiled_kernels()
@@ -35,10 +40,11 @@ def eight_lane_channels(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def wide_vectors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The CPU target as on a machine whose 16-lane FMAs pay: the same tiles 16 lanes wide (WIDE_VECTOR_OPTS)."""
+    """The CPU target as on a machine whose 16-lane FMAs pay: the same tiles 16 lanes wide (WIDE_VECTOR_OPTS), in
+    16-lane vectors even where this machine has only 8 (GCC then runs each as two halves: the same results)."""
     from targets.cpu import WIDE_VECTOR_OPTS
 
-    yield from _cpu_defaults(monkeypatch, WIDE_VECTOR_OPTS)
+    yield from _cpu_defaults(monkeypatch, WIDE_VECTOR_OPTS, vector_width=16)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

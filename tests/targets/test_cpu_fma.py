@@ -7,13 +7,16 @@ from pathlib import Path
 import pytest
 
 from targets import cpu_fma
+from targets.cpu import CPU_VECTOR_WIDTH
 
 decide = cpu_fma.wide_vectors_pay.__wrapped__  # the decision itself, past the per-process cache
 
 
 def test_the_probe_times_both_widths() -> None:
     ratio = cpu_fma.probe_ratio()
-    assert 0.3 < ratio < 4  # 16 lanes take about as long as 8 (full-width units) or about twice (halves)
+    # 16 lanes take about as long as 8 (full-width units) or about twice (halves); with no 16-lane registers at all
+    # (AVX2) GCC spills the split vectors and they take longer still, so only a lower bound holds there
+    assert 0.3 < ratio and (CPU_VECTOR_WIDTH < 16 or ratio < 4)
 
 
 @pytest.fixture
