@@ -87,11 +87,21 @@ def host_isa() -> str:
 GCC_AVX512VL_WORKAROUND = ("-fno-tree-loop-if-convert",)
 
 
+# On a host with AVX512-FP16 (Intel Sapphire Rapids and later), -march=native makes _Float16 arithmetic native:
+# GCC 12 then drops a float -> _Float16 -> float round trip (the rounding a float16 model's casts stand for) and
+# emits masked `vmovsh` that binutils 2.40 refuses to assemble. Without it _Float16 is computed in float and rounded
+# back, as DESIGN's dtype policy states and as on every other x86 host, so a package's outputs do not depend on it.
+NATIVE_FP16_WORKAROUND = ("-mno-avx512fp16",)
+
+
 def compiler_workarounds(cc: str, flags: tuple[str, ...]) -> tuple[str, ...]:
     """Flags added to ``flags`` for compiler ``cc`` on this host, against its known wrong-code bugs."""
-    native_vl = "-march=native" in flags and " avx512vl" in f" {host_isa()}"
+    if "-march=native" not in flags:
+        return ()
+    isa = f" {host_isa()} "
     gcc = "clang" not in compiler_identity(cc).lower()
-    return GCC_AVX512VL_WORKAROUND if native_vl and gcc else ()
+    return (*(GCC_AVX512VL_WORKAROUND if " avx512vl " in isa and gcc else ()),
+            *(NATIVE_FP16_WORKAROUND if " avx512_fp16 " in isa else ()))
 
 
 def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:

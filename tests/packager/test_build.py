@@ -107,7 +107,9 @@ def test_manifest_records_provenance(tiny_pkg: Path, tmp_path: Path) -> None:
     [row] = entry["accuracy"]["slices"]
     assert entry["accuracy"]["reference"] == "onnxruntime" and row["slice"] is None and row["ok"] is True
     assert (row["output"], row["start"], row["stop"], row["outside"]) == ("outputs", 0, 16, 0)
-    assert 0 < row["max_abs_err"] < 1e-5 and 0 < row["max_rel_err"] < 1e-3
+    golden = load_package(tiny_pkg).golden(0)  # onnxruntime may round as drivepack does: an error of 0 is possible
+    diff = np.abs(golden.target["outputs"] - golden.reference["outputs"])
+    assert row["max_abs_err"] >= float(diff.max()) and 0 <= row["max_abs_err"] < 1e-5 and 0 <= row["max_rel_err"] < 1e-3
 
 
 def test_golden_inputs_are_deterministic_and_frames_span_0_to_255() -> None:

@@ -53,10 +53,42 @@ def test_the_masked_softmax_division_gcc_12_miscompiled_computes_numpys_values()
     ("gcc (Debian 12.2.0-14) 12.2.0", "x86_64:avx2 fma", cpu.CFLAGS, ()),
     ("Debian clang version 14.0.6", "x86_64:avx2 avx512f avx512vl fma", cpu.CFLAGS, ()),
     ("gcc (Debian 12.2.0-14) 12.2.0", "x86_64:avx2 avx512f avx512vl", ("-O3", "-shared"), ()),
+    ("gcc (Debian 12.2.0-14) 12.2.0", "x86_64:avx2 avx512_fp16 avx512f avx512vl fma", cpu.CFLAGS,
+     (*cpu.GCC_AVX512VL_WORKAROUND, *cpu.NATIVE_FP16_WORKAROUND)),
+    ("Debian clang version 14.0.6", "x86_64:avx2 avx512_fp16 avx512f avx512vl", cpu.CFLAGS,
+     cpu.NATIVE_FP16_WORKAROUND),
+    ("gcc (Debian 12.2.0-14) 12.2.0", "x86_64:avx2 avx512_fp16 avx512f avx512vl", ("-O3", "-shared"), ()),
 ])
-def test_the_if_conversion_workaround_applies_to_gcc_with_avx512vl_native_code_only(
+def test_workarounds_apply_to_native_code_on_the_hosts_and_compilers_they_name(
         monkeypatch: pytest.MonkeyPatch, banner: str, isa: str, flags: tuple[str, ...],
         expected: tuple[str, ...]) -> None:
     monkeypatch.setattr(cpu, "compiler_identity", lambda cc: banner)
     monkeypatch.setattr(cpu, "host_isa", lambda: isa)
     assert cpu.compiler_workarounds("cc", flags) == expected
+
+
+# float -> _Float16 -> float, the kernel the C target renders for ``Tensor(x).cast(float16).cast(float32)`` of four
+# elements: GCC 12 with native AVX512-FP16 arithmetic returned x unrounded (and elsewhere emitted masked vmovsh that
+# binutils 2.40 does not assemble)
+HALF_ROUND_TRIP = """
+void half_round_trip(float* restrict data0, float* restrict data1) {
+  float val1 = *(data1+0);
+  *(data0+0) = (float)((_Float16)(val1));
+  float val2 = *(data1+1);
+  *(data0+1) = (float)((_Float16)(val2));
+  float val3 = *(data1+2);
+  *(data0+2) = (float)((_Float16)(val3));
+  float val4 = *(data1+3);
+  *(data0+3) = (float)((_Float16)(val4));
+}
+"""
+
+
+def test_a_half_round_trip_rounds_on_this_host() -> None:
+    ffi = cffi.FFI()
+    ffi.cdef("void half_round_trip(float*, float*);")
+    lib = ffi.dlopen(str(cpu.compile_shared(HALF_ROUND_TRIP)))
+    x = np.array([1 / 3, 0.1, 65519.0, 1e-6], np.float32)
+    out = np.zeros_like(x)
+    lib.half_round_trip(ffi.from_buffer("float[]", out), ffi.from_buffer("float[]", x))
+    np.testing.assert_array_equal(out, x.astype(np.float16).astype(np.float32))
