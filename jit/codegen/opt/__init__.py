@@ -8,7 +8,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   (``merge``), an outer axis split where a load walks its cache lines (``locality``), then
   register tiling by ``jit.codegen.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
-  as vectors where the target's language has vector types (``jit.codegen.opt.vectorize``); on the CPU, a tile's reuse
+  as vectors where the target's language has vector types (``jit.codegen.opt.vectorize``; a row no vector width
+  divides as whole vectors with an overlapped last one: ``jit.codegen.opt.overlap``); on the CPU, a tile's reuse
   axis opens innermost where, outermost, it would re-read an input larger than L2 (``jit.codegen.opt.order``), and
   otherwise the split axis that walks a load's cache lines does (``jit.codegen.opt.locality``);
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
@@ -44,6 +45,7 @@ from jit.codegen.opt.locality import split_for_line_reuse
 from jit.codegen.opt.merge import merge_output_dims
 from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.codegen.opt.order import open_innermost, reuse_axis_inner
+from jit.codegen.opt.overlap import plan_overlap
 from jit.codegen.opt.park import park_accumulators
 from jit.codegen.opt.peel import peel_masked_row
 from jit.codegen.opt.select import unroll_selector_axes
@@ -87,7 +89,11 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     if plan is not None and (merged := merge_output_dims(sink)) is not sink:
         sink, plan = merged, plan_tiles(merged, opts, registers)
     if plan is not None:
-        tiled = tile_kernel(sink, plan, choose_lanes(sink, plan, opts, vector_width))
+        lanes = choose_lanes(sink, plan, opts, vector_width)
+        overlapped = plan_overlap(sink, plan, opts, vector_width) if not lanes and vector_width >= MIN_LANES else None
+        if overlapped is not None and (overlap_lanes := choose_lanes(sink, overlapped, opts, vector_width)):
+            plan, lanes = overlapped, overlap_lanes
+        tiled = tile_kernel(sink, plan, lanes)
         if len(plan.upcasts) > 1 and \
                 (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims, l2.size)) is not tiled:
             return ordered

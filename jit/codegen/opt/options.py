@@ -66,6 +66,8 @@ class OptOptions:
       selects pieces by (jit/codegen/opt/select.py).
     * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not
       vectorized otherwise, leaving an unmasked interior loop (jit/codegen/opt/peel.py).
+    * ``overlap_rows``: a reduce kernel's tile row that no multiple of 4 lanes divides (a pool's 55 outputs) runs
+      as whole vectors, the last one shifted back to end at the row's end (jit/codegen/opt/overlap.py).
     * ``line_reuse``: on loop targets, split an outer output axis read at ``c // d`` and contiguously at ``c % d``
       and open its ``c % d`` part innermost, where the loops inside it move that load by whole cache lines
       (Winograd's output transform; jit/codegen/opt/locality.py).
@@ -100,6 +102,7 @@ class OptOptions:
     min_outputs: int = 256
     unroll: bool = True
     peel: bool = True
+    overlap_rows: bool = True
     line_reuse: bool = True
     threads: bool = True
     vectorize: bool = True
@@ -110,7 +113,7 @@ class OptOptions:
     park_accumulators: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tile", "unroll", "peel", "line_reuse", "threads", "vectorize", "unroll_hints",
+        for name in ("tile", "unroll", "peel", "overlap_rows", "line_reuse", "threads", "vectorize", "unroll_hints",
                      "hoist_base_pointers", "park_accumulators"):
             if not isinstance(getattr(self, name), bool):
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")

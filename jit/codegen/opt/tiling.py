@@ -58,10 +58,13 @@ CHANNEL_MIN_TRIPS = 32
 @dataclass(frozen=True)
 class TilePlan:
     """Which output ranges to upcast and by how much: ``((range, factor), ...)``, inner axis first; ``max_lanes``
-    caps the vector lanes of the inner axis where its loads are contiguous only in runs that long (0: no cap)."""
+    caps the vector lanes of the inner axis where its loads are contiguous only in runs that long (0: no cap);
+    ``overlap``: the inner factor need not divide its axis, whose last tile is shifted back to end at the axis's
+    end (jit/codegen/opt/overlap.py)."""
 
     upcasts: tuple[tuple[UOp, int], ...]
     max_lanes: int = 0
+    overlap: bool = False
 
 
 def _size(r: UOp) -> int:
@@ -72,7 +75,7 @@ def _first_divisor(n: int, options: tuple[int, ...]) -> int | None:
     return next((u for u in options if n % u == 0 and n // u >= 1 and n >= u), None)
 
 
-def _row_stride(idx: UOp, row: UOp, deps: dict[UOp, frozenset[UOp]]) -> int | None:
+def row_stride(idx: UOp, row: UOp, deps: dict[UOp, frozenset[UOp]]) -> int | None:
     """How far apart in memory ``idx`` reads for consecutive ``row`` values (0: independent of it), or None when
     ``idx`` is not affine in ``row``."""
     if row not in deps[idx]:
@@ -80,10 +83,10 @@ def _row_stride(idx: UOp, row: UOp, deps: dict[UOp, frozenset[UOp]]) -> int | No
     if idx is row:
         return 1
     if idx.op is Ops.ADD:
-        parts = [_row_stride(s, row, deps) for s in idx.src]
+        parts = [row_stride(s, row, deps) for s in idx.src]
         return None if None in parts else sum(p for p in parts if p is not None)
     if idx.op is Ops.MUL and (const := next((s for s in idx.src if s.op is Ops.CONST), None)) is not None:
-        inner = _row_stride(idx.src[1] if idx.src[0] is const else idx.src[0], row, deps)
+        inner = row_stride(idx.src[1] if idx.src[0] is const else idx.src[0], row, deps)
         return None if inner is None else inner * int(const.arg)
     return None
 
@@ -95,7 +98,7 @@ def _reads_lanes_contiguously(idx: UOp, axis: UOp, lanes: int) -> bool:
     block = UOp(Ops.RANGE, axis.dtype, (axis.src[0].const_like(_size(axis) // lanes),), (max(ids) + 1, "global"))
     lane = UOp(Ops.RANGE, axis.dtype, (axis.src[0].const_like(lanes),), (max(ids) + 2, "vector"))
     split = graph_rewrite(idx.substitute({axis: block * lanes + lane}), pm_symbolic, name="lane split")
-    return _row_stride(split, lane, range_deps(split)) == 1
+    return row_stride(split, lane, range_deps(split)) == 1
 
 
 def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, frozenset[UOp]],
@@ -151,7 +154,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     deps = range_deps(sink)
     loads = [u for u in toposort([red.src[0] for red in reduces]) if u.op is Ops.LOAD]
     inner_upcasts, reuse_upcasts = opts.inner_upcasts, opts.reuse_upcasts
-    if opts.strided_tile and any((_row_stride(ld.src[0].src[1], inner, deps) or 0) > 1 for ld in loads):
+    if opts.strided_tile and any((row_stride(ld.src[0].src[1], inner, deps) or 0) > 1 for ld in loads):
         inner_upcasts, reuse_upcasts = (opts.strided_tile[0], *inner_upcasts), (opts.strided_tile[1], *reuse_upcasts)
     u_inner = _first_divisor(_size(inner), inner_upcasts)
     if u_inner is None:
@@ -161,7 +164,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
         return None
     # a row of 4 vectorizes as it is only where its loads read it contiguously: a channels-last input (a depthwise
     # conv's, jit/frontend/nn_ops.py) gathers it lane by lane, which costs more than the channel tile's stores
-    row_contiguous = all(_row_stride(ld.src[0].src[1], inner, deps) in (0, 1) for ld in loads)
+    row_contiguous = all(row_stride(ld.src[0].src[1], inner, deps) in (0, 1) for ld in loads)
     if opts.channel_vector and u_inner % opts.channel_vector and \
             (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
             (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
@@ -257,15 +260,21 @@ def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
 
     ``lanes`` > 1 (a divisor of the inner upcast): the inner axis becomes ``r' * u + c * lanes + v`` with ``v`` a
     vector range (``lane_range``) and ``u // lanes`` copies ``c``, so each copy is one vector of ``lanes`` outputs;
-    the values of every output are the same expressions as with plain copies."""
+    the values of every output are the same expressions as with plain copies.
+
+    ``plan.overlap``: the inner axis runs over ``ceil(n / u)`` tiles starting at ``min(t * u, n - u)`` (its last tile
+    stores again some outputs of the one before, with the same values: jit/codegen/opt/overlap.py)."""
     keys = tuple(rng for rng, _ in plan.upcasts)
-    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(_size(rng) // u),), rng.arg) for rng, u in plan.upcasts]
+    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-_size(rng) // u) if plan.overlap and not i
+                                                               else _size(rng) // u),), rng.arg)
+              for i, (rng, u) in enumerate(plan.upcasts)]
     mappings: list[dict[UOp, UOp]] = [{}]
     for i, (rng, outer, (_, u)) in enumerate(zip(keys, outers, plan.upcasts, strict=True)):  # inner axis first
+        start = (outer * u).minimum(_size(rng) - u) if plan.overlap and i == 0 else outer * u
         if i == 0 and lanes > 1:
             lane = lane_range(sink, lanes)
-            mappings = [{rng: outer * u + lane + c * lanes if c else outer * u + lane} for c in range(u // lanes)]
+            mappings = [{rng: start + lane + c * lanes if c else start + lane} for c in range(u // lanes)]
             continue
-        mappings = [{**m, rng: outer * u + c if c else outer * u} for c in range(u) for m in mappings]
+        mappings = [{**m, rng: start + c if c else start} for c in range(u) for m in mappings]
     stores = [copy for s in sink.src for copy in tile_copies(s, keys, mappings)]
     return sink.replace(src=tuple(stores))

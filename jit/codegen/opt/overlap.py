@@ -1,0 +1,65 @@
+"""Tile rows that no vector width divides, run as whole vectors with the last one shifted back (an overlapped tail).
+
+Before: a reduce kernel's tile plan (``jit.codegen.opt.tiling.plan_tiles``) whose tile row, the contiguous output
+axis of ``n`` values, takes no vector lanes: ``n`` has no divisor that is a multiple of ``MIN_LANES`` (squeezenet's
+max pools over 55-, 27- and 13-wide rows), so the row is ``n / u`` scalar copies of ``u`` accumulators.
+
+After: a plan whose row is ``u`` wide, ``u`` a multiple of the vector lanes, with ``overlap`` set: ``tile_kernel``
+runs the row axis over ``ceil(n / u)`` tiles starting at ``min(t * u, n - u)``, so every tile is ``u`` whole
+outputs inside the row and the last one ends at the row's end. The outputs where the last tile overlaps the one
+before it are computed and stored twice, by the same expression at the same index: the same value each time.
+That holds only where no store of the kernel is read back by it (a state updated in place): such a kernel keeps
+its plan. Every other output is stored once, as before.
+"""
+
+from __future__ import annotations
+
+import math
+
+from jit.codegen.opt.options import OptOptions
+from jit.codegen.opt.tiling import TilePlan, row_stride
+from jit.codegen.stats import range_deps
+from jit.ir.uop import Ops, UOp, toposort
+
+# the narrowest vector an overlapped row is built of (jit.codegen.opt.vectorize.MIN_LANES, which imports tiling)
+OVERLAP_MIN_LANES = 4
+# strides along the row that vector loads read without a gather: contiguous, and two loads and a shuffle
+VECTOR_LOAD_STRIDES = (0, 1, 2)
+
+
+def _stores_read_back(nodes: list[UOp]) -> bool:
+    stored = {u.src[0].src[0] for u in nodes if u.op is Ops.STORE}
+    return any(u.op is Ops.LOAD and u.src[0].src[0] in stored for u in nodes)
+
+
+def _vector_ops(n: int, width: int, vector_width: int) -> int:
+    """Vectors a row of ``n`` computes in tiles ``width`` wide, each ``width / vector_width`` vectors (at least 1)."""
+    return math.ceil(n / width) * max(1, width // vector_width)
+
+
+def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int) -> TilePlan | None:
+    """``plan`` with its tile row widened to whole vectors and overlapped (module docstring), or None where that
+    does not apply: the row already has a width that is a multiple of ``OVERLAP_MIN_LANES``, the plan runs its row
+    across channels (``max_lanes``), a load reads the row at a stride vectors would gather, the kernel reads what it
+    stores, or the row is shorter than two vectors. The width: the one of ``opts.inner_upcasts`` (multiples of
+    ``OVERLAP_MIN_LANES`` only, within ``max_upcast`` with the other upcasts) whose tiles take the fewest vectors of
+    ``vector_width`` lanes (the target's widest) over the row, the widest of those (more accumulators a step)."""
+    (row, u), *others = plan.upcasts
+    n = int(row.src[0].arg)
+    if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % OVERLAP_MIN_LANES == 0 or \
+            n < 2 * OVERLAP_MIN_LANES:
+        return None
+    nodes = toposort([sink])
+    outs = [x for x in nodes if x.op is Ops.RANGE and x.arg[1] == "global"]
+    if row is not max(outs, key=lambda x: x.arg[0]) or _stores_read_back(nodes):
+        return None
+    deps = range_deps(sink)
+    loads = [x for x in nodes if x.op is Ops.LOAD]
+    if any(row_stride(ld.src[0].src[1], row, deps) not in VECTOR_LOAD_STRIDES for ld in loads):
+        return None
+    height = math.prod(f for _, f in others)
+    widths = [w for w in opts.inner_upcasts if w % OVERLAP_MIN_LANES == 0 and w <= n and w * height <= opts.max_upcast]
+    if not widths:
+        return None
+    width = min(widths, key=lambda w: (_vector_ops(n, w, vector_width), -w))
+    return TilePlan(((row, width), *others), overlap=True)
