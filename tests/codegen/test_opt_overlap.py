@@ -30,6 +30,10 @@ def _max_pool_want(x: np.ndarray, k: int, s: int) -> np.ndarray:
     return out
 
 
+# the CPU target's defaults where 16-lane vectors pay (targets/cpu.py)
+WIDE = OptOptions(wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160, fill_tile=128)
+
+
 def _vector_store_rows(source: str) -> bool:
     return "__builtin_memcpy(data0" in source or "vstore" in source
 
@@ -47,17 +51,35 @@ def test_a_pool_row_no_vector_divides_is_vectors_and_matches_numpy(width: int, s
     np.testing.assert_array_equal(y.numpy(), _max_pool_want(x, 3, stride))
 
 
-@pytest.mark.parametrize("vector_width, width", [(8, 8), (16, 16), (4, 8)])
-def test_the_width_takes_the_fewest_vectors(vector_width: int, width: int) -> None:
+@pytest.mark.parametrize("vector_width, width", [(8, 16), (16, 16), (4, 16)])
+def test_the_width_is_the_cheapest_tile(vector_width: int, width: int) -> None:
     x = np.zeros((8, 111, 111), np.float32)
     ast = _ast(Tensor(x).max_pool2d(3, 2))  # 55 outputs a row
     plan = plan_tiles(ast, OptOptions())
     assert plan is not None and plan.upcasts[0][1] % 4  # no vector width divides the row as it is planned
     overlapped = plan_overlap(ast, plan, OptOptions(), vector_width)
     assert overlapped is not None and overlapped.overlap
-    # widths (16, 8, 4); 8 lanes: 7 tiles of one vector (16: 4 tiles of two); 16 lanes: 4 tiles of one vector
-    # (8: 7); 4 lanes: 7 tiles of two vectors, as few as 14 tiles of one, two accumulators a step (16: 16)
+    # widths (16, 8, 4), one row a tile: a step loads each vector and stores nothing else; 8 lanes: 4 tiles of two
+    # vectors (8: 7 tiles of one); 4 lanes: 4 tiles of four (8: 7 of two)
     assert overlapped.upcasts[0][1] == width
+
+
+def test_a_tile_with_shared_rows_takes_two_vectors_a_row() -> None:
+    # squeezenet's classifier, a 512 -> 1000 1x1 conv over 13x13: its 169 outputs a channel are one merged row,
+    # tiled 32 wide (two 16-lane vectors) by 8 channels: 16 multiply-adds to 10 loads a step (16 wide: 8 to 9)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 512, 13, 13), np.float32), rng.standard_normal((1000, 512, 1, 1), np.float32)
+    y = Tensor(x).conv2d(Tensor(w))
+    ast = _ast(y)
+    sink = optimize_kernel(ast, WIDE, vector_width=16)
+    vectors = [u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "vector"]
+    assert [int(v.src[0].arg) for v in vectors] == [16]
+    assert any(u.op is Ops.MIN and u.src[1].op is Ops.CONST and int(u.src[1].arg) == 169 - 32
+               for u in toposort([sink]))
+    np.testing.assert_allclose(y.numpy()[0, :, 6, 6], w[:, :, 0, 0] @ x[0, :, 6, 6], rtol=1e-4, atol=1e-4)
+    # where 8-lane channel vectors are the target's full width, they stay: no overlap
+    plan = plan_tiles(ast, OptOptions())
+    assert plan is not None and plan.max_lanes == 8 and plan_overlap(ast, plan, OptOptions(), 8) is None
 
 
 def test_the_last_tile_starts_where_it_ends_the_row() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from jit.codegen.opt.options import OptOptions
-from jit.codegen.opt.tiling import TilePlan, row_stride
+from jit.codegen.opt.tiling import TilePlan, row_stride, vector_registers
 from jit.codegen.stats import range_deps
 from jit.ir.uop import Ops, UOp, toposort
 
@@ -32,9 +32,12 @@ def _stores_read_back(nodes: list[UOp]) -> bool:
     return any(u.op is Ops.LOAD and u.src[0].src[0] in stored for u in nodes)
 
 
-def _vector_ops(n: int, width: int, vector_width: int) -> int:
-    """Vectors a row of ``n`` computes in tiles ``width`` wide, each ``width / vector_width`` vectors (at least 1)."""
-    return math.ceil(n / width) * max(1, width // vector_width)
+def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:
+    """Cycles, up to a constant, of a row of ``n`` in tiles ``width`` wide and ``height`` high: per tile and reduce
+    step ``v = width / vector_width`` vector loads of the row and ``height`` broadcasts of what the rows share, and
+    ``v * height`` multiply-adds, whichever takes longer (two of each per cycle)."""
+    vectors = max(1, width // vector_width)
+    return math.ceil(n / width) * max(vectors * height, vectors + height)
 
 
 def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int) -> TilePlan | None:
@@ -42,8 +45,8 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     does not apply: the row already has a width that is a multiple of ``OVERLAP_MIN_LANES``, the plan runs its row
     across channels (``max_lanes``), a load reads the row at a stride vectors would gather, the kernel reads what it
     stores, or the row is shorter than two vectors. The width: the one of ``opts.inner_upcasts`` (multiples of
-    ``OVERLAP_MIN_LANES`` only, within ``max_upcast`` with the other upcasts) whose tiles take the fewest vectors of
-    ``vector_width`` lanes (the target's widest) over the row, the widest of those (more accumulators a step)."""
+    ``OVERLAP_MIN_LANES`` only) whose tiles cost the least (``_tile_cost``), the widest of those, with its
+    accumulators in at most half the target's vector registers (``vector_width`` lanes each)."""
     (row, u), *others = plan.upcasts
     n = int(row.src[0].arg)
     if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % OVERLAP_MIN_LANES == 0 or \
@@ -58,8 +61,10 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     if any(row_stride(ld.src[0].src[1], row, deps) not in VECTOR_LOAD_STRIDES for ld in loads):
         return None
     height = math.prod(f for _, f in others)
-    widths = [w for w in opts.inner_upcasts if w % OVERLAP_MIN_LANES == 0 and w <= n and w * height <= opts.max_upcast]
+    registers = vector_registers(vector_width) // 2
+    widths = [w for w in opts.inner_upcasts
+              if w % OVERLAP_MIN_LANES == 0 and w <= n and max(1, w // vector_width) * height <= registers]
     if not widths:
         return None
-    width = min(widths, key=lambda w: (_vector_ops(n, w, vector_width), -w))
+    width = min(widths, key=lambda w: (_tile_cost(n, w, height, vector_width), -w))
     return TilePlan(((row, width), *others), overlap=True)

@@ -48,6 +48,9 @@ WIDE_MIN_TRIPS = 16
 # pool, a squeeze-and-excitation matrix-vector product): untiled, each output's long sum is one accumulator that
 # waits on its last add every step, and the tile's independent accumulators are what hide that latency
 LONG_REDUCE_TRIPS = 256
+# a row at least this long loses little to an overlapped last vector (jit/codegen/opt/overlap.py): at most one
+# vector in four computed twice with 16 lanes
+OVERLAP_ROW_MIN = 64
 # the narrowest vector (jit.codegen.opt.vectorize.MIN_LANES, which imports this module)
 WIDE_MIN_LANES = 4
 # a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
@@ -115,6 +118,15 @@ def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, fro
     return None
 
 
+def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: int, row_contiguous: bool) -> bool:
+    """Whether a long contiguous row that no vector width divides (squeezenet's 13x13 = 169 outputs of its 512 ->
+    1000 classifier) tiles as whole vectors with an overlapped last one (jit/codegen/opt/overlap.py) instead of
+    across output channels: where the channels take vectors narrower than the target's wide ones (1000 channels
+    are no multiple of 16), each FMA would do half the work the row's full-width vectors do."""
+    return bool(opts.overlap_rows and opts.wide_channel_vector and channel_lanes < opts.wide_channel_vector and
+                row >= OVERLAP_ROW_MIN and u_inner % WIDE_MIN_LANES and row_contiguous)
+
+
 def _channel_vectors(blocks: int, max_vectors: int, max_accumulators: int, row: int) -> int:
     """Channel vectors per tile row: the largest power of two <= ``max_vectors`` that divides the axis's
     ``blocks`` of channel_vector channels and keeps ``row`` x vectors accumulators within ``max_accumulators``
@@ -167,7 +179,8 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     row_contiguous = all(row_stride(ld.src[0].src[1], inner, deps) in (0, 1) for ld in loads)
     if opts.channel_vector and u_inner % opts.channel_vector and \
             (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
-            (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
+            (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None and \
+            not _overlap_row_first(opts, found[1], _size(inner), u_inner, row_contiguous):
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
         across, lanes = found
