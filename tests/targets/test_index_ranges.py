@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from abi.frames import nv12_geometry
-from jit import DrivepackError, capture
+from jit import DrivepackError, Tensor, capture
 from jit.onnx.loader import load_onnx
 from jit.trace import capture_onnx
 from packager import samples
@@ -293,6 +293,21 @@ def test_every_kernel_of_the_sample_models_is_bounded(model: str, device: str) -
     assert check_all(run.cmdbuf, f"{model} {device}") >= len(run.cmdbuf.kernels) > 0
     if device == "QCOM:images" and model != "policy-float16":  # images hold float32 weights only
         assert any(b.image for b in run.cmdbuf.buffers)
+
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_kernels_with_overlapped_rows_are_bounded(device: str) -> None:
+    """Rows no vector divides, as whole vectors whose last one starts at ``min(t * u, n - u)``
+    (jit/codegen/opt/overlap.py): a 55-wide max pool and a 1x1 conv over 13x13."""
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": x.max_pool2d(3, 2).conv2d(Tensor(weights, device=device))}
+    cap = capture(model, {"x": rng.standard_normal((1, 24, 27, 27)).astype(np.float32)}, target=device)
+    # the pool's 13-wide rows in tiles of 8: the last starts at min(8 * t, 13 - 8)
+    assert any("<5)?" in k.source for k in cap.cmdbuf.kernels)
+    assert check_all(cap.cmdbuf, f"overlap {device}") >= len(cap.cmdbuf.kernels) > 0
 
 
 @pytest.mark.parametrize("device", ["CPU", "OPENCL", "QCOM"])

@@ -2,7 +2,9 @@
 
 Before: a reduce kernel's tile plan (``jit.codegen.opt.tiling.plan_tiles``) whose tile row, the contiguous output
 axis of ``n`` values, takes no vector lanes: ``n`` has no divisor that is a multiple of ``MIN_LANES`` (squeezenet's
-max pools over 55-, 27- and 13-wide rows), so the row is ``n / u`` scalar copies of ``u`` accumulators.
+max pools over 55-, 27- and 13-wide rows), so the row is ``n / u`` scalar copies of ``u`` accumulators. (A long
+row whose output channels would take narrower vectors than the target's wide ones comes here instead of across
+channels: ``tiling._overlap_row_first``.)
 
 After: a plan whose row is ``u`` wide, ``u`` a multiple of the vector lanes, with ``overlap`` set: ``tile_kernel``
 runs the row axis over ``ceil(n / u)`` tiles starting at ``min(t * u, n - u)``, so every tile is ``u`` whole
