@@ -20,11 +20,10 @@ import math
 
 from jit.codegen.opt.options import OptOptions
 from jit.codegen.opt.tiling import TilePlan, row_stride, vector_registers
+from jit.codegen.opt.vectorize import MIN_LANES
 from jit.codegen.stats import range_deps
 from jit.ir.uop import Ops, UOp, toposort
 
-# the narrowest vector an overlapped row is built of (jit.codegen.opt.vectorize.MIN_LANES, which imports tiling)
-OVERLAP_MIN_LANES = 4
 # strides along the row that vector loads read without a gather: contiguous, and two loads and a shuffle
 VECTOR_LOAD_STRIDES = (0, 1, 2)
 
@@ -44,15 +43,15 @@ def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:
 
 def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int) -> TilePlan | None:
     """``plan`` with its tile row widened to whole vectors and overlapped (module docstring), or None where that
-    does not apply: the row already has a width that is a multiple of ``OVERLAP_MIN_LANES``, the plan runs its row
+    does not apply: the row already has a width that is a multiple of ``MIN_LANES``, the plan runs its row
     across channels (``max_lanes``), a load reads the row at a stride vectors would gather, the kernel reads what it
     stores, or the row is shorter than two vectors. The width: the one of ``opts.inner_upcasts`` (multiples of
-    ``OVERLAP_MIN_LANES`` only) whose tiles cost the least (``_tile_cost``), the widest of those, with its
+    ``MIN_LANES`` only) whose tiles cost the least (``_tile_cost``), the widest of those, with its
     accumulators in at most half the target's vector registers (``vector_width`` lanes each)."""
     (row, u), *others = plan.upcasts
     n = int(row.src[0].arg)
-    if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % OVERLAP_MIN_LANES == 0 or \
-            n < 2 * OVERLAP_MIN_LANES:
+    if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % MIN_LANES == 0 or \
+            n < 2 * MIN_LANES:
         return None
     nodes = toposort([sink])
     outs = [x for x in nodes if x.op is Ops.RANGE and x.arg[1] == "global"]
@@ -65,7 +64,7 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     height = math.prod(f for _, f in others)
     registers = vector_registers(vector_width) // 2
     widths = [w for w in opts.inner_upcasts
-              if w % OVERLAP_MIN_LANES == 0 and w <= n and max(1, w // vector_width) * height <= registers]
+              if w % MIN_LANES == 0 and w <= n and max(1, w // vector_width) * height <= registers]
     if not widths:
         return None
     width = min(widths, key=lambda w: (_tile_cost(n, w, height, vector_width), -w))
