@@ -95,6 +95,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in (
     ZooModel("convnext_atto", _timm("convnext_atto"), IMG, "timm; LayerNorm-heavy (LayerNorm in every block)"),
     ZooModel("deit_tiny_128", _timm("deit_tiny_patch16_224", img_size=128), (("x", (1, 3, 128, 128)),),
              "timm; attention-heavy: 12 blocks, 3 heads, 65 tokens"),
+    ZooModel("deit_tiny", _timm("deit_tiny_patch16_224"), IMG, "timm; ViT's own 224 input: 197 tokens, a prime"),
     ZooModel("resnet18_op", _timm("resnet18", in_chans=12), OP, "timm, openpilot frame shape"),
     ZooModel("efficientnet_b0_op", _timm("efficientnet_b0", in_chans=12), OP, "timm, openpilot frame shape"),
     ZooModel("mobilenetv3_large_op", _timm("mobilenetv3_large_100", in_chans=12), OP,

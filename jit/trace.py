@@ -43,7 +43,7 @@ from jit.codegen.passes.images import weights_to_images
 from jit.common.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.common.errors import DrivepackError, DTypeError
 from jit.common.helpers import STREAMS
-from jit.frontend.nn_ops import MATVEC_MAX_PAD
+from jit.frontend.nn_ops import WEIGHT_BLOCK_MAX_PAD
 from jit.frontend.tensor import Tensor
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.realize import CompiledKernel, compile_kernels, copy_from_device, host_bytes, run_schedule
@@ -172,13 +172,13 @@ def _reaches(order: list[UOp], sources: set[UOp]) -> set[UOp]:
 def _foldable(core: UOp) -> bool:
     """A weight-only value worth computing once: real work (not a buffer, constant or index), a committed
     dtype, and no larger than the weights it reads (a broadcast is cheaper recomputed than stored) but for the zero
-    padding a blocked layout may add (``MATVEC_MAX_PAD``)."""
+    padding a blocked layout may add (``WEIGHT_BLOCK_MAX_PAD``)."""
     if core.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or is_view_of_buffer(core) or core in realized:
         return False
     if not isinstance(core.dtype, DType) or core.dtype.weak or core.shape is None or core.size == 0:
         return False
     weight_elems = sum(n.arg[2] for n in toposort([core]) if n.op is Ops.BUFFER)
-    return 0 < core.size <= weight_elems * (1 + MATVEC_MAX_PAD)
+    return 0 < core.size <= weight_elems * (1 + WEIGHT_BLOCK_MAX_PAD)
 
 
 def weight_frontier(roots: list[UOp], sources: set[UOp]) -> list[UOp]:

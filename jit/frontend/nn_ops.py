@@ -55,7 +55,7 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
                          f"{a.shape[:-2]} and {b.shape[:-2]}") from None
     n, m = a.shape[-2], b.shape[-1]
     out_dtype = least_upper_dtype(a.dtype, b.dtype)
-    cols = _matvec_block_columns(n * math.prod(a.shape[:-2]), b, k, m)
+    cols = _weight_block_columns(b, k, m)
     if cols:
         b = _blocked_columns(b, cols)
     cols = cols or m
@@ -72,22 +72,27 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
     return out
 
 
-# A matrix-vector product tiles its output row 64 wide (OptOptions.wide_upcasts). Read in place, each reduce step
-# of one tile takes 256 bytes from a row 4*m bytes long; stored as (m/64, k, 64) blocks, each tile streams one
-# contiguous block: 3.3x faster at the policy's 3204x512 (0.42 -> 0.13 ms on 2 threads).
-MATVEC_BLOCK = DEFAULT_OPTS.wide_upcasts[0]
-MATVEC_MIN_WEIGHTS = 1 << 16
-MATVEC_MAX_PAD = 1 / 8  # zero columns added to fill the last block, as a share of m
+# A tile of a product's output row is at most 64 wide (OptOptions.wide_upcasts) and its reduce reads a row of b
+# per step. Read in place, that is 256 bytes from a row 4*m bytes long: the tile's weights are lines a whole row
+# apart, which the L2 set-associativity cannot hold for a long k (a 2048 x 256 matrix: 2048 rows 1 KB apart map to
+# a sixteenth of the sets) and every row-tile of the output streams them again from memory. Stored as
+# (m/64, k, 64) blocks, a 64-wide tile streams one contiguous block and a narrower one part of each of its rows
+# (a 32-wide tile's index splits at the block: jit/codegen/passes/symbolic.py ``_split_at_block``): the policy's
+# 3204x512 matrix-vector product 0.42 -> 0.13 ms, a 25-token transformer's 2048 -> 256 feed-forward about 1.5x
+# faster (benchmarks/bench_zoo.py).
+WEIGHT_BLOCK = DEFAULT_OPTS.wide_upcasts[0]
+WEIGHT_BLOCK_MIN = 1 << 16  # weights (elements) from which a product stores them blocked
+WEIGHT_BLOCK_MAX_PAD = 1 / 8  # zero columns added to fill the last block, as a share of m
 
 
-def _matvec_block_columns(rows: int, b: Tensor, k: int, m: int) -> int:
-    """The column count (m rounded up to whole blocks) a matrix-vector product with weight matrix ``b`` stores its
-    weights blocked at, or 0 to read ``b`` as it is: only a single-row product with a large 2-D weight-only
-    ``b`` (a capture folds the copy into the stored weights; for an activation it would be a copy per call)."""
-    padded = -(-m // MATVEC_BLOCK) * MATVEC_BLOCK
-    if rows != 1 or b.ndim != 2 or m < MATVEC_BLOCK or k * m < MATVEC_MIN_WEIGHTS:
+def _weight_block_columns(b: Tensor, k: int, m: int) -> int:
+    """The column count (m rounded up to whole blocks) a product with weight matrix ``b`` (k, m) stores its
+    weights blocked at, or 0 to read ``b`` as it is: only a large 2-D weight-only ``b`` (a capture folds the copy
+    into the stored weights; for an activation it would be a copy per call)."""
+    padded = -(-m // WEIGHT_BLOCK) * WEIGHT_BLOCK
+    if b.ndim != 2 or m < WEIGHT_BLOCK or k * m < WEIGHT_BLOCK_MIN:
         return 0
-    return padded if padded - m <= m * MATVEC_MAX_PAD and _weight_only(b) else 0
+    return padded if padded - m <= m * WEIGHT_BLOCK_MAX_PAD and _weight_only(b) else 0
 
 
 def _weight_only(t: Tensor) -> bool:
@@ -102,7 +107,7 @@ def _blocked_columns(b: Tensor, columns: int) -> Tensor:
     (k, columns)."""
     k, m = b.shape
     padded = b.pad(((0, 0), (0, columns - m))) if columns > m else b
-    blocks = padded.reshape(k, columns // MATVEC_BLOCK, MATVEC_BLOCK).permute(1, 0, 2).contiguous()
+    blocks = padded.reshape(k, columns // WEIGHT_BLOCK, WEIGHT_BLOCK).permute(1, 0, 2).contiguous()
     return blocks.permute(1, 0, 2).reshape(k, columns)
 
 

@@ -56,8 +56,12 @@ def test_axes_read_other_than_row_major_are_not_merged() -> None:
 
 def test_a_row_no_width_divides_is_tiled_by_its_widest_divisor() -> None:
     ast = _ast(Tensor(_rand(1, 64, 7, 7)).conv2d(Tensor(_rand(32, 64, 3, 3)), padding=1))
-    plan = plan_tiles(merge_output_dims(ast))
+    plan = plan_tiles(merge_output_dims(ast), OptOptions(channel_vector=0))  # no vectors across output channels
     assert plan is not None and plan.upcasts[0][1] == 7
+    # with them, 8 channels a vector, even over weights blocked 16 channels wide (an AVX-512 host's conv2d): the
+    # block's index splits at 8 (jit/codegen/passes/symbolic.py ``_split_at_block``) and reads whole vectors
+    plan = plan_tiles(merge_output_dims(ast))
+    assert plan is not None and plan.max_lanes == 8 and plan.upcasts[0][1] % 8 == 0
 
 
 def test_two_reduces_in_one_kernel_are_tiled_together() -> None:

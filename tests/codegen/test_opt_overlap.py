@@ -9,6 +9,7 @@ import pytest
 from jit import Ops, Tensor, UOp
 from jit.codegen.opt import OptOptions, optimize_kernel, plan_tiles
 from jit.codegen.opt.overlap import plan_overlap
+from jit.codegen.opt.tiling import overlap_height
 from jit.codegen.pipeline import commit_dtypes
 from jit.ir.uop import toposort
 from jit.realize import compile_uops
@@ -104,3 +105,43 @@ def test_a_row_a_vector_divides_keeps_its_plan() -> None:
     ast = _ast(Tensor(x).max_pool2d(3, 2))  # 32 outputs a row
     plan = plan_tiles(ast, OptOptions())
     assert plan is not None and plan_overlap(ast, plan, OptOptions(), 8) is None
+
+
+# --- the reuse axis (jit.codegen.opt.tiling.overlap_height) ---------------------------------------------------
+def _product(rows: int, k: int, m: int, device: str = "CPU") -> tuple[Tensor, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(rows)
+    x, w = rng.standard_normal((rows, k), np.float32), rng.standard_normal((k, m), np.float32)
+    return Tensor(x, device=device) @ Tensor(w, device=device), x, w
+
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+@pytest.mark.parametrize("rows", [197, 67])
+def test_rows_no_height_divides_share_their_weights_and_match_numpy(rows: int, device: str) -> None:
+    # ViT's 197 tokens, and 67: prime, so no height of (4, 3, 5, 2) divides them; once one row a tile, every row
+    # re-reading the whole weight matrix (a 197 x 768 x 768 product 6x onnxruntime's time)
+    y, x, w = _product(rows, 256, 192, device)
+    np.testing.assert_allclose(y.numpy(), x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_prime_row_count_tiles_overlapped_within_the_waste_bound() -> None:
+    ast = _ast(_product(197, 256, 192)[0])
+    plan = plan_tiles(ast, WIDE, registers=32)
+    assert plan is not None and plan.overlap_reuse and not plan.overlap
+    (_, width), (rows, height) = plan.upcasts
+    assert int(rows.src[0].arg) == 197 and height == 5 and width * height <= WIDE.max_upcast  # 40 tiles: 200 rows
+    sink = optimize_kernel(ast, WIDE, vector_width=16)
+    assert any(u.op is Ops.MIN and u.src[1].op is Ops.CONST and int(u.src[1].arg) == 197 - 5
+               for u in toposort([sink]))
+
+
+def test_rows_whose_overlap_would_waste_too_much_stay_untiled() -> None:
+    # 7 rows: the nearest heights compute 8, 9 or 10 rows, more than a sixteenth twice
+    assert overlap_height(7, (4, 3, 5, 2), 10) is None
+    assert overlap_height(197, (4, 3, 5, 2), 5) == 5
+    assert overlap_height(197, (4, 3, 5, 2), 4) == 4  # the registers cap the height
+    assert overlap_height(25, (4, 3, 2), 4) is None  # 28 or 27 rows for 25: too many twice; 2 high: too low
+    ast = _ast(_product(7, 256, 192)[0])
+    plan = plan_tiles(ast, WIDE, registers=32)
+    assert plan is None or not plan.overlap_reuse
+    off = plan_tiles(_ast(_product(197, 256, 192)[0]), OptOptions(overlap_rows=False))
+    assert off is None or not off.overlap_reuse

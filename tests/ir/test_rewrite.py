@@ -94,3 +94,20 @@ def test_division_by_a_power_of_two_matches_numpy_bit_for_bit() -> None:
         with np.errstate(over="ignore"):
             want = x / np.float32(c)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_divmod_at_a_block_the_terms_divide_splits_off_the_remainder() -> None:
+    # a 32-wide tile t over weights in blocks of 64: (32t + lane) // 64 and % 64, lane < 16
+    t = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 8),), (1, "global"))
+    lane = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 16),), (2, "vector"))
+    x = t * 32 + lane + 16
+    assert graph_rewrite(x // 64, pm_symbolic) is graph_rewrite(t // 2, pm_symbolic)
+    assert graph_rewrite(x % 64, pm_symbolic) is graph_rewrite((t % 2) * 32 + lane + 16, pm_symbolic)
+    for tv in range(8):
+        for lv in range(16):
+            v = tv * 32 + lv + 16
+            assert (v // 64, v % 64) == (tv // 2, (tv % 2) * 32 + lv + 16)
+    # a remainder that can reach the block (lane < 40 > 32) keeps the division
+    wide = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 40),), (3, "global"))
+    assert graph_rewrite((t * 32 + wide) // 64, pm_symbolic).op is Ops.IDIV
+    assert graph_rewrite((t * 32 + wide) // 64, pm_symbolic).src[0] is not t

@@ -17,20 +17,16 @@ its plan. Every other output is stored once, as before.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from jit.codegen.opt.options import OptOptions
-from jit.codegen.opt.tiling import TilePlan, row_stride, vector_registers
+from jit.codegen.opt.tiling import TilePlan, row_stride, stores_read_back, vector_registers
 from jit.codegen.opt.vectorize import MIN_LANES
 from jit.codegen.stats import range_deps
 from jit.ir.uop import Ops, UOp, toposort
 
 # strides along the row that vector loads read without a gather: contiguous, and two loads and a shuffle
 VECTOR_LOAD_STRIDES = (0, 1, 2)
-
-
-def _stores_read_back(nodes: list[UOp]) -> bool:
-    stored = {u.src[0].src[0] for u in nodes if u.op is Ops.STORE}
-    return any(u.op is Ops.LOAD and u.src[0].src[0] in stored for u in nodes)
 
 
 def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:
@@ -55,7 +51,7 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
         return None
     nodes = toposort([sink])
     outs = [x for x in nodes if x.op is Ops.RANGE and x.arg[1] == "global"]
-    if row is not max(outs, key=lambda x: x.arg[0]) or _stores_read_back(nodes):
+    if row is not max(outs, key=lambda x: x.arg[0]) or stores_read_back(nodes):
         return None
     deps = range_deps(sink)
     loads = [x for x in nodes if x.op is Ops.LOAD]
@@ -68,4 +64,4 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     if not widths:
         return None
     width = min(widths, key=lambda w: (_tile_cost(n, w, height, vector_width), -w))
-    return TilePlan(((row, width), *others), overlap=True)
+    return replace(plan, upcasts=((row, width), *others), overlap=True)

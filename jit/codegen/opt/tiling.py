@@ -51,6 +51,10 @@ LONG_REDUCE_TRIPS = 256
 # a row at least this long loses little to an overlapped last vector (jit/codegen/opt/overlap.py): at most one
 # vector in four computed twice with 16 lanes
 OVERLAP_ROW_MIN = 64
+# a reuse axis no height divides is tiled overlapped where the rows computed twice are at most this share of it,
+# and at least this high: a tile of 2 or 3 rows shares each load too little to beat one wide row's accumulators
+OVERLAP_MAX_WASTE = 1 / 16
+OVERLAP_MIN_HEIGHT = 4
 # the narrowest vector (jit.codegen.opt.vectorize.MIN_LANES, which imports this module)
 WIDE_MIN_LANES = 4
 # a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
@@ -63,11 +67,12 @@ class TilePlan:
     """Which output ranges to upcast and by how much: ``((range, factor), ...)``, inner axis first; ``max_lanes``
     caps the vector lanes of the inner axis where its loads are contiguous only in runs that long (0: no cap);
     ``overlap``: the inner factor need not divide its axis, whose last tile is shifted back to end at the axis's
-    end (jit/codegen/opt/overlap.py)."""
+    end (jit/codegen/opt/overlap.py); ``overlap_reuse``: the same for the reuse axis (``overlap_height``)."""
 
     upcasts: tuple[tuple[UOp, int], ...]
     max_lanes: int = 0
     overlap: bool = False
+    overlap_reuse: bool = False
 
 
 def _size(r: UOp) -> int:
@@ -92,6 +97,23 @@ def row_stride(idx: UOp, row: UOp, deps: dict[UOp, frozenset[UOp]]) -> int | Non
         inner = row_stride(idx.src[1] if idx.src[0] is const else idx.src[0], row, deps)
         return None if inner is None else inner * int(const.arg)
     return None
+
+
+def stores_read_back(nodes: list[UOp]) -> bool:
+    """Whether a kernel (its ``nodes``) loads from a buffer it stores to (a state updated in place): storing an
+    output twice (an overlapped tile) is then not the same as storing it once."""
+    stored = {u.src[0].src[0] for u in nodes if u.op is Ops.STORE}
+    return any(u.op is Ops.LOAD and u.src[0].src[0] in stored for u in nodes)
+
+
+def overlap_height(n: int, heights: tuple[int, ...], tallest: int) -> int | None:
+    """The tile height for a reuse axis of ``n`` that none of ``heights`` divides (a matmul over 197 tokens): the
+    tallest of them, or of their doublings, from ``OVERLAP_MIN_HEIGHT`` up to ``tallest`` and ``MAX_FILL_HEIGHT``,
+    whose ``ceil(n / h)`` overlapped tiles compute at most ``OVERLAP_MAX_WASTE`` of the axis twice; None where none
+    does. Without it such an axis gets no reuse at all: every output row re-reads the whole weight matrix."""
+    cands = {h << i for h in heights for i in range(4) if h << i <= min(tallest, MAX_FILL_HEIGHT)}
+    fits = [h for h in cands if OVERLAP_MIN_HEIGHT <= h <= n and -(-n // h) * h - n <= n * OVERLAP_MAX_WASTE]
+    return max(fits, default=None)
 
 
 def _reads_lanes_contiguously(idx: UOp, axis: UOp, lanes: int) -> bool:
@@ -204,15 +226,20 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
         # gather every tap's weights lane by lane
         return TilePlan(((across, lanes * nvec), (inner, u_row)), lanes)
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
-    for cand in reversed(outs[:-1]):  # innermost first: its loads are the nearest in memory
-        shared = any(inner in deps[ld] and cand not in deps[ld] for ld in loads)
-        u_reuse = _first_divisor(_size(cand), tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast))
-        if shared and u_reuse is not None:
+    heights = tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast)
+    shared = [cand for cand in reversed(outs[:-1])  # innermost first: its loads are the nearest in memory
+              if any(inner in deps[ld] and cand not in deps[ld] for ld in loads)]
+    for cand in shared:
+        u_reuse = _first_divisor(_size(cand), heights)
+        if u_reuse is not None:
             while u_inner * u_reuse < opts.fill_tile and u_reuse < MAX_FILL_HEIGHT and \
                     u_inner * u_reuse * 2 <= opts.max_upcast and _size(cand) % (u_reuse * 2) == 0:
                 u_reuse *= 2
             upcasts.append((cand, u_reuse))
             break
+    if len(upcasts) == 1 and shared and opts.overlap_rows and not stores_read_back(nodes) and \
+            (height := overlap_height(_size(shared[0]), heights, opts.max_upcast // u_inner)) is not None:
+        return TilePlan(((inner, u_inner), (shared[0], height)), overlap_reuse=True)
     if len(upcasts) == 1:  # nothing to share across rows (a matrix-vector product): more independent accumulators
         wide = _first_divisor(_size(inner), tuple(u for u in opts.wide_upcasts if u_inner < u <= opts.max_upcast))
         if wide is None and opts.wide_upcasts and trips >= WIDE_MIN_TRIPS:
@@ -276,14 +303,16 @@ def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
     the values of every output are the same expressions as with plain copies.
 
     ``plan.overlap``: the inner axis runs over ``ceil(n / u)`` tiles starting at ``min(t * u, n - u)`` (its last tile
-    stores again some outputs of the one before, with the same values: jit/codegen/opt/overlap.py)."""
+    stores again some outputs of the one before, with the same values: jit/codegen/opt/overlap.py);
+    ``plan.overlap_reuse``: the reuse axis alike (``overlap_height``)."""
     keys = tuple(rng for rng, _ in plan.upcasts)
-    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-_size(rng) // u) if plan.overlap and not i
+    overlapped = (plan.overlap, plan.overlap_reuse)
+    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-_size(rng) // u) if i < 2 and overlapped[i]
                                                                else _size(rng) // u),), rng.arg)
               for i, (rng, u) in enumerate(plan.upcasts)]
     mappings: list[dict[UOp, UOp]] = [{}]
     for i, (rng, outer, (_, u)) in enumerate(zip(keys, outers, plan.upcasts, strict=True)):  # inner axis first
-        start = (outer * u).minimum(_size(rng) - u) if plan.overlap and i == 0 else outer * u
+        start = (outer * u).minimum(_size(rng) - u) if i < 2 and overlapped[i] else outer * u
         if i == 0 and lanes > 1:
             lane = lane_range(sink, lanes)
             mappings = [{rng: start + lane + c * lanes if c else start + lane} for c in range(u // lanes)]

@@ -99,6 +99,28 @@ def canonical_sum(x: UOp) -> UOp | None:
     return None if out is x else out
 
 
+def _split_at_block(d: UOp, terms: dict[UOp, int], const: int, c: int) -> UOp | None:
+    """``x // c`` and ``x % c`` where x = k*B + r with k dividing c and the remainder terms r within [0, k): then
+    x // c == B // (c/k) and x % c == B % (c/k) * k + r. A tile of 32 columns (``32*t + lane``) reading weights
+    stored in blocks of 64 is the case: its block is ``t // 2`` and its column in the block ``t % 2 * 32 + lane``,
+    contiguous in the lane. k is the gcd of c and the coefficients at or above each candidate threshold."""
+    assert isinstance(d.dtype, DType)
+    for threshold in sorted({abs(v) for v in terms.values()}, reverse=True):
+        big = {a: v for a, v in terms.items() if abs(v) >= threshold}
+        k = math.gcd(c, *big.values())
+        if k <= 1 or k == c:  # k == c: every big term is a whole multiple, the plain split handles it
+            continue
+        q, r = divmod(const, k)
+        rest = build_linear(d.dtype, {a: v for a, v in terms.items() if a not in big}, r)
+        if rest.vmin < 0 or rest.vmax >= k:
+            continue
+        blocks = build_linear(d.dtype, {a: v // k for a, v in big.items()}, q)
+        if d.op is Ops.IDIV:
+            return blocks // UOp.const(d.dtype, c // k)
+        return (blocks % UOp.const(d.dtype, c // k)) * UOp.const(d.dtype, k) + rest
+    return None
+
+
 def split_divmod(d: UOp) -> UOp | None:
     """``x // c`` and ``x % c`` for a positive constant c and non-negative x, using x's linear form."""
     x, c_node = d.src
@@ -127,6 +149,9 @@ def split_divmod(d: UOp) -> UOp | None:
         if d.op is Ops.IDIV:
             return inner // UOp.const(d.dtype, c // g)
         return (inner % UOp.const(d.dtype, c // g)) * UOp.const(d.dtype, g)
+    blocked = _split_at_block(d, terms, const, c)
+    if blocked is not None:
+        return blocked
     if not quotient_terms and q_const == 0:
         if d.op is Ops.IDIV and x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
             return x.src[0] // UOp.const(d.dtype, int(x.src[1].arg) * c)

@@ -1,6 +1,7 @@
-"""Blocked weights for matrix-vector products (jit/frontend/nn_ops.py ``_matvec_block_columns``): a single-row product
-with a large weight-only matrix stores it as contiguous (columns/64, k, 64) blocks, zero-padded to whole blocks,
-so each 64-wide output tile streams one block; a capture folds that layout into the stored weights.
+"""Blocked weights for products (jit/frontend/nn_ops.py ``_weight_block_columns``): a product with a large
+weight-only matrix stores it as contiguous (columns/64, k, 64) blocks, zero-padded to whole blocks, so each
+64-wide output tile streams one block (a narrower tile part of each block row, still as whole vectors); a capture
+folds that layout into the stored weights.
 
 Checked on captured weights and kernels (structure, not timing) and against numpy.
 """
@@ -15,7 +16,7 @@ from jit.frontend import nn_ops
 from jit.frontend.tensor import Tensor
 from tests.frontend.test_nn_ops import rand
 
-BLOCK = nn_ops.MATVEC_BLOCK
+BLOCK = nn_ops.WEIGHT_BLOCK
 
 
 def blocked(w: np.ndarray) -> np.ndarray:
@@ -26,19 +27,19 @@ def blocked(w: np.ndarray) -> np.ndarray:
     return padded.reshape(k, cols // BLOCK, BLOCK).transpose(1, 0, 2).reshape(-1)
 
 
-@pytest.mark.parametrize("k,m", [(3204, 512), (512, 559), (300, 256)])
-def test_weight_only_matvec_stores_blocks(k: int, m: int) -> None:
+@pytest.mark.parametrize("rows,k,m", [(1, 3204, 512), (1, 512, 559), (1, 300, 256), (25, 2048, 256), (197, 512, 192)])
+def test_weight_only_products_store_blocks(rows: int, k: int, m: int) -> None:
     w, b = rand(k, m, seed=1), rand(m, seed=2)
 
     def fn(x: Tensor) -> dict[str, Tensor]:
         return {"y": (x @ Tensor(w) + Tensor(b)).relu()}
 
-    cap = capture(fn, {"x": rand(1, k, seed=3)})
+    cap = capture(fn, {"x": rand(rows, k, seed=3)})
     stored = [a.view(np.float32) for a in cap.weights.values()]
     assert any(a.shape == blocked(w).shape and np.array_equal(a, blocked(w)) for a in stored)
     assert not any(a.size == w.size and np.array_equal(a, w.reshape(-1)) for a in stored)
     for seed in (4, 5):
-        x = rand(1, k, seed=seed)
+        x = rand(rows, k, seed=seed)
         want = np.maximum(x.astype(np.float64) @ w + b, 0)
         np.testing.assert_allclose(cap({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
@@ -74,8 +75,19 @@ def test_eager_products_match_numpy(shape: tuple[int, ...]) -> None:
 
 
 def test_small_or_thin_products_keep_their_layout() -> None:
-    assert nn_ops._matvec_block_columns(1, Tensor(rand(64, 64, seed=13)), 64, 64) == 0  # below the size
-    assert nn_ops._matvec_block_columns(1, Tensor(rand(4096, 40, seed=14)), 4096, 40) == 0  # under one block
-    assert nn_ops._matvec_block_columns(1, Tensor(rand(1024, 65, seed=15)), 1024, 65) == 0  # 63 zero columns
-    assert nn_ops._matvec_block_columns(2, Tensor(rand(1024, 128, seed=16)), 1024, 128) == 0  # rows share loads
-    assert nn_ops._matvec_block_columns(1, Tensor(rand(1024, 128, seed=17)), 1024, 128) == 128
+    assert nn_ops._weight_block_columns(Tensor(rand(64, 64, seed=13)), 64, 64) == 0  # below the size
+    assert nn_ops._weight_block_columns(Tensor(rand(4096, 40, seed=14)), 4096, 40) == 0  # under one block
+    assert nn_ops._weight_block_columns(Tensor(rand(1024, 65, seed=15)), 1024, 65) == 0  # 63 zero columns
+    assert nn_ops._weight_block_columns(Tensor(rand(2, 1024, 128, seed=16)), 1024, 128) == 0  # a batch of matrices
+    assert nn_ops._weight_block_columns(Tensor(rand(1024, 128, seed=17)), 1024, 128) == 128
+
+
+def test_tiles_narrower_than_a_block_load_whole_vectors() -> None:
+    """25 rows share each weight row, so the tile is narrower than a block (32 wide over 16-lane vectors, 16 over 8):
+    its weight address splits at the block and every load is a vector, never a lane-by-lane gather."""
+    w = rand(2048, 256, seed=18)
+    cap = capture(lambda x: {"y": x @ Tensor(w)}, {"x": rand(25, 2048, seed=19)})
+    product = next(k for k in cap.cmdbuf.kernels if k.name.startswith("r_"))
+    assert "dp_lo" in product.source and "{*(data" not in product.source, product.source
+    x = rand(25, 2048, seed=20)
+    np.testing.assert_allclose(cap({"x": x})["y"], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-3)
