@@ -58,6 +58,10 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
     cols = _weight_block_columns(b, k, m)
     if cols:
         b = _blocked_columns(b, cols)
+    elif b.ndim == 2 and k * m >= TRANSPOSED_COPY_MIN and rows_across_memory(b) and _weight_only(b):
+        # a transposed weight (Gemm's transB, a 1x1 conv's (Cout, Cin)): read in place, a tile's row of b is a
+        # gather, lane by lane; copied (k, m) once, a capture folds the copy into the stored weights
+        b = b.contiguous()
     cols = cols or m
     # (..., n, 1, k) * (..., 1, m, k): both operands read along k contiguously, reduced in one kernel
     prod = a.reshape(*a.shape[:-1], 1, k) * b.transpose(-1, -2).reshape(*b.shape[:-2], 1, cols, k)
@@ -83,6 +87,11 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
 WEIGHT_BLOCK = DEFAULT_OPTS.wide_upcasts[0]
 WEIGHT_BLOCK_MIN = 1 << 16  # weights (elements) from which a product stores them blocked
 WEIGHT_BLOCK_MAX_PAD = 1 / 8  # zero columns added to fill the last block, as a share of m
+
+
+# a transposed weight-only matrix this large (elements) is copied to (k, m) rows; below, the conformance tests'
+# small Gemms keep their single kernel
+TRANSPOSED_COPY_MIN = 1 << 12
 
 
 def _weight_block_columns(b: Tensor, k: int, m: int) -> int:
@@ -320,6 +329,11 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     g, cout_g = groups, cout // groups
     ones = (1,) * nd
     pointwise = math.prod(kernel) == 1 and all(s == 1 for s in st) and not any(b or e for b, e in pads)
+    if pointwise and groups == 1 and math.prod(out_sp) == 1:
+        # over one pixel (squeeze-and-excitation's two convs after a global pool) a 1x1 conv is a matrix-vector
+        # product: tiled as one, its weights stored (Cin, Cout) rows, not gathered a channel at a time
+        out = x.reshape(bs, cin).matmul(weight.reshape(cout, cin).T).reshape(bs, cout, *out_sp)
+        return out + bias.reshape(1, cout, *ones) if bias is not None else out
     row = math.prod(out_sp) if pointwise else out_sp[-1]
     if _channels_last_weights(row, cout_g, macs):
         # blocks of v channels, each block's taps contiguous (Cout/v, Cin, *k, v): one block's reduce streams
