@@ -43,8 +43,8 @@ from jit.codegen.passes.images import weights_to_images
 from jit.common.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.common.errors import DrivepackError, DTypeError
 from jit.common.helpers import STREAMS
-from jit.frontend.nn_ops import WEIGHT_BLOCK_MAX_PAD
 from jit.frontend.tensor import Tensor
+from jit.frontend.weight_layout import WEIGHT_BLOCK_MAX_PAD
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.realize import CompiledKernel, compile_kernels, copy_from_device, host_bytes, run_schedule
 from jit.schedule.in_place import in_place_kernel, in_place_problem, is_plain_copy

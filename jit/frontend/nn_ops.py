@@ -19,6 +19,7 @@ from jit.common.errors import AxisError, ShapeError
 from jit.frontend.movement import window
 from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geometry, spatial_pads
 from jit.frontend.tensor import Tensor
+from jit.frontend.weight_layout import TRANSPOSED_COPY_MIN, blocked_columns, weight_block_columns, weight_only
 from jit.frontend.winograd import pick_tile, winograd_conv2d  # WINO: 3x3 convs by Winograd
 from jit.ir.uop import GroupOp, Ops
 from targets.registry import Device
@@ -55,10 +56,10 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
                          f"{a.shape[:-2]} and {b.shape[:-2]}") from None
     n, m = a.shape[-2], b.shape[-1]
     out_dtype = least_upper_dtype(a.dtype, b.dtype)
-    cols = _weight_block_columns(b, k, m)
+    cols = weight_block_columns(b, k, m)
     if cols:
-        b = _blocked_columns(b, cols)
-    elif b.ndim == 2 and k * m >= TRANSPOSED_COPY_MIN and rows_across_memory(b) and _weight_only(b):
+        b = blocked_columns(b, cols)
+    elif b.ndim == 2 and k * m >= TRANSPOSED_COPY_MIN and rows_across_memory(b) and weight_only(b):
         # a transposed weight (Gemm's transB, a 1x1 conv's (Cout, Cin)): read in place, a tile's row of b is a
         # gather, lane by lane; copied (k, m) once, a capture folds the copy into the stored weights
         b = b.contiguous()
@@ -74,50 +75,6 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
     if other.ndim == 1:
         out = out.reshape(*out.shape[:-1])
     return out
-
-
-# A tile of a product's output row is at most 64 wide (OptOptions.wide_upcasts) and its reduce reads a row of b
-# per step. Read in place, that is 256 bytes from a row 4*m bytes long: the tile's weights are lines a whole row
-# apart, which the L2 set-associativity cannot hold for a long k (a 2048 x 256 matrix: 2048 rows 1 KB apart map to
-# a sixteenth of the sets) and every row-tile of the output streams them again from memory. Stored as
-# (m/64, k, 64) blocks, a 64-wide tile streams one contiguous block and a narrower one part of each of its rows
-# (a 32-wide tile's index splits at the block: jit/codegen/passes/symbolic.py ``_split_at_block``): the policy's
-# 3204x512 matrix-vector product 0.42 -> 0.13 ms, a 25-token transformer's 2048 -> 256 feed-forward about 1.5x
-# faster (benchmarks/bench_zoo.py).
-WEIGHT_BLOCK = DEFAULT_OPTS.wide_upcasts[0]
-WEIGHT_BLOCK_MIN = 1 << 16  # weights (elements) from which a product stores them blocked
-WEIGHT_BLOCK_MAX_PAD = 1 / 8  # zero columns added to fill the last block, as a share of m
-
-
-# a transposed weight-only matrix this large (elements) is copied to (k, m) rows; below, the conformance tests'
-# small Gemms keep their single kernel
-TRANSPOSED_COPY_MIN = 1 << 12
-
-
-def _weight_block_columns(b: Tensor, k: int, m: int) -> int:
-    """The column count (m rounded up to whole blocks) a product with weight matrix ``b`` (k, m) stores its
-    weights blocked at, or 0 to read ``b`` as it is: only a large 2-D weight-only ``b`` (a capture folds the copy
-    into the stored weights; for an activation it would be a copy per call)."""
-    padded = -(-m // WEIGHT_BLOCK) * WEIGHT_BLOCK
-    if b.ndim != 2 or m < WEIGHT_BLOCK or k * m < WEIGHT_BLOCK_MIN:
-        return 0
-    return padded if padded - m <= m * WEIGHT_BLOCK_MAX_PAD and _weight_only(b) else 0
-
-
-def _weight_only(t: Tensor) -> bool:
-    """Whether every buffer ``t`` reads already holds data (weights), as opposed to a capture's input placeholders,
-    which no kernel has written yet."""
-    from jit.realize import holds_data
-    return all(holds_data(u) for u in t.uop.toposort() if u.op is Ops.BUFFER)
-
-
-def _blocked_columns(b: Tensor, columns: int) -> Tensor:
-    """``b`` (k, m) zero-padded to ``columns`` and stored as contiguous (columns/64, k, 64) blocks, read back as
-    (k, columns)."""
-    k, m = b.shape
-    padded = b.pad(((0, 0), (0, columns - m))) if columns > m else b
-    blocks = padded.reshape(k, columns // WEIGHT_BLOCK, WEIGHT_BLOCK).permute(1, 0, 2).contiguous()
-    return blocks.permute(1, 0, 2).reshape(k, columns)
 
 
 def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -494,9 +451,25 @@ def _lp_pool_nd(nd: int) -> Any:
     return pool
 
 
+# A global pool over this many pixels or more, a multiple of POOL_LANES, sums in two steps (``global_avg_pool``)
+POOL_SPLIT_MIN = 1024
+POOL_LANES = 64
+
+
 def global_avg_pool(self: Tensor) -> Tensor:
-    """Mean over every axis after (N, C), keeping them as size 1."""
-    return self.mean(tuple(range(2, self.ndim)), keepdim=True)
+    """Mean over every axis after (N, C), keeping them as size 1.
+
+    Summed in one step, each channel's plane is one long sum, and the optimizer tiles its few outputs across
+    channels (independent accumulators, jit/codegen/opt/tiling.py ``LONG_REDUCE_TRIPS``): every vector a gather of
+    16 channels a plane apart, 144 streams no prefetcher follows (efficientnet_b0's squeeze over 56x56: 241 us).
+    A large float32 plane is summed first as ``POOL_LANES`` contiguous partial sums per channel (a tile row of
+    whole vectors down the plane, split over threads by channel), then those. Different rounding than one long
+    sum, as any vectorized sum (onnxruntime's) has."""
+    spatial = math.prod(self.shape[2:])
+    if self.dtype != dtypes.float32 or spatial < POOL_SPLIT_MIN or spatial % POOL_LANES:
+        return self.mean(tuple(range(2, self.ndim)), keepdim=True)
+    lanes = self.reshape(*self.shape[:2], spatial // POOL_LANES, POOL_LANES).sum(2).contiguous()
+    return (lanes.sum(-1) / spatial).reshape(*self.shape[:2], *[1] * (self.ndim - 2))
 
 
 def global_max_pool(self: Tensor) -> Tensor:

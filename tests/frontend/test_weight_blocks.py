@@ -1,4 +1,4 @@
-"""Blocked weights for products (jit/frontend/nn_ops.py ``_weight_block_columns``): a product with a large
+"""Blocked weights for products (jit/frontend/weight_layout.py ``weight_block_columns``): a product with a large
 weight-only matrix stores it as contiguous (columns/64, k, 64) blocks, zero-padded to whole blocks, so each
 64-wide output tile streams one block (a narrower tile part of each block row, still as whole vectors); a capture
 folds that layout into the stored weights.
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from jit import capture
-from jit.frontend import nn_ops
+from jit.frontend import weight_layout
 from jit.frontend.tensor import Tensor
 from tests.frontend.test_nn_ops import rand
 
-BLOCK = nn_ops.WEIGHT_BLOCK
+BLOCK = weight_layout.WEIGHT_BLOCK
 
 
 def blocked(w: np.ndarray) -> np.ndarray:
@@ -75,11 +75,11 @@ def test_eager_products_match_numpy(shape: tuple[int, ...]) -> None:
 
 
 def test_small_or_thin_products_keep_their_layout() -> None:
-    assert nn_ops._weight_block_columns(Tensor(rand(64, 64, seed=13)), 64, 64) == 0  # below the size
-    assert nn_ops._weight_block_columns(Tensor(rand(4096, 40, seed=14)), 4096, 40) == 0  # under one block
-    assert nn_ops._weight_block_columns(Tensor(rand(1024, 65, seed=15)), 1024, 65) == 0  # 63 zero columns
-    assert nn_ops._weight_block_columns(Tensor(rand(2, 1024, 128, seed=16)), 1024, 128) == 0  # a batch of matrices
-    assert nn_ops._weight_block_columns(Tensor(rand(1024, 128, seed=17)), 1024, 128) == 128
+    assert weight_layout.weight_block_columns(Tensor(rand(64, 64, seed=13)), 64, 64) == 0  # below the size
+    assert weight_layout.weight_block_columns(Tensor(rand(4096, 40, seed=14)), 4096, 40) == 0  # under one block
+    assert weight_layout.weight_block_columns(Tensor(rand(1024, 65, seed=15)), 1024, 65) == 0  # 63 zero columns
+    assert weight_layout.weight_block_columns(Tensor(rand(2, 1024, 128, seed=16)), 1024, 128) == 0  # a batch
+    assert weight_layout.weight_block_columns(Tensor(rand(1024, 128, seed=17)), 1024, 128) == 128
 
 
 def test_tiles_narrower_than_a_block_load_whole_vectors() -> None:
@@ -110,7 +110,7 @@ def test_a_transposed_weight_is_stored_as_rows(k: int, m: int) -> None:
 
 def test_a_small_transposed_weight_is_read_in_place() -> None:
     w = rand(16, 32, seed=24)  # 512 elements, below TRANSPOSED_COPY_MIN: the conformance tests' Gemms
-    assert w.size < nn_ops.TRANSPOSED_COPY_MIN
+    assert w.size < weight_layout.TRANSPOSED_COPY_MIN
     cap = capture(lambda x: {"y": x.gemm(Tensor(w), trans_b=True)}, {"x": rand(1, 32, seed=25)})
     assert not any(np.array_equal(a.view(np.float32), np.ascontiguousarray(w.T).reshape(-1))
                    for a in cap.weights.values())

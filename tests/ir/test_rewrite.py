@@ -111,3 +111,15 @@ def test_divmod_at_a_block_the_terms_divide_splits_off_the_remainder() -> None:
     wide = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 40),), (3, "global"))
     assert graph_rewrite((t * 32 + wide) // 64, pm_symbolic).op is Ops.IDIV
     assert graph_rewrite((t * 32 + wide) // 64, pm_symbolic).src[0] is not t
+
+
+def test_a_row_split_and_rejoined_is_the_row() -> None:
+    # a 56x56 plane read as 49 rows of 64: (f // 56) * 56 + f % 56 with f = 64r + lane is f again
+    r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 49),), (1, "global"))
+    lane = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 64),), (2, "vector"))
+    f = r * 64 + lane
+    rejoined = (f // 56) * 56 + f % 56 + 3136
+    assert graph_rewrite(rejoined, pm_symbolic) is graph_rewrite(f + 3136, pm_symbolic)
+    # a different multiple of the quotient stays as it is
+    kept = graph_rewrite((f // 56) * 57 + f % 56, pm_symbolic)
+    assert any(u.op is Ops.IDIV for u in kept.toposort())

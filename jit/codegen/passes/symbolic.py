@@ -89,12 +89,32 @@ def build_linear(dtype: DType, terms: dict[UOp, int], const: int) -> UOp:
     return out if const == 0 else out + UOp.const(dtype, const)
 
 
+def _rejoin_divmod(terms: dict[UOp, int]) -> dict[UOp, int]:
+    """``terms`` with every pair ``m*c*(x // c) + m*(x % c)`` replaced by ``m*x`` (x non-negative): a reshape of a
+    row back to its own length (efficientnet's 56x56 plane read as 49 rows of 64) indexes it through both."""
+    for atom, k in list(terms.items()):
+        if atom.op is not Ops.IDIV or atom not in terms or atom.src[1].op is not Ops.CONST or atom.src[0].vmin < 0:
+            continue
+        c = int(atom.src[1].arg)
+        rem = next((a for a in terms if a.op is Ops.MOD and a.src[0] is atom.src[0] and a.src[1].op is Ops.CONST
+                    and int(a.src[1].arg) == c), None)
+        if rem is None or c <= 0 or k % c or terms[rem] != k // c:
+            continue
+        x = atom.src[0]
+        del terms[atom], terms[rem]
+        terms[x] = terms.get(x, 0) + k // c
+        if terms[x] == 0:
+            del terms[x]
+    return terms
+
+
 def canonical_sum(x: UOp) -> UOp | None:
     """Rewrite an integer +,-,neg,*const tree into its canonical linear form (no-op if already canonical)."""
     if not _is_int(x):
         return None
     assert isinstance(x.dtype, DType)
     terms, const = linear_terms(x)
+    terms = _rejoin_divmod(terms)
     out = build_linear(x.dtype, terms, const)
     return None if out is x else out
 
