@@ -8,6 +8,7 @@ import pytest
 
 from jit import Ops, Tensor, UOp
 from jit.codegen.opt import OptOptions, optimize_kernel, plan_tiles
+from jit.codegen.opt.merge import merge_output_dims
 from jit.codegen.opt.overlap import plan_overlap
 from jit.codegen.opt.tiling import overlap_height
 from jit.codegen.pipeline import commit_dtypes
@@ -81,6 +82,46 @@ def test_a_tile_with_shared_rows_takes_two_vectors_a_row() -> None:
     # where 8-lane channel vectors are the target's full width, they stay: no overlap
     plan = plan_tiles(ast, OptOptions())
     assert plan is not None and plan.max_lanes == 8 and plan_overlap(ast, plan, OptOptions(), 8) is None
+
+
+@pytest.mark.parametrize("stride", [2, 1])
+def test_a_short_reduce_over_a_long_row_takes_row_vectors_not_channel_vectors(stride: int) -> None:
+    # squeezenet's first conv: 3 -> 64 channels, 3x3 at stride 2 over 224x224, 27 taps a 111-wide row (3 x 37):
+    # across channels every output is stored lane by lane, which costs more than the 27 multiply-adds per output
+    rng = np.random.default_rng(stride)
+    size = 224 if stride == 2 else 113  # 111 outputs a row either way
+    x, w = rng.standard_normal((1, 3, size, size), np.float32), rng.standard_normal((64, 3, 3, 3), np.float32)
+    y = Tensor(x).conv2d(Tensor(w), stride=stride)
+    ast = _ast(y)
+    plan = plan_tiles(ast, WIDE, registers=32)
+    assert plan is not None and not plan.max_lanes and plan.upcasts[0][0].arg[0] == 2  # not across channels
+    sink = optimize_kernel(ast, WIDE, vector_width=16)
+    assert any(u.op is Ops.RANGE and u.arg[1] == "vector" for u in toposort([sink]))
+    assert any(u.op is Ops.MIN for u in toposort([sink]))  # overlapped: 111 is no multiple of 16
+    end = 111 * stride
+    want = sum(np.einsum("oc,cyx->oyx", w[:, :, dy, dx], x[0, :, dy:dy + end:stride, dx:dx + end:stride])
+               for dy in range(3) for dx in range(3))
+    np.testing.assert_allclose(y.numpy()[0], want, rtol=1e-4, atol=1e-4)
+    # a long reduce keeps the channel tile (its stores are a small share of the work)
+    long = _ast(Tensor(rng.standard_normal((1, 16, 224, 224), np.float32)).conv2d(
+        Tensor(rng.standard_normal((64, 16, 3, 3), np.float32)), stride=2))
+    long_plan = plan_tiles(long, WIDE, registers=32)
+    assert long_plan is not None and long_plan.max_lanes == 16
+
+
+def test_a_channel_tile_too_small_for_both_fma_units_gives_way_to_row_vectors() -> None:
+    # squeezenet's 128 -> 16 squeeze over 55x55 = 3025 outputs (5^2 x 11^2): across its one block of 16 channels
+    # the tile is 5 outputs wide, 5 accumulators where two FMA units need 8; the merged row takes overlapped vectors
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 128, 55, 55), np.float32), rng.standard_normal((16, 128, 1, 1), np.float32)
+    y = Tensor(x).conv2d(Tensor(w))
+    plan = plan_tiles(merge_output_dims(_ast(y)), WIDE, registers=32)  # as optimize_kernel plans it, rows merged
+    assert plan is not None and not plan.max_lanes and int(plan.upcasts[0][0].src[0].arg) == 3025
+    np.testing.assert_allclose(y.numpy()[0], np.einsum("oc,cyx->oyx", w[:, :, 0, 0], x[0]), rtol=1e-4, atol=1e-4)
+    # 64 channels are 4 blocks: 5 outputs by 2 vectors, enough accumulators to keep the channel tile
+    wide = Tensor(x).conv2d(Tensor(rng.standard_normal((64, 128, 1, 1), np.float32)))
+    wide_plan = plan_tiles(merge_output_dims(_ast(wide)), WIDE, registers=32)
+    assert wide_plan is not None and wide_plan.max_lanes == 16
 
 
 def test_the_last_tile_starts_where_it_ends_the_row() -> None:

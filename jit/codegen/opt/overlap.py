@@ -3,8 +3,8 @@
 Before: a reduce kernel's tile plan (``jit.codegen.opt.tiling.plan_tiles``) whose tile row, the contiguous output
 axis of ``n`` values, takes no vector lanes: ``n`` has no divisor that is a multiple of ``MIN_LANES`` (squeezenet's
 max pools over 55-, 27- and 13-wide rows), so the row is ``n / u`` scalar copies of ``u`` accumulators. (A long
-row whose output channels would take narrower vectors than the target's wide ones comes here instead of across
-channels: ``tiling._overlap_row_first``.)
+row whose output channels would take narrower vectors than the target's wide ones, or whose reduce is too short to
+pay for a channel tile's scattered stores, comes here instead of across channels: ``tiling._overlap_row_first``.)
 
 After: a plan whose row is ``u`` wide, ``u`` a multiple of the vector lanes, with ``overlap`` set: ``tile_kernel``
 runs the row axis over ``ceil(n / u)`` tiles starting at ``min(t * u, n - u)``, so every tile is ``u`` whole
@@ -20,13 +20,10 @@ import math
 from dataclasses import replace
 
 from jit.codegen.opt.options import OptOptions
-from jit.codegen.opt.tiling import TilePlan, row_stride, stores_read_back, vector_registers
+from jit.codegen.opt.tiling import VECTOR_LOAD_STRIDES, TilePlan, row_stride, stores_read_back, vector_registers
 from jit.codegen.opt.vectorize import MIN_LANES
 from jit.codegen.stats import range_deps
 from jit.ir.uop import Ops, UOp, toposort
-
-# strides along the row that vector loads read without a gather: contiguous, and two loads and a shuffle
-VECTOR_LOAD_STRIDES = (0, 1, 2)
 
 
 def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:

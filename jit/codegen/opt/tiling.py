@@ -35,6 +35,9 @@ DEFAULT_VECTOR_REGISTERS = 16
 SPARE_VECTOR_REGISTERS = 2
 # fewer vector accumulators than this leave the FMA units waiting on the previous FMA's result
 MIN_VECTOR_ACCUMULATORS = 4
+# multiply-add units a core issues to each cycle (two on the x86 cores since Haswell): a tile needs that many times
+# MIN_VECTOR_ACCUMULATORS independent chains to keep them all busy
+FMA_UNITS = 2
 # channel vectors per tile row, per 8 registers: each is one more weight load per reduce step (2 on AVX2's 16
 # registers: 14 accumulators for a row of 7; 4 on AVX-512's 32: 28)
 CHANNEL_VECTORS_PER_8_REGISTERS = 1
@@ -58,8 +61,11 @@ OVERLAP_MIN_HEIGHT = 4
 # the narrowest vector (jit.codegen.opt.vectorize.MIN_LANES, which imports this module)
 WIDE_MIN_LANES = 4
 # a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
-# trips a row of 4 that vectorizes as it is costs less than the scattered stores (Winograd's output transform)
+# trips a row of 4 that vectorizes as it is costs less than the scattered stores (Winograd's output transform), and
+# so does a long row as whole vectors with an overlapped last one (squeezenet's 111-wide first conv, 27 trips)
 CHANNEL_MIN_TRIPS = 32
+# strides along the row that vector loads read without a gather: contiguous, and two loads and a shuffle
+VECTOR_LOAD_STRIDES = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -140,13 +146,25 @@ def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, fro
     return None
 
 
-def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: int, row_contiguous: bool) -> bool:
-    """Whether a long contiguous row that no vector width divides (squeezenet's 13x13 = 169 outputs of its 512 ->
-    1000 classifier) tiles as whole vectors with an overlapped last one (jit/codegen/opt/overlap.py) instead of
-    across output channels: where the channels take vectors narrower than the target's wide ones (1000 channels
-    are no multiple of 16), each FMA would do half the work the row's full-width vectors do."""
-    return bool(opts.overlap_rows and opts.wide_channel_vector and channel_lanes < opts.wide_channel_vector and
-                row >= OVERLAP_ROW_MIN and u_inner % WIDE_MIN_LANES and row_contiguous)
+def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: int, row_strides: set[int | None],
+                       trips: int, accumulators: int) -> bool:
+    """Whether a long row that no vector width divides tiles as whole vectors with an overlapped last one
+    (jit/codegen/opt/overlap.py) instead of across output channels in a tile of ``accumulators`` vectors:
+    * where the row's loads are contiguous and either the channels take vectors narrower than the target's wide
+      ones (squeezenet's 512 -> 1000 classifier over 13x13 = 169 outputs: 1000 channels are no multiple of 16), so
+      each FMA would do half the work the row's full-width vectors do, or the channel tile has too few accumulators
+      to keep every FMA unit busy (its 128 -> 16 squeezes over 55x55 = 3025 outputs: one channel vector by 5
+      outputs, 130 -> 104 us);
+    * where the row's loads are vectors (``VECTOR_LOAD_STRIDES``) and the reduce is shorter than
+      ``CHANNEL_MIN_TRIPS``: the channel tile's lane-by-lane stores cost more than its multiply-adds (squeezenet's
+      first conv, 64 channels over a 111-wide row at stride 2 from 27 taps: 760 -> 430 us). A strided row over a
+      longer reduce keeps its channel tile: two loads and a shuffle a vector cost about what its stores save."""
+    if not (opts.overlap_rows and opts.wide_channel_vector and row >= OVERLAP_ROW_MIN and u_inner % WIDE_MIN_LANES):
+        return False
+    if row_strides <= {0, 1} and (channel_lanes < opts.wide_channel_vector or
+                                  accumulators < FMA_UNITS * MIN_VECTOR_ACCUMULATORS):
+        return True
+    return trips < CHANNEL_MIN_TRIPS and row_strides <= set(VECTOR_LOAD_STRIDES)
 
 
 def _channel_vectors(blocks: int, max_vectors: int, max_accumulators: int, row: int) -> int:
@@ -198,11 +216,11 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
         return None
     # a row of 4 vectorizes as it is only where its loads read it contiguously: a channels-last input (a depthwise
     # conv's, jit/frontend/nn_ops.py) gathers it lane by lane, which costs more than the channel tile's stores
-    row_contiguous = all(row_stride(ld.src[0].src[1], inner, deps) in (0, 1) for ld in loads)
+    row_strides = {row_stride(ld.src[0].src[1], inner, deps) for ld in loads}
+    row_contiguous = row_strides <= {0, 1}
     if opts.channel_vector and u_inner % opts.channel_vector and \
             (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
-            (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None and \
-            not _overlap_row_first(opts, found[1], _size(inner), u_inner, row_contiguous):
+            (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
         across, lanes = found
@@ -222,9 +240,10 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             u_row = max(d for d in range(1, DEFAULT_VECTOR_REGISTERS - SPARE_VECTOR_REGISTERS + 1)
                         if _size(inner) % d == 0)
             nvec = vectors(u_row)
-        # no wider than the runs the loads read contiguously (the weights' channel block): a wider vector would
-        # gather every tap's weights lane by lane
-        return TilePlan(((across, lanes * nvec), (inner, u_row)), lanes)
+        if not _overlap_row_first(opts, lanes, _size(inner), u_inner, row_strides, trips, u_row * nvec):
+            # no wider than the runs the loads read contiguously (the weights' channel block): a wider vector would
+            # gather every tap's weights lane by lane
+            return TilePlan(((across, lanes * nvec), (inner, u_row)), lanes)
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     heights = tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast)
     shared = [cand for cand in reversed(outs[:-1])  # innermost first: its loads are the nearest in memory
