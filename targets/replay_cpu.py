@@ -27,10 +27,11 @@ untyped memory off that alignment is copied (``Replay.input_modes`` says so). A 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import cffi
@@ -99,7 +100,9 @@ class CPUReplay(Replay):
         self._lib = self._ffi.dlopen(str(path))
         self._run_fn, self._dispatch_fn = self._lib.drivepack_run, self._lib.drivepack_dispatch
         self.threads = 1
+        self._pool: Any = None
         if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
+            self._pool = cpu.thread_pool().lib
             self._lib.drivepack_set_pool(self._ffi.cast("void*", cpu.thread_pool().parallel_for_address))
         self.set_threads(int(getattr(target, "threads", 1)))
         if cpu.OMP_THREADS_SYMBOL in self.source:
@@ -159,22 +162,38 @@ class CPUReplay(Replay):
             keep.append(view)
         return keep
 
+    @contextlib.contextmanager
+    def _pool_held(self) -> Iterator[None]:
+        """The pool held for one call (``dp_pool_hold``, targets/cpu_pool.py): its sleeping workers woken at the
+        start, while the call binds its arrays and runs its first kernels, and polling between the call's regions
+        instead of sleeping."""
+        if self._pool is None or self.threads < 2:
+            yield
+            return
+        self._pool.dp_pool_hold(1)
+        try:
+            yield
+        finally:
+            self._pool.dp_pool_hold(-1)
+
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        outputs = self.new_outputs()
-        keep = self._bind(inputs, outputs)
-        self._run_fn(self._table)
-        del keep
+        with self._pool_held():
+            outputs = self.new_outputs()
+            keep = self._bind(inputs, outputs)
+            self._run_fn(self._table)
+            del keep
         return outputs
 
     def _profile(self, inputs: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
-        outputs = self.new_outputs()
-        keep = self._bind(inputs, outputs)
-        times = []
-        for i in range(self.n_dispatches):
-            start = time.perf_counter()
-            self._dispatch_fn(self._table, i)
-            times.append(time.perf_counter() - start)
-        del keep
+        with self._pool_held():
+            outputs = self.new_outputs()
+            keep = self._bind(inputs, outputs)
+            times = []
+            for i in range(self.n_dispatches):
+                start = time.perf_counter()
+                self._dispatch_fn(self._table, i)
+                times.append(time.perf_counter() - start)
+            del keep
         return times, outputs
 
     def state_array(self, name: str) -> np.ndarray:

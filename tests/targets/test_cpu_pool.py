@@ -6,6 +6,7 @@ at any thread count, the count is per replay, and the range parameters are check
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import cffi
@@ -16,13 +17,17 @@ import targets.cpu_runtime as cpu
 from jit.onnx.loader import load_onnx
 from jit.trace import capture_onnx
 from packager import samples
+from targets import cpu_pool
 from targets.index_ranges import IndexRangeError, check_extents
 from targets.kernel_params import KernelParamsError, check_kernel, range_kernel
 from targets.replay import make_replay
 
 WORK = r"""
+#define _GNU_SOURCE
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 static int64_t now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec; }
 /* ctx: int32 counts per index, then (at index n) the busy time per index in microseconds */
@@ -34,13 +39,24 @@ void work(void *ctx, int lo, int hi) {
     while (now_ns() < end) {}
   }
 }
+/* ctx: the busy time per index in microseconds, a sequence counter, then per index the thread that ran it and
+   the sequence number it began with */
+void who(void *ctx, int lo, int hi) {
+  int32_t *c = ctx;
+  for (int i = lo; i < hi; i++) {
+    c[2 + 2 * i] = (int32_t)syscall(SYS_gettid);
+    c[3 + 2 * i] = __atomic_fetch_add(&c[1], 1, __ATOMIC_RELAXED);
+    int64_t end = now_ns() + (int64_t)c[0] * 1000;
+    while (now_ns() < end) {}
+  }
+}
 """
 
 
 @pytest.fixture(scope="module")
 def work() -> tuple[cffi.FFI, object, object]:
     ffi = cffi.FFI()
-    ffi.cdef("void work(void *ctx, int lo, int hi);")
+    ffi.cdef("void work(void *ctx, int lo, int hi); void who(void *ctx, int lo, int hi);")
     lib = ffi.dlopen(str(cpu.compile_shared(WORK)))
     p = cpu.thread_pool()
     fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.work)))
@@ -98,6 +114,62 @@ void outer(void *ctx, int lo, int hi) { for (int i = lo; i < hi; i++) pf(2, 64, 
     p.lib.dp_parallel_for(2, 4, 4, p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.outer))),
                           p.ffi.cast("void*", counts.ctypes.data))
     assert (counts.reshape(4, 65)[:, 1:] == 1).all()
+
+
+def test_each_thread_claims_its_own_run_of_chunks_first(work: tuple) -> None:
+    """The caller owns the first half of a 2-thread region's chunks and the worker the second: each begins with its
+    own (a kernel reads what the kernel before it wrote on the same core), the worker's first chunk is 4 of 8."""
+    ffi, lib, _ = work
+    p = cpu.thread_pool()
+    fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
+    region(work[2], 2, 8)  # the worker exists
+    p.lib.dp_pool_hold(1)  # and polls
+    try:
+        ctx = np.zeros(2 + 2 * 8, dtype=np.int32)
+        ctx[0] = 3000
+        p.lib.dp_parallel_for(2, 8, 8, fn, p.ffi.cast("void*", ctx.ctypes.data))
+    finally:
+        p.lib.dp_pool_hold(-1)
+    tids, order = ctx[2::2], ctx[3::2]
+    caller = threading.get_native_id()
+    assert tids[0] == caller  # claimed right after the job is published
+    worker_chunks = [i for i in np.argsort(order) if tids[i] != caller]
+    assert not worker_chunks or worker_chunks[0] == 4, (tids.tolist(), order.tolist())
+
+
+def _all_asleep(p: cpu_pool.Pool) -> bool:
+    """Whether every worker sleeps within a second (the count may run ahead: a worker counts itself before it
+    checks for a new job one last time)."""
+    deadline = time.monotonic() + 1.0
+    while p.lib.dp_pool_sleeping() < p.workers():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_holding_the_pool_wakes_its_sleeping_workers(work: tuple) -> None:
+    """A replay's hold wakes every sleeping worker at once (they come up while the caller starts its call, not at
+    its first region); regions under the hold run every index once; let go, idle workers sleep again."""
+    p = cpu.thread_pool()
+    region(work[2], 2, 8)
+    p.lib.dp_pool_set_spin_ns(0)
+    try:
+        assert _all_asleep(p)
+        p.lib.dp_pool_set_spin_ns(cpu_pool.SPIN_NS)
+        p.lib.dp_pool_hold(1)
+        try:
+            assert p.lib.dp_pool_sleeping() == 0  # woken: none is counted asleep any more
+            counts, _ = region(work[2], 2, 16)
+            assert (counts == 1).all()
+        finally:
+            p.lib.dp_pool_hold(-1)
+        p.lib.dp_pool_set_spin_ns(0)
+        assert _all_asleep(p)
+    finally:
+        p.lib.dp_pool_set_spin_ns(cpu_pool.SPIN_NS)
+    counts, _ = region(work[2], 2, 16)
+    assert (counts == 1).all()
 
 
 SAMPLES = {"vision": samples.vision_model, "policy": samples.policy_model}
