@@ -135,9 +135,11 @@ static void dp_run_chunks(uint32_t gen, int own) {
   }
 }
 
-/* wake every sleeping worker (after a new dp_gen is published) */
-static void dp_wake_sleepers(void) {
-  if (atomic_exchange(&dp_sleepers, 0) > 0) dp_futex_wake(&dp_gen, INT_MAX);
+/* wake every sleeping worker (after a new dp_gen is published); how many were counted asleep */
+static int dp_wake_sleepers(void) {
+  int sleeping = atomic_exchange(&dp_sleepers, 0);
+  if (sleeping > 0) dp_futex_wake(&dp_gen, INT_MAX);
+  return sleeping;
 }
 
 static void *dp_worker(void *arg) {
@@ -247,13 +249,15 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
 
 /* delta +1: a replay starts; sleeping workers are woken now (an empty generation: no chunk to claim), so that
    their wake-up overlaps the caller's own work instead of the next region, and until the matching -1 they poll
-   between regions instead of sleeping. Waking is skipped while a region runs: its workers are awake. */
-void dp_pool_hold(int delta) {
-  if (atomic_fetch_add(&dp_holds, delta) + delta <= 0 || delta <= 0 || atomic_load(&dp_sleepers) == 0) return;
-  if (atomic_flag_test_and_set_explicit(&dp_busy, memory_order_acquire)) return;
+   between regions instead of sleeping. Waking is skipped while a region runs: its workers are awake. Returns how
+   many sleeping workers it woke. */
+int dp_pool_hold(int delta) {
+  if (atomic_fetch_add(&dp_holds, delta) + delta <= 0 || delta <= 0 || atomic_load(&dp_sleepers) == 0) return 0;
+  if (atomic_flag_test_and_set_explicit(&dp_busy, memory_order_acquire)) return 0;
   atomic_fetch_add(&dp_gen, 1);
-  dp_wake_sleepers();
+  int woken = dp_wake_sleepers();
   atomic_flag_clear_explicit(&dp_busy, memory_order_release);
+  return woken;
 }
 
 int dp_pool_workers(void) { return dp_workers; }
@@ -270,7 +274,7 @@ typedef void (*dp_fn)(void *ctx, int lo, int hi);
 void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx);
 int dp_pool_workers(void);
 int dp_pool_sleeping(void);
-void dp_pool_hold(int delta);
+int dp_pool_hold(int delta);
 void dp_pool_set_spin_ns(int64_t ns);
 void dp_pool_stall_worker(int worker, int64_t ns);
 """

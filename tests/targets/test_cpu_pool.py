@@ -118,7 +118,9 @@ void outer(void *ctx, int lo, int hi) { for (int i = lo; i < hi; i++) pf(2, 64, 
 
 def test_each_thread_claims_its_own_run_of_chunks_first(work: tuple) -> None:
     """The caller owns the first half of a 2-thread region's chunks and the worker the second: each begins with its
-    own (a kernel reads what the kernel before it wrote on the same core), the worker's first chunk is 4 of 8."""
+    own (a kernel reads what the kernel before it wrote on the same core). The worker takes one of the caller's only
+    once its own are all claimed, and the caller takes the worker's only once its own are: whenever the worker
+    starts, its first chunk is one of its own."""
     ffi, lib, _ = work
     p = cpu.thread_pool()
     fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
@@ -134,7 +136,7 @@ def test_each_thread_claims_its_own_run_of_chunks_first(work: tuple) -> None:
     caller = threading.get_native_id()
     assert tids[0] == caller  # claimed right after the job is published
     worker_chunks = [i for i in np.argsort(order) if tids[i] != caller]
-    assert not worker_chunks or worker_chunks[0] == 4, (tids.tolist(), order.tolist())
+    assert not worker_chunks or worker_chunks[0] >= 4, (tids.tolist(), order.tolist())
 
 
 def _all_asleep(p: cpu_pool.Pool) -> bool:
@@ -157,9 +159,9 @@ def test_holding_the_pool_wakes_its_sleeping_workers(work: tuple) -> None:
     try:
         assert _all_asleep(p)
         p.lib.dp_pool_set_spin_ns(cpu_pool.SPIN_NS)
-        p.lib.dp_pool_hold(1)
+        woken = p.lib.dp_pool_hold(1)
         try:
-            assert p.lib.dp_pool_sleeping() == 0  # woken: none is counted asleep any more
+            assert woken >= p.workers()
             counts, _ = region(work[2], 2, 16)
             assert (counts == 1).all()
         finally:
