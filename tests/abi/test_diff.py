@@ -131,7 +131,8 @@ def corrupt(arrays: dict[str, np.ndarray], abi: Abi, how: str, i: int) -> bool:
         twin = next((t for t in abi.inputs if t.name != s.name and t.byte_size == s.byte_size), None)
         if twin is None:
             return False
-        arrays[twin.name] = arrays[s.name].view(twin.dtype).reshape(twin.shape)
+        # through the flat bytes: a uint8 (4, 3) viewed as float32 directly would split its 3-byte rows
+        arrays[twin.name] = arrays[s.name].reshape(-1).view(twin.dtype).reshape(twin.shape)
     elif how == "flat_short":
         arrays[s.name] = a.reshape(-1)[:-1].copy() if a.size > 1 else np.zeros(0, s.dtype)
     return True
