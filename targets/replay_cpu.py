@@ -102,8 +102,9 @@ class CPUReplay(Replay):
         self.threads = 1
         self._pool: Any = None
         if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
-            self._pool = cpu.thread_pool().lib
-            self._lib.drivepack_set_pool(self._ffi.cast("void*", cpu.thread_pool().parallel_for_address))
+            pool = cpu.thread_pool()
+            self._pool = pool.lib
+            self._lib.drivepack_set_pool(self._ffi.cast("void*", pool.parallel_for_address))
         self.set_threads(int(getattr(target, "threads", 1)))
         if cpu.OMP_THREADS_SYMBOL in self.source:
             # a forked child cannot use the parent's OpenMP thread pool (kernels of an earlier version's pragma):

@@ -389,8 +389,8 @@ def max_pool2d(self: Tensor, kernel_size: IntOrTuple, stride: IntOrTuple | None 
     x = _pad_trailing(self, all_pads, low)
     win = window(x, kernel, st, dl)
     # the phase copy costs a pass over the input, which pays where a padded copy is made anyway or where vector
-    # loads would gather the row (a stride past VECTOR_LOAD_STRIDES); squeezenet's unpadded 111 -> 55 pool read
-    # directly at stride 2 (two loads and a shuffle per vector) runs in 190 us instead of the copy's 300
+    # loads would gather the row (a stride past VECTOR_LOAD_STRIDES); an unpadded stride-2 pool (squeezenet's)
+    # reads its input directly, two loads and a shuffle a vector
     if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1 and win.numel() >= PAD_MATERIALIZE_MIN_MACS and \
             (any(b or e for b, e in all_pads) or st[-1] not in VECTOR_LOAD_STRIDES):
         return _phase_split_max(x, kernel, st, dl, low)

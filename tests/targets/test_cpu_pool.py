@@ -174,6 +174,33 @@ def test_holding_the_pool_wakes_its_sleeping_workers(work: tuple) -> None:
     assert (counts == 1).all()
 
 
+class _HoldRecorder:
+    """The pool's library with its holds recorded (what a replay's call asks of the pool)."""
+
+    def __init__(self, lib: object) -> None:
+        self.lib, self.holds = lib, []
+
+    def dp_pool_hold(self, delta: int) -> int:
+        self.holds.append(delta)
+        return int(self.lib.dp_pool_hold(delta))
+
+
+def test_a_replay_holds_the_pool_for_each_call_on_several_threads() -> None:
+    m = samples.vision_model()
+    feeds = samples.sample_inputs(m)
+    replay = capture_onnx(load_onnx(m, device="CPU"), feeds, target="CPU").replay
+    recorder = _HoldRecorder(cpu.thread_pool().lib)
+    replay._pool = recorder
+    replay.set_threads(2)
+    want = replay(feeds)
+    assert recorder.holds == [1, -1]
+    replay.profile(feeds)
+    assert recorder.holds == [1, -1] * 2
+    got = replay.run(feeds, threads=1)  # one thread: nothing to wake
+    assert recorder.holds == [1, -1] * 2
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
 SAMPLES = {"vision": samples.vision_model, "policy": samples.policy_model}
 
 

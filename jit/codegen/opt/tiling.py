@@ -154,11 +154,11 @@ def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: 
       ones (squeezenet's 512 -> 1000 classifier over 13x13 = 169 outputs: 1000 channels are no multiple of 16), so
       each FMA would do half the work the row's full-width vectors do, or the channel tile has too few accumulators
       to keep every FMA unit busy (its 128 -> 16 squeezes over 55x55 = 3025 outputs: one channel vector by 5
-      outputs, 130 -> 104 us);
+      outputs);
     * where the row's loads are vectors (``VECTOR_LOAD_STRIDES``) and the reduce is shorter than
       ``CHANNEL_MIN_TRIPS``: the channel tile's lane-by-lane stores cost more than its multiply-adds (squeezenet's
-      first conv, 64 channels over a 111-wide row at stride 2 from 27 taps: 760 -> 430 us). A strided row over a
-      longer reduce keeps its channel tile: two loads and a shuffle a vector cost about what its stores save."""
+      first conv, 64 channels over a 111-wide row at stride 2 from 27 taps). A strided row over a longer reduce
+      keeps its channel tile: two loads and a shuffle a vector cost about what its stores save."""
     if not (opts.overlap_rows and opts.wide_channel_vector and row >= OVERLAP_ROW_MIN and u_inner % WIDE_MIN_LANES):
         return False
     if row_strides <= {0, 1} and (channel_lanes < opts.wide_channel_vector or
