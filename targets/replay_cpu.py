@@ -27,11 +27,10 @@ untyped memory off that alignment is copied (``Replay.input_modes`` says so). A 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import cffi
@@ -163,19 +162,11 @@ class CPUReplay(Replay):
             keep.append(view)
         return keep
 
-    @contextlib.contextmanager
-    def _pool_held(self) -> Iterator[None]:
+    def _pool_held(self) -> _PoolHold:
         """The pool held for one call (``dp_pool_hold``, targets/cpu_pool.py): its sleeping workers woken at the
         start, while the call binds its arrays and runs its first kernels, and polling between the call's regions
-        instead of sleeping."""
-        if self._pool is None or self.threads < 2:
-            yield
-            return
-        self._pool.dp_pool_hold(1)
-        try:
-            yield
-        finally:
-            self._pool.dp_pool_hold(-1)
+        instead of sleeping. Nothing where the call runs on one thread."""
+        return _PoolHold(self._pool if self.threads > 1 else None)
 
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         with self._pool_held():
@@ -214,6 +205,24 @@ class CPUReplay(Replay):
 # digests of kernel sets check_kernels passed in this process: a capture checks the kernels it rendered, and each
 # replay of a package the same ones again (a fifth of a warm capture's time on an efficientnet)
 _checked: set[str] = set()
+
+
+class _PoolHold:
+    """``CPUReplay._pool_held``'s context (``pool``: the pool's library, None for nothing to hold): a plain class,
+    because a generator-based context manager costs a small model's call about a microsecond more."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def __enter__(self) -> None:
+        if self.pool is not None:
+            self.pool.dp_pool_hold(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.dp_pool_hold(-1)
 
 
 def _check_kernels_once(cmdbuf: CommandBuffer) -> None:
