@@ -54,7 +54,7 @@ from jit.schedule.streams import BYTE_COST, dependencies, find_segments, segment
 from targets.base import Target
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Segment, arena_binding
 from targets.registry import Device
-from targets.replay import DispatchTime, Replay, kernel_flags, make_replay
+from targets.replay import DispatchTime, Replay, build_ahead, kernel_flags, make_replay
 
 ModelFn = Callable[..., Mapping[str, Tensor]]
 
@@ -420,6 +420,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         local = tuple(ck.program.local_size) if ck.program.local_size else None
         dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
 
+    build_ahead(kernel_specs, tgt)  # the compiler works while the command buffer below is checked
     report = CaptureReport(len(kernels) + folded, len(kept), len(bindings.weights),
                            sum(w.nbytes for w in bindings.weights.values()), plan.arena_bytes, plan.naive_bytes,
                            tuple(segments), tuple(tuple(sorted(n)) for n in nodes))

@@ -9,6 +9,7 @@ thread count; kernels with the OpenMP pragma (an earlier renderer's, still loada
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import hashlib
@@ -20,6 +21,7 @@ import tempfile
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -112,8 +114,7 @@ def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
 def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> list[Path]:
     """Shared objects for ``sources``; every source not in the cache is compiled in one compiler run."""
     global cc_invocations
-    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
-    flags = (*flags, *compiler_workarounds(cc, flags))
+    cc, flags = _toolchain(cc, flags)
     keys = [_cache_key(src, cc, flags) for src in sources]
     found = {k: cached_artifact(k, ".so") for k in keys}
     missing = list(dict.fromkeys(src for src, k in zip(sources, keys, strict=True) if found[k] is None))
@@ -138,36 +139,113 @@ def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[
     return [found[k] for k in keys]  # type: ignore[misc]
 
 
+@dataclass
+class _ObjectJob:
+    """One translation unit being compiled to an object file, in its own temporary directory."""
+
+    part: str
+    proc: subprocess.Popen
+    obj: Path
+    tmp: tempfile.TemporaryDirectory
+
+
+# object files started by ``compile_ahead`` and not yet linked, by object key
+_ahead: dict[str, _ObjectJob] = {}
+_ahead_lock = threading.Lock()
+
+
+def _toolchain(cc: str | None, flags: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
+    return cc, (*flags, *compiler_workarounds(cc, flags))
+
+
+def _object_key(part: str, cc: str, flags: tuple[str, ...]) -> str:
+    return _cache_key("\0".join(("object", part)), cc, flags)
+
+
+def _start_object(part: str, cc: str, flags: tuple[str, ...]) -> _ObjectJob:
+    global cc_invocations
+    tmp = tempfile.TemporaryDirectory()
+    src, obj = Path(tmp.name) / "part.c", Path(tmp.name) / "part.o"
+    src.write_text(part)
+    cc_invocations += 1
+    proc = subprocess.Popen([cc, *(f for f in flags if f != "-shared"), "-c", str(src), "-o", str(obj)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return _ObjectJob(part, proc, obj, tmp)
+
+
+def _finish_object(job: _ObjectJob, key: str, what: str) -> Path:
+    """The cached object file of ``job`` once its compiler has exited; CompileError with its messages if it failed."""
+    try:
+        err = job.proc.communicate()[1]
+        if job.proc.returncode != 0:
+            raise CompileError(f"C compile failed ({' '.join(job.proc.args)}), {what}:\n{err}\n--- source ---\n"
+                               f"{job.part}")
+        out = cache_dir() / f"{key}.o"
+        publish(out, job.obj.read_bytes())
+        return out
+    finally:
+        job.tmp.cleanup()
+
+
+@atexit.register
+def _abandon_ahead() -> None:
+    """Compilers started ahead for a link that never came (a capture that failed after starting them)."""
+    with _ahead_lock:
+        jobs = list(_ahead.values())
+        _ahead.clear()
+    for job in jobs:
+        job.proc.kill()
+        job.proc.wait()
+        job.tmp.cleanup()
+
+
+def compile_ahead(parts: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> int:
+    """Start compiling each of ``parts`` to an object file in the background, for a later ``compile_shared_parts``
+    with the same flags to link, so the compiler runs while the caller goes on (a capture validating its command
+    buffer). Returns how many compilers it started: none for a part whose object is cached or already started.
+    Only for text this process rendered itself: a package's kernels are checked (targets/source_check.py) before
+    anything compiles them, and go through ``compile_shared_parts`` alone."""
+    cc, flags = _toolchain(cc, flags)
+    started = 0
+    with _ahead_lock:
+        for part in parts:
+            key = _object_key(part, cc, flags)
+            if key not in _ahead and cached_artifact(key, ".o") is None:
+                _ahead[key] = _start_object(part, cc, flags)
+                started += 1
+    return started
+
+
 def compile_shared_parts(parts: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> Path:
-    """One shared object of the translation units ``parts``, each compiled by its own compiler run, all at once
-    (one per core), then linked; cached by the parts' text like ``compile_shared`` (a hit starts no compiler)."""
+    """One shared object of the translation units ``parts``, each compiled to an object file by its own compiler
+    run, all at once (one per core), then linked; cached by the parts' text like ``compile_shared`` (a hit starts
+    no compiler), and each object by its part's text. A part ``compile_ahead`` started is waited for, not redone."""
     global cc_invocations
     if len(parts) == 1:
         return compile_shared(parts[0], cc, flags)
-    cc = cc or os.environ.get("CC") or shutil.which("cc") or "cc"
-    flags = (*flags, *compiler_workarounds(cc, flags))
+    cc, flags = _toolchain(cc, flags)
     key = _cache_key("\0".join(("parts", *parts)), cc, flags)
     found = cached_artifact(key, ".so")
     if found is not None:
         return found
-    object_flags = [f for f in flags if f != "-shared"]
+    keys = [_object_key(part, cc, flags) for part in parts]
+    objects: list[Path | None] = [cached_artifact(k, ".o") for k in keys]
+    with _ahead_lock:
+        jobs = {i: _ahead.pop(k, None) for i, k in enumerate(keys) if objects[i] is None}
+    jobs = {i: job or _start_object(parts[i], cc, flags) for i, job in jobs.items()}
+    failure: CompileError | None = None
+    for i, job in jobs.items():  # every compiler waited for (and its directory removed), the first failure raised
+        try:
+            objects[i] = _finish_object(job, keys[i], f"part {i}")
+        except CompileError as e:
+            failure = failure or e
+    if failure is not None:
+        raise failure
     with tempfile.TemporaryDirectory() as tmp:
-        objects, procs = [], []
-        for i, part in enumerate(parts):
-            src = Path(tmp) / f"part{i}.c"
-            src.write_text(part)
-            objects.append(str(Path(tmp) / f"part{i}.o"))
-            procs.append(subprocess.Popen([cc, *object_flags, "-c", str(src), "-o", objects[-1]],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        cc_invocations += len(parts) + 1
-        errors = [(i, proc.communicate()[1]) for i, proc in enumerate(procs)]
-        failed = [(i, err) for (i, err), proc in zip(errors, procs, strict=True) if proc.returncode != 0]
-        if failed:
-            i, err = failed[0]
-            raise CompileError(f"C compile failed ({cc} {' '.join(object_flags)} -c), part {i}:\n{err}\n"
-                               f"--- source ---\n{parts[i]}")
         out = Path(tmp) / "kernels.so"
-        proc = subprocess.run([cc, *flags, *objects, "-o", str(out), "-lm"], capture_output=True, text=True)
+        cc_invocations += 1
+        proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(out), "-lm"], capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError(f"C link failed ({cc} {' '.join(flags)}):\n{proc.stderr}")
         publish(cache_dir() / f"{key}.so", out.read_bytes())

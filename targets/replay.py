@@ -40,7 +40,7 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,7 @@ from jit.common.dtype import dtypes, to_numpy
 from jit.common.errors import DrivepackError, UnsupportedOp
 from jit.common.helpers import DEBUG
 from targets.base import Program, Runtime
-from targets.cmdbuf import BufferSpec, CommandBuffer
+from targets.cmdbuf import BufferSpec, CommandBuffer, KernelSpec
 from targets.registry import Device
 
 # runtime class (module.qualname) -> its replay engine (module:class); a subclass uses its nearest base's entry,
@@ -272,6 +272,12 @@ class Replay(abc.ABC):
         """The compile flags ``target`` built ``program`` with (recorded in its KernelSpec)."""
         return ""
 
+    @staticmethod
+    def build_ahead(kernels: Sequence[KernelSpec]) -> int:
+        """Start building ``kernels`` (rendered by this process) in the background for a replay made of them later;
+        the compilers started. None by default: an engine builds when it is made."""
+        return 0
+
     @property
     def n_dispatches(self) -> int:
         return len(self.cmdbuf.dispatches)
@@ -429,6 +435,12 @@ def engine_for(target: Runtime) -> type[Replay]:
 def kernel_flags(target: Runtime, program: Program) -> str:
     """The compile flags ``target`` built ``program`` with, as its replay engine records them."""
     return engine_for(target).default_flags(target, program)
+
+
+def build_ahead(kernels: Sequence[KernelSpec], target: Runtime) -> int:
+    """``target``'s replay engine's ``build_ahead``: a capture calls it once its kernels are rendered, before the
+    command buffer holding them is checked, so their compile overlaps that check."""
+    return engine_for(target).build_ahead(kernels)
 
 
 def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime | str,

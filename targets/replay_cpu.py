@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cffi
@@ -38,7 +38,7 @@ import numpy as np
 
 import targets.cpu_runtime as cpu
 from targets.base import Program, Runtime
-from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, Scalar, parse_arena
+from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
 from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
 from targets.replay import Replay, ReplayError
@@ -89,7 +89,7 @@ class CPUReplay(Replay):
         self.slots = self._slot_table()
         parts = driver_parts(cmdbuf, self.slots, cpu.compile_jobs())
         self.source = "\n".join(parts)
-        self.flags = _flags(cmdbuf)
+        self.flags = _flags(cmdbuf.kernels)
         path = cpu.compile_shared_parts(parts, flags=(*self.flags, *DRIVER_FLAGS))
         if any(f in self.flags for f in cpu.OPENMP_FLAGS):
             cpu.pin_openmp_runtime()
@@ -128,6 +128,10 @@ class CPUReplay(Replay):
         self._in_slots = [self.slots[b.binding] for b in cmdbuf.inputs]
         self._out_slots = [self.slots[b.binding] for b in cmdbuf.outputs]
         self.reset_own_states()
+
+    @staticmethod
+    def build_ahead(kernels: Sequence[KernelSpec]) -> int:
+        return build_ahead(kernels)
 
     @staticmethod
     def default_flags(target: Runtime, program: Program) -> str:
@@ -245,12 +249,12 @@ def _aligned_copy(target: Runtime, data: np.ndarray) -> np.ndarray:
     return buf.handle
 
 
-def _flags(cmdbuf: CommandBuffer) -> tuple[str, ...]:
+def _flags(kernels: Sequence[KernelSpec]) -> tuple[str, ...]:
     """The flags of one translation unit holding every kernel: the CPU target's, with its OpenMP flags when a
     kernel was built with them (a command buffer of an earlier version, whose kernels carry the OpenMP pragma;
     -fopenmp only changes kernels that use it). Built from the target's own tuples, never from the recorded text
     (``check_kernels`` refused any other)."""
-    openmp = any(k.flags == OPENMP_KERNEL_FLAGS for k in cmdbuf.kernels)
+    openmp = any(k.flags == OPENMP_KERNEL_FLAGS for k in kernels)
     return (*cpu.CFLAGS, *cpu.OPENMP_FLAGS) if openmp else cpu.CFLAGS
 
 
@@ -362,22 +366,40 @@ def _declaration(source: str, name: str) -> str:
     return f"{head}void {name}({rest.split(') {', 1)[0]});"
 
 
+def _kernel_units(kernels: Sequence[KernelSpec], jobs: int) -> tuple[list[str], list[KernelSpec]] | None:
+    """The kernels of ``driver_parts``' units but the glue's: up to ``jobs`` groups of about equal source size, and
+    the kernels left for the glue's unit; None where everything is one unit."""
+    n = min(jobs, len(kernels) // MIN_KERNELS_PER_PART)
+    if n < 2:
+        return None
+    shared = [k for k in kernels if "#ifndef DP_IPOW" in k.source or f"int {cpu.OMP_THREADS_SYMBOL}" in k.source]
+    groups: list[list[str]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for k in sorted((k for k in kernels if k not in shared), key=lambda k: -len(k.source)):
+        g = sizes.index(min(sizes))
+        groups[g].append(k.source)
+        sizes[g] += len(k.source)
+    return ["\n".join(g) for g in groups if g], shared
+
+
 def driver_parts(cmdbuf: CommandBuffer, slots: dict[str, int], jobs: int) -> list[str]:
     """``driver_source`` as up to ``jobs`` translation units to compile side by side: the kernels in groups of
     about equal source size, and the glue, which declares them. Kernels defining an object-wide symbol (integer
     power helpers, the OpenMP team size: defined once per object) stay in the glue's unit, and a command buffer
     of fewer than ``MIN_KERNELS_PER_PART`` kernels per unit is one unit."""
-    n = min(jobs, len(cmdbuf.kernels) // MIN_KERNELS_PER_PART)
-    if n < 2:
+    units = _kernel_units(cmdbuf.kernels, jobs)
+    if units is None:
         return [driver_source(cmdbuf, slots)]
-    shared = [k for k in cmdbuf.kernels if "#ifndef DP_IPOW" in k.source or f"int {cpu.OMP_THREADS_SYMBOL}" in k.source]
-    groups: list[list[str]] = [[] for _ in range(n)]
-    sizes = [0] * n
+    groups, shared = units
     apart = [k for k in cmdbuf.kernels if k not in shared]
-    for k in sorted(apart, key=lambda k: -len(k.source)):
-        g = sizes.index(min(sizes))
-        groups[g].append(k.source)
-        sizes[g] += len(k.source)
     glue = [DRIVER_HEADER, *(k.source for k in shared), *(_declaration(k.source, k.entry) for k in apart), "",
             *_glue(cmdbuf, slots)]
-    return [*("\n".join(g) for g in groups if g), "\n".join(glue)]
+    return [*groups, "\n".join(glue)]
+
+
+def build_ahead(kernels: Sequence[KernelSpec]) -> int:
+    """Start compiling the kernel units of the driver that a command buffer of ``kernels`` will get
+    (``driver_parts``), so the compiler runs while the capture that rendered them goes on; the replay built later
+    links them. Returns the compilers started. Only for kernels this process rendered (``cpu.compile_ahead``)."""
+    units = _kernel_units(kernels, cpu.compile_jobs())
+    return 0 if units is None else cpu.compile_ahead(units[0], flags=(*_flags(kernels), *DRIVER_FLAGS))

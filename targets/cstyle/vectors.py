@@ -251,11 +251,12 @@ class VectorExprs(ABC):
         op = u.op
         if op is Ops.STORE:
             index, val = u.src
-            at = self.strided_ptr(index, val.dtype) if self.lane in self.deps(val) else None
+            at = self.strided_ptr(index, val.dtype)
             if at is not None and at[0] == 1:
+                # a value every lane shares (a pad's border zero) is stored as its broadcast: one vector store
                 spelling = self.lang.vector_word_store if (words := self.word_count(index, val.dtype)) else \
                     self.lang.vector_store
-                self.line(spelling.format(ptr=at[1], val=self.expr(val), n=self.lanes, w=words,
+                self.line(spelling.format(ptr=at[1], val=self.as_vector(val, val.dtype), n=self.lanes, w=words,
                                           vt=self.vtname(val.dtype)))
                 return ""
             idx, v = self.expr(index.src[1], force_var=True), self.expr(val, force_var=True)

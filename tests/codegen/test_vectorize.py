@@ -288,6 +288,27 @@ def test_a_load_at_a_constant_lane_stride_reads_from_one_scalar_base() -> None:
     np.testing.assert_array_equal(t.numpy(), x.transpose(1, 2, 0))
 
 
+def test_a_border_constant_over_contiguous_lanes_is_one_vector_store() -> None:
+    """Regression: a channels-last pad stored its zero border lane by lane (the value depends on no lane, so the
+    store was not taken for a vector one): 16 scalar stores per vector, and 1.5x the compile time of the kernel."""
+    x = _rand(1, 7, 7, 16 * N)
+    t = Tensor(x).pad(((0, 0), (1, 1), (1, 1), (0, 0))).contiguous()  # NHWC, border rows and columns all zero
+    src = _source(t)
+    assert "= 0.0f;" not in src and "[0]" not in src
+    np.testing.assert_array_equal(t.numpy(), np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))))
+
+
+def test_a_row_no_load_or_store_walks_contiguously_stays_scalar() -> None:
+    """Regression: an NCHW pad of a 7x7 map has its 9x9 positions unrolled (jit/codegen/opt/select.py), which left
+    the channels innermost: vectorized, every lane was loaded and stored on its own 49 and 81 floats apart (1,296
+    scalar stores per channel block; resnet18's kernel took 1.5 s to compile and twice the time to run)."""
+    x = _rand(1, 32 * N, 7, 7)
+    t = Tensor(x).pad(((0, 0), (0, 0), (1, 1), (1, 1))).contiguous()
+    src = _source(t)
+    assert "lane" not in src and "memcpy" not in src
+    np.testing.assert_array_equal(t.numpy(), np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))))
+
+
 def test_rows_addressed_by_data_take_at_most_eight_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The modeld warp samples the frame at pixels computed from the transform: its rows gather every lane's byte
     on its own, and on a 16-lane target they stay 8 lanes wide (moving each index out of a wider vector costs

@@ -12,6 +12,7 @@ import pytest
 import targets.cpu_runtime as cpu
 import targets.replay_cpu as replay_cpu
 from jit import Tensor, capture
+from jit.common.errors import CompileError
 from jit.onnx.loader import load_onnx
 from jit.trace import capture_onnx
 from packager.samples import sample_inputs, vision_model
@@ -90,3 +91,49 @@ def test_a_cpu_capture_compiles_its_kernels_once_in_the_driver(monkeypatch: pyte
     want = np.exp(x * np.float32(scale)) + 1
     np.testing.assert_allclose(cap(x=x)["y"], want, rtol=1e-6)
     np.testing.assert_allclose(fn(Tensor(x))["y"].numpy(), want, rtol=1e-6)  # eager: the rendered kernels built
+
+
+def _chain(scale: float):
+    def fn(x: Tensor) -> dict[str, Tensor]:
+        a = (x * scale).contiguous()
+        b = (a.exp() + 1).contiguous()
+        c = (b * a - scale).contiguous()
+        return {"y": (c.relu() * 3).contiguous() + b}
+    return fn
+
+
+def test_a_capture_compiles_its_kernel_units_while_it_checks_them_and_links_them_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The capture starts the compilers of the driver's kernel units (``build_ahead``) before its command buffer is
+    checked; the replay then waits for them and compiles only the glue: no unit twice."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
+    monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
+    started: list[int] = []
+    real = cpu.compile_ahead
+    monkeypatch.setattr(cpu, "compile_ahead", lambda parts, **kw: started.append(real(parts, **kw)) or started[-1])
+    scale = float(np.random.default_rng().uniform(1.5, 2.5))  # kernels no earlier test compiled
+    x = np.linspace(-2, 2, 64, dtype=np.float32)
+    before = cpu.cc_invocations
+    cap = capture(_chain(scale), {"x": x}, target="CPU")
+    assert started == [2]  # two kernel units, started ahead
+    assert cpu.cc_invocations - before == 2 + 2  # ...then the glue and the link
+    a = x * np.float32(scale)
+    b = np.exp(a) + 1
+    np.testing.assert_allclose(cap(x=x)["y"], np.maximum(b * a - scale, 0) * 3 + b, rtol=1e-5)
+
+
+def test_objects_compiled_ahead_are_cached_and_a_failed_one_is_reported_at_the_link(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    flags = (*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)
+    units = [f"int dp_unit{i}_{tmp_path.name.replace('-', '_')}(int x) {{ return x + {i}; }}" for i in range(2)]
+    assert cpu.compile_ahead(units, flags=flags) == 2
+    assert cpu.compile_ahead(units, flags=flags) == 0  # already being compiled
+    before = cpu.cc_invocations
+    assert cpu.compile_shared_parts([*units, "int dp_glue(void) { return 0; }"], flags=flags).exists()
+    assert cpu.cc_invocations - before == 2  # the glue's unit and the link
+    assert cpu.compile_ahead(units, flags=flags) == 0  # cached objects
+    broken = ["int dp_broken(void) { return nothing; }", "int dp_fine(void) { return 1; }"]
+    assert cpu.compile_ahead(broken, flags=flags) == 2
+    with pytest.raises(CompileError, match="part 0"):
+        cpu.compile_shared_parts(broken, flags=flags)

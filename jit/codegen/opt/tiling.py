@@ -273,12 +273,17 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
 def plan_vector_row(sink: UOp, opts: OptOptions = DEFAULT_OPTS, width: int = 0) -> TilePlan | None:
     """An elementwise kernel's innermost output axis upcast by ``width`` (the language's vector lanes), so the
     renderer computes it as one vector per copy; None for reduce kernels (``plan_tiles``' business), small kernels
-    (fewer than ``min_outputs``) and rows ``width`` does not divide."""
+    (fewer than ``min_outputs``), rows ``width`` does not divide and rows no load or store walks contiguously."""
     nodes = toposort([sink])
     if width < 2 or not opts.vectorize or any(u.op is Ops.REDUCE for u in nodes):
         return None
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
     if not outs or _size(outs[-1]) % width or math.prod(_size(r) for r in outs) < opts.min_outputs:
+        return None
+    # where every load and store is strided along the row (an NCHW pad whose small spatial axes were unrolled,
+    # leaving the channels innermost), vectors gain nothing: each lane is moved on its own both ways
+    deps = range_deps(sink)
+    if all(row_stride(u.src[0].src[1], outs[-1], deps) != 1 for u in nodes if u.op in (Ops.LOAD, Ops.STORE)):
         return None
     return TilePlan(((outs[-1], width),))
 
