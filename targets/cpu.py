@@ -17,6 +17,7 @@ from targets.base import Target, TargetLimits
 from targets.cpu_caches import cpu_caches
 from targets.cpu_fma import wide_vectors_pay
 from targets.cpu_runtime import CPURuntime
+from targets.cpu_scatter import SCATTER_HELPERS, SCATTER_LANES
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import render_kernel_info
 
@@ -53,6 +54,8 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_reinterpret="(({vt})({x}))",
     vector_convert="__builtin_convertvector({x}, {vt})",
     widen_stepwise=True,
+    vector_scatter=SCATTER_HELPERS if CPU_VECTOR_WIDTH == SCATTER_LANES else {},
+    vector_scatter_lanes=SCATTER_LANES,
 )
 # a machine whose 16-lane FMAs do twice the work of 8-lane ones: the same tiles in registers, each vector 16 wide
 # (the default's caps count elements: a row of 2 vectors, 10 vectors of accumulators), and short rows vectorized

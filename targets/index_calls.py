@@ -2,7 +2,8 @@
 
 Memory: ``vloadN(k, p)`` / ``vstoreN(v, k, p)`` access N elements at ``p + k*N``; ``__builtin_memcpy(dst, src,
 n)`` accesses ``n`` bytes at a pointer side and may only read or fill a local of at least ``n`` bytes on the
-other; ``dp_read_image(img, i, width)`` reads element ``i`` of an image in rows of ``width`` texels. Work-item
+other; ``dp_read_image(img, i, width)`` reads element ``i`` of an image in rows of ``width`` texels;
+``dp_scatter_<dtype>x16(p, i, v)`` stores lane l at ``p + i[l]``. Work-item
 functions give the launch's ranges. Conversions, lane selects and shuffles, integer min/max/clamp keep ranges
 (a conversion of a NaN-free float to an integer type gives its truncated range: targets/index_floats.py); math
 gives an opaque value. Any other call (or a pointer handed to one of these where it reads no memory) is an
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
+from targets.cpu_scatter import SCATTER_LANE_BYTES, SCATTER_LANES
 from targets.index_parse import CType, Expr, IndexParseError, scalar_type
 from targets.index_select import select_call
 from targets.index_values import INT, Addr, Floats, Img, Ints, Opaque, Ptr, Value, lanes_of, opaque, unknown, wrap
@@ -76,6 +78,8 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
         return vector_access(w, m.group(1) == "store", int(m.group(2)), values)
     if name == "__builtin_memcpy":
         return memcpy(w, values)
+    if name in SCATTER_LANE_BYTES:
+        return scatter(w, name, values)
     if name == "dp_read_image":
         return read_image(w, values)
     if any(isinstance(v, Ptr | Addr) for v in values):
@@ -143,6 +147,20 @@ def vector_access(w: Walker, store: bool, n: int, values: list) -> Value:
         return None
     lane = p.t.pointee
     return unknown(CType(lane.kind, lane.size, lane.signed, n))
+
+
+def scatter(w: Walker, name: str, values: list) -> Value:
+    """``dp_scatter_<dtype>x16(p, i, v)`` (targets/cpu_scatter.py): lane l of ``v`` stored at ``p + i[l]``."""
+    size = SCATTER_LANE_BYTES[name]
+    if len(values) != 3 or not isinstance(p := values[0], Ptr) or p.t.pointee is None or \
+            p.t.pointee.nbytes != size or not isinstance(idx := values[1], Ints) or len(idx.lanes) != SCATTER_LANES \
+            or isinstance(values[2], Ptr | Img | Addr):
+        raise IndexParseError(f"expected {name}(pointer to {size}-byte elements, {SCATTER_LANES} int lanes, value)")
+    if p.lo is None or p.hi is None:
+        w.access(p, 0, 0)  # refused: unbounded
+    for lo, hi in idx.lanes:
+        w.access(Ptr(p.base, p.lo + lo * size, p.hi + hi * size, p.t), 0, size)  # type: ignore[operator]
+    return None
 
 
 def memcpy(w: Walker, values: list) -> Value:

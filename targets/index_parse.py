@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jit.common.errors import DrivepackError
+from targets.cpu_scatter import SCATTER_HELPERS
 
 MAX_DEPTH = 64  # nested expressions and statements; the renderer's deepest brackets nest 18 levels
 
@@ -117,6 +118,12 @@ def parse_kernel(source: str, entry: str) -> Kernel:
     the kernel."""
     if "\\" in source:
         raise IndexParseError("expected no backslash (a line splice would hide text from this analysis)")
+    if (sig := re.search(rf"(?:__kernel\s+)?void\s+{re.escape(entry)}\s*\(", source)) is not None:
+        # the scatter helpers reach memory, which targets/index_calls.py follows at each call: exactly their texts
+        head = source[:sig.start()]
+        for helper in SCATTER_HELPERS.values():
+            head = head.replace(helper, "")
+        source = head + source[sig.start():]
     for line in source.split("\n"):
         if line.lstrip().startswith("#") and not _PREPROCESSOR_OK.fullmatch(line.strip()):
             raise IndexParseError(f"expected no preprocessor line but include guards, <math.h>, <stdint.h> and "

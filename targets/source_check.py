@@ -26,6 +26,7 @@ from collections.abc import Collection
 
 from targets.cmdbuf import CommandBuffer, KernelSpec
 from targets.cpu_runtime import OMP_THREADS_SETUP
+from targets.cpu_scatter import SCATTER_HELPERS
 from targets.opencl_runtime import IMAGE_HELPER
 from targets.replay import ReplayError
 
@@ -80,7 +81,7 @@ _CALLABLE = frozenset({"if", "for", "while", "switch", "return", "sizeof",
                        "barrier", "mem_fence", "select", "shuffle", "shuffle2", "read_imagef", "mad", "clamp",
                        "max", "min", "dp_read_image", *(w for w in _RESERVED_OK if w.startswith("__builtin_"))})
 _CALLABLE_PATTERN = re.compile(r"(vload|vstore)(2|3|4|8|16)|(as|convert)_[a-z]+(2|3|4|8|16)?(_rte|_rtz|_sat)*|"
-                               r"dp_ipow_[a-z0-9_]+")
+                               r"dp_ipow_[a-z0-9_]+|dp_scatter_(float32|int32)x16")
 _C_KEYWORDS = frozenset({"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
                          "enum", "float", "int", "long", "restrict", "short", "signed", "struct", "union",
                          "unsigned", "void", "volatile", "main", "system", "memcpy", "memset", "malloc", "free"})
@@ -132,21 +133,31 @@ def _prelude_end(lines: list[str], dialect: str, where: str) -> int:
     while n < len(lines) and (lines[n] in HEADERS[dialect] or not lines[n]):  # no headers: the source opens blank
         n += 1
     while n < len(lines) and lines[n].startswith("#ifndef "):
-        end = next((j for j in range(n, len(lines)) if lines[j] == "#endif"), None)
+        end = _guard_end(lines, n)
         if end is None:
             raise KernelSourceError(f"{where}: line {n + 1}: expected a guarded helper closed by #endif, got "
                                     f"{_excerpt(lines[n])!r} unclosed")
         block = "\n".join(lines[n:end + 1])
         if not _known_helper(block, dialect):
             raise KernelSourceError(f"{where}: line {n + 1}: expected one of the renderer's helpers (vector "
-                                    f"typedef, OpenMP team size, integer power, image read), got "
+                                    f"typedef, OpenMP team size, integer power, image read, scatter), got "
                                     f"{_excerpt(' '.join(lines[n:end + 1]))!r}")
         n = end + 1
     return n
 
 
+def _guard_end(lines: list[str], start: int) -> int | None:
+    """The index of the ``#endif`` closing the ``#ifndef`` at ``start`` (a helper may hold an ``#if`` of its own)."""
+    depth = 0
+    for j in range(start, len(lines)):
+        depth += lines[j].startswith("#if") - (lines[j] == "#endif")
+        if depth == 0:
+            return j
+    return None
+
+
 def _known_helper(block: str, dialect: str) -> bool:
-    if dialect == C and block == OMP_THREADS_SETUP:
+    if dialect == C and (block == OMP_THREADS_SETUP or block in SCATTER_HELPERS.values()):
         return True
     if dialect == OPENCL and block == IMAGE_HELPER:
         return True

@@ -95,6 +95,11 @@ class CStyleLanguage:
     # byte loads, a uint4 load as one
     vector_word_load: str = ""
     vector_word_store: str = ""
+    # a store of vector ``val`` at its lanes' own int32 offsets ``idx`` from ``buf`` (a plane per lane: channel
+    # vectors stored into an NCHW output), by dtype name: the definition of a helper ``dp_scatter_<dtype>x<n>(buf,
+    # idx, val)`` for vectors of ``vector_scatter_lanes`` lanes, emitted once per file; none = lane by lane
+    vector_scatter: dict[str, str] = field(default_factory=dict)
+    vector_scatter_lanes: int = 0
     vector_lane: str = "{x}[{i}]"
     # lanes of two vectors a, b picked by ``mask`` (indices into a's lanes then b's); ``it``/``ut``: the signed /
     # unsigned int vector types of as many lanes as wide as a's; "" = no shuffles (strided loads are gathered)

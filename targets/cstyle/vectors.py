@@ -246,6 +246,16 @@ class VectorExprs(ABC):
             return f"({self.expr(u.src[0])}?{self.as_vector(u.src[1], d)}:{self.as_vector(u.src[2], d)})"
         return None
 
+    def scatter_helper(self, index: UOp, val: UOp) -> str | None:
+        """The language's scatter helper for a store of ``val`` at ``index`` whose lanes are not contiguous, if it
+        has one for this lane count and dtype and the address is a buffer's (not an image's) plus int32 lanes."""
+        helper = self.lang.vector_scatter.get(val.dtype.name) if self.lanes == self.lang.vector_scatter_lanes else None
+        buf, idx = index.src[0], index.src[1]
+        if helper is None or isinstance(buf.dtype, ImageDType) or idx.dtype != dtypes.int32 or \
+                buf.op is not Ops.DEFINE_GLOBAL:
+            return None
+        return helper
+
     def vector_expr(self, u: UOp, force_var: bool) -> str:
         """``u`` as a vector of ``self.lanes`` lanes (``u`` depends on the lane range)."""
         op = u.op
@@ -258,6 +268,12 @@ class VectorExprs(ABC):
                     self.lang.vector_store
                 self.line(spelling.format(ptr=at[1], val=self.as_vector(val, val.dtype), n=self.lanes, w=words,
                                           vt=self.vtname(val.dtype)))
+                return ""
+            if (helper := self.scatter_helper(index, val)) is not None:
+                fn = f"dp_scatter_{val.dtype.name}x{self.lanes}"
+                idx_vec, v_vec = self.as_vector(index.src[1], dtypes.int32), self.as_vector(val, val.dtype)
+                self.helpers.setdefault(fn, helper)  # after the vector typedefs its parameters name
+                self.line(f"{fn}({self.expr(index.src[0])}, {idx_vec}, {v_vec});")
                 return ""
             idx, v = self.expr(index.src[1], force_var=True), self.expr(val, force_var=True)
             buf = self.expr(index.src[0])

@@ -309,6 +309,17 @@ def test_a_row_no_load_or_store_walks_contiguously_stays_scalar() -> None:
     np.testing.assert_array_equal(t.numpy(), np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))))
 
 
+def test_channel_vectors_into_planes_are_scattered_where_the_language_has_a_scatter() -> None:
+    """A 1x1 conv over a 7x7 map tiles 16-lane channel vectors, each stored into 16 NCHW planes 49 floats apart:
+    one call of the scatter helper per vector on a 16-lane (AVX-512) host, lane by lane elsewhere."""
+    x, w, b = _rand(1, 64, 7, 7), _rand(64, 64, 1, 1, seed=1) * 0.1, _rand(64, seed=2)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b)).relu()
+    src = _source(out)
+    scattered = N == 16
+    assert ("dp_scatter_float32x16(data0, " in src) == scattered and ("*(data0+" in src) != scattered
+    np.testing.assert_allclose(out.numpy(), np.maximum(_conv_reference(x, w, b, 0), 0), rtol=1e-4, atol=1e-4)
+
+
 def test_rows_addressed_by_data_take_at_most_eight_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The modeld warp samples the frame at pixels computed from the transform: its rows gather every lane's byte
     on its own, and on a 16-lane target they stay 8 lanes wide (moving each index out of a wider vector costs

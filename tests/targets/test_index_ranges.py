@@ -18,6 +18,7 @@ from jit.trace import capture_onnx
 from packager import samples
 from packager.modeld.warp import model_frame
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec
+from targets.cpu_scatter import SCATTER_HELPERS
 from targets.index_parse import IMAGE_READ_SHAPE, MAX_DEPTH
 from targets.index_ranges import IndexRangeError, access_extents, check_extents
 from targets.opencl_runtime import IMAGE_HELPER
@@ -35,6 +36,8 @@ GROUP = ("__kernel void k(__global float* restrict data0, __global float* restri
          "  barrier(CLK_LOCAL_MEM_FENCE);\n  if (l == 0) *(data0+0) = part[31];\n}\n")
 I8 = "#ifndef DP_INT32X8_T\n#define DP_INT32X8_T\ntypedef int dp_int32x8 __attribute__((vector_size(32)));\n#endif\n"
 ZERO8 = "((dp_int32x8){0, 0, 0, 0, 0, 0, 0, 0})"
+I16, F16 = (f"#ifndef DP_{t.upper()}X16_T\n#define DP_{t.upper()}X16_T\ntypedef {c} dp_{t}x16 "
+            "__attribute__((vector_size(64)));\n#endif\n" for t, c in (("int32", "int"), ("float32", "float")))
 ZERO8F = "((dp_float32x8){0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f})"
 
 
@@ -94,6 +97,13 @@ IMAGE = ("__kernel void k(__global float* restrict data0, read_only image2d_t da
 
 def c(body: str) -> str:
     return C.replace("BODY", body)
+
+
+def scatter(stride: int, helper: str = SCATTER_HELPERS["float32"]) -> str:
+    """A kernel storing 16 lanes ``stride`` floats apart through the scatter helper (targets/cpu_scatter.py)."""
+    lanes, ones = ", ".join(str(n * stride) for n in range(16)), ", ".join(["1.0f"] * 16)
+    return (I16 + F16 + helper + "\nvoid k(float* restrict data0, float* restrict data1) {\n"
+            f"  dp_scatter_float32x16(data0, ((dp_int32x16){{{lanes}}}), ((dp_float32x16){{{ones}}}));\n}}\n")
 
 
 def cl(body: str) -> str:
@@ -179,6 +189,10 @@ CASES = [
      "from byte 0 on, got byte -2"),
     ("opencl select by a top bit never set", CL_PAD.replace("MAX", "select(z, a, -(z<a))"), (4,), None, (16, 20),
      "from byte 0 on, got byte -2"),
+    ("scatter in bounds", scatter(3), (1,), None, (184, 0), None),
+    ("scatter one past the end", scatter(3), (1,), None, (180, 0), "data0 (b0) expected the 184 bytes"),
+    ("scatter helper changed", scatter(3, SCATTER_HELPERS["float32"].replace("l < 16", "l < 17")), (1,), None,
+     (184, 0), "expected no preprocessor line but"),
     ("local array in bounds", GROUP, (32,), (32,), (4, 128), None),
     ("local array overrun", GROUP, (64,), (64,), (4, 256), "accesses to part within its 128 bytes"),
 ]

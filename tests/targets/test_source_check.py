@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import cffi
 import numpy as np
 import onnx
 import pytest
@@ -28,6 +29,7 @@ from packager.package import load_package
 from packager.synthetic import tiny_model
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec, Scalar
 from targets.cpu import CPU_LANGUAGE
+from targets.cpu_scatter import SCATTER_HELPERS
 from targets.opencl import OPENCL_LANGUAGE
 from targets.opencl_runtime import IMAGE_HELPER
 from targets.registry import Device
@@ -178,6 +180,38 @@ def test_the_integer_power_helper_passes() -> None:
     cap = capture(lambda x, y: {"out": (x % 7) ** (y % 6)}, {"x": x, "y": y}, target="QCOM")
     assert any("dp_ipow_" in k.source for k in cap.cmdbuf.kernels)
     check_kernels(cap.cmdbuf, OPENCL, {Device["QCOM"].build_options})
+
+
+TYPEDEFS = "".join(f"#ifndef DP_{t.upper()}X16_T\n#define DP_{t.upper()}X16_T\ntypedef {c} dp_{t}x16 "
+                   "__attribute__((vector_size(64)));\n#endif\n" for t, c in (("int32", "int"), ("float32", "float")))
+SCATTER_KERNEL = ("void spread(float* restrict data0, int* restrict data1) {\n"
+                  "  dp_int32x16 i = ((dp_int32x16){0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39, 42, 45});\n"
+                  "  dp_scatter_float32x16(data0, i, __builtin_convertvector(i, dp_float32x16));\n"
+                  "  dp_scatter_int32x16(data1, i, (i*2));\n}\n")
+
+
+def test_the_scatter_helpers_pass_and_an_edited_one_is_refused() -> None:
+    source = HEAD + TYPEDEFS + SCATTER_HELPERS["float32"] + "\n" + SCATTER_HELPERS["int32"] + "\n" + SCATTER_KERNEL
+    check_source(source, "spread", C)
+    edited = source.replace("l < 16", "l < 64", 1)
+    with pytest.raises(KernelSourceError, match="expected one of the renderer's helpers"):
+        check_source(edited, "spread", C)
+
+
+@pytest.mark.parametrize("isa", ["native", "without AVX-512"])
+def test_the_scatter_helpers_store_each_lane_at_its_offset(isa: str) -> None:
+    """Both branches of the helper: AVX-512's scatter and the lane-by-lane stores a host without it compiles."""
+    source = HEAD + TYPEDEFS + SCATTER_HELPERS["float32"] + "\n" + SCATTER_HELPERS["int32"] + "\n" + SCATTER_KERNEL
+    flags = cpu.CFLAGS if isa == "native" else (*cpu.CFLAGS, "-mno-avx512f")
+    ffi = cffi.FFI()
+    ffi.cdef("void spread(float *data0, int *data1);")
+    lib = ffi.dlopen(str(cpu.compile_shared(source, flags=flags)))
+    floats, ints = np.full(48, -1, np.float32), np.full(48, -1, np.int32)
+    lib.spread(ffi.cast("float*", floats.ctypes.data), ffi.cast("int*", ints.ctypes.data))
+    want_floats, want_ints = np.full(48, -1, np.float32), np.full(48, -1, np.int32)
+    want_floats[::3], want_ints[::3] = np.arange(0, 48, 3), np.arange(0, 96, 6)
+    np.testing.assert_array_equal(floats, want_floats)
+    np.testing.assert_array_equal(ints, want_ints)
 
 
 ONNX_SAMPLE_STEP = 25  # every 25th official node case: ~75 models over the op families
