@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
+from targets import index_floats
 from targets.cpu_scatter import SCATTER_LANE_BYTES, SCATTER_LANES
 from targets.index_parse import CType, Expr, IndexParseError, scalar_type
 from targets.index_select import select_call
@@ -84,6 +85,8 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
         return read_image(w, values)
     if any(isinstance(v, Ptr | Addr) for v in values):
         raise IndexParseError(f"expected no address passed to {name}, which this analysis does not follow")
+    if name in index_floats.ROUNDINGS and len(values) == 1 and isinstance(values[0], Floats):
+        return index_floats.rounded(name, values[0])
     if name in _MATH or name in ("max", "min", "clamp") and not all(isinstance(v, Ints) for v in values):
         first = next((v for v in values if isinstance(v, Opaque | Floats)), None)
         return Opaque(first.t if first is not None else FLOAT)

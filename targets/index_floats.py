@@ -1,13 +1,15 @@
 """Float ranges of the interval evaluation (targets/index_walk.py), as narrow as a clamped index needs.
 
 A float is ``Opaque`` (any value, NaN included) unless this module proves it ``Floats``: never NaN, and each lane
-within an inclusive range. Only three things give one: a float literal (its value, or the two floats around it
+within an inclusive range. Only these things give one: a float literal (its value, or the two floats around it
 where the text does not name one exactly); a select or ternary picking a variable where a comparison held,
-which a NaN fails (``lo < x ? x : lo`` is ``x`` only where ``x > lo``, else ``lo``); and conversions that keep
-a value (to the same float type, or a scalar widened). A conversion of a ``Floats`` to an integer type gives the
-truncated range (C's conversion, OpenCL's default ``_rtz``; the other rounding modes round outward here) where
-it fits the type; everything else about floats (arithmetic, math calls) forgets the range. A comparison that
-did not hold says nothing where either side may be NaN, since NaN fails every ``<``, ``<=``, ``>``, ``>=``.
+which a NaN fails (``lo < x ? x : lo`` is ``x`` only where ``x > lo``, else ``lo``); conversions that keep a
+value (to the same float type, or a scalar widened); a sum or difference of finite ranges (the bounds' sums rounded
+as the type rounds: rounding is monotone); and the monotone roundings ``rint``, ``floor``,
+``ceil``, ``trunc`` and ``round`` of one. A conversion of a ``Floats`` to an integer type gives the truncated
+range (C's conversion, OpenCL's default ``_rtz``; the other rounding modes round outward here) where it fits the
+type; everything else about floats (products, other math calls) forgets the range. A comparison that did not
+hold says nothing where either side may be NaN, since NaN fails every ``<``, ``<=``, ``>``, ``>=``.
 """
 
 from __future__ import annotations
@@ -106,3 +108,52 @@ def cast(v: Floats, t: CType, value_conversion: bool, rounding: str = "") -> Val
 def negate(v: Floats) -> Floats:
     """``-v``: exact for floats."""
     return Floats(tuple((-hi, -lo) for lo, hi in v.lanes), v.t)
+
+
+def _down(v: float, t: CType) -> float:
+    """The largest value of type ``t`` (float or double) at most ``v``."""
+    if t.size == 8:
+        return v
+    f = np.float32(v)
+    return float(f if f <= v else np.nextafter(f, np.float32(-np.inf)))
+
+
+def _up(v: float, t: CType) -> float:
+    return -_down(-v, t)
+
+
+def add_sub(op: str, a: Floats, b: Floats) -> Value:
+    """``a + b`` or ``a - b`` (``op``) lane by lane, computed as type float or double (the wider operand's, as C
+    and OpenCL evaluate it); ``Opaque`` for half, where a bound is infinite (inf - inf is NaN) or the lanes do not
+    pair. Rounding to nearest is monotone, so the rounded sums of the bounds hold every rounded sum of the lanes'
+    values."""
+    n = max(len(a.lanes), len(b.lanes))
+    t = a.t if a.t.size >= b.t.size else b.t
+    t = t if t.lanes >= n else CType(t.kind, t.size, t.signed, n)
+    if t.size not in (4, 8) or 1 < min(len(a.lanes), len(b.lanes)) != n:
+        return Opaque(t)
+    wide = np.float64 if t.size == 8 else np.float32
+    out = []
+    for (a_lo, a_hi), (b_lo, b_hi) in zip(a.lanes * (n // len(a.lanes)), b.lanes * (n // len(b.lanes)), strict=True):
+        if not all(math.isfinite(v) for v in (a_lo, a_hi, b_lo, b_hi)):
+            return Opaque(t)
+        lo_a, hi_a = wide(_down(a_lo, t)), wide(_up(a_hi, t))
+        lo_b, hi_b = wide(_down(b_lo, t)), wide(_up(b_hi, t))
+        with np.errstate(over="ignore"):
+            lo, hi = (lo_a + lo_b, hi_a + hi_b) if op == "+" else (lo_a - hi_b, hi_a - lo_b)
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            return Opaque(t)
+        out.append((float(lo), float(hi)))
+    return Floats(tuple(out), t)
+
+
+ROUNDINGS = {"rint": round, "nearbyint": round, "floor": math.floor, "ceil": math.ceil, "trunc": math.trunc,
+             "round": lambda v: math.floor(v + 0.5) if v >= 0 else math.ceil(v - 0.5)}
+ROUNDINGS |= {f"{k}f": f for k, f in ROUNDINGS.items()}
+
+
+def rounded(name: str, v: Floats) -> Floats:
+    """A rounding function ``name`` (a key of ``ROUNDINGS``) of ``v``: each bound rounded, as the function is
+    monotone; infinite bounds stay."""
+    f = ROUNDINGS[name]
+    return Floats(tuple(tuple(float(f(b)) if math.isfinite(b) else b for b in r) for r in v.lanes), v.t)

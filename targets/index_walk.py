@@ -407,6 +407,8 @@ class Walker:
         if not isinstance(a, Ints) or not isinstance(b, Ints):
             if isinstance(a, Ptr | Img | Addr | None) or isinstance(b, Ptr | Img | Addr | None):
                 raise IndexParseError(f"expected values around {op!r}, got an address")
+            if op in ("+", "-") and isinstance(a, Floats) and isinstance(b, Floats):
+                return index_floats.add_sub(op, a, b)
             lanes = max(lanes_of(a), lanes_of(b))
             if op in _SWAP:
                 return Ints(((-1, 0) if lanes > 1 else (0, 1),) * lanes, CType("int", 4, True, lanes))

@@ -4,7 +4,10 @@ This is all an OpenCL replay needs; it imports no renderer (the compiler-facing 
 targets/opencl.py adds rendering on top). Device choice: ``OPENCL`` is device 0, ``OPENCL:1`` device 1, counted
 over the platforms whose name contains ``$DRIVEPACK_CL_PLATFORM`` (targets/cl_binding.py). Program binaries are
 cached on disk (targets/kernel_cache.py) by source + build options + platform + device + driver version, so a
-second process builds nothing. ``NOLOCALS=1`` launches with a NULL local size (the driver picks it).
+second process builds nothing; except on a CPU device, whose binary is generic code the driver compiles for that
+request alone (PoCL: every kernel again for any work-group size, most of a cold capture, while the first launch
+compiles each kernel for its size all the same), so there the driver's own cache (PoCL's ``POCL_CACHE_DIR``)
+serves a second process. ``NOLOCALS=1`` launches with a NULL local size (the driver picks it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from jit.common.errors import CompileError
 from jit.common.helpers import NOLOCALS, prod
 from targets.base import Buffer, Program, Runtime, TargetLimits
 from targets.cl_binding import (
+    CL_DEVICE_TYPE_CPU,
     CL_FLOAT,
     CL_KERNEL_WORK_GROUP_SIZE,
     CL_MEM_COPY_HOST_PTR,
@@ -168,6 +172,8 @@ class OpenCLRuntime(Runtime):
         info = self.info
         self.live: Counter[str] = Counter()
         self.build_count = 0
+        # module docstring: a CPU device's program binary costs more to fetch than the build it saves
+        self.cache_binaries = not info.device_type & CL_DEVICE_TYPE_CPU
         dev = self.ffi.new("cl_device_id[1]", [self.device_id])
         self._dev = dev
         self.context = checked_create("clCreateContext", self.lib.clCreateContext, self.ffi.NULL, 1, dev,
@@ -243,7 +249,8 @@ class OpenCLRuntime(Runtime):
 
     def _build_batch(self, items: list[tuple[str, str]]) -> Any:
         """One program holding every kernel of ``items`` (name, source): one compiler run instead of one per
-        kernel (several times faster on PoCL). Published to the cache with a .ref per kernel."""
+        kernel (several times faster on PoCL). Published to the cache with a .ref per kernel where the device's
+        binaries are cached (``cache_binaries``)."""
         source = "\n".join(src for _, src in items)
         try:
             program = self._program_from_source(source, ", ".join(name for name, _ in items))
@@ -253,6 +260,8 @@ class OpenCLRuntime(Runtime):
             for name, src in items:  # find the kernel at fault, so the error shows its own source and log
                 self.lib.clReleaseProgram(self._program_from_source(src, name))
             raise
+        if not self.cache_binaries:
+            return program
         batch_key = self._cache_key(source)
         publish(cache_dir() / f"opencl-{batch_key}.bin", self._program_binary(program))
         for _, src in items:
@@ -270,7 +279,7 @@ class OpenCLRuntime(Runtime):
         by_key: dict[str, Any] = {}
         by_file: dict[Path, Any] = {}
         try:
-            for key in keys:
+            for key in keys if self.cache_binaries else ():
                 path = cached_artifact(f"opencl-{key}", ".bin")
                 if path is not None and path not in by_file:
                     by_file[path] = self._program_from_binary(path.read_bytes())

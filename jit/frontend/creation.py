@@ -66,8 +66,13 @@ def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: D
     n = max(0, math.ceil((stop - start) / step))
     is_float = any(isinstance(v, float) for v in (start, stop, step))
     d = to_dtype(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
-    iota = Tensor(UOp(Ops.IOTA, dtypes.int32, (), n), **kw)
-    return (iota.cast(d) * step + start).cast(d)
+    values = Tensor(UOp(Ops.IOTA, dtypes.int32, (), n), **kw).cast(d)
+    # a step of 1 and a start of 0 change no value (no -0.0 arises from a positive step), so the kernel skips them
+    if step != 1:
+        values = values * step
+    if start != 0 or step < 0:
+        values = values + start
+    return values.cast(d)
 
 
 def manual_seed(seed: int = 0) -> None:

@@ -425,12 +425,22 @@ def nan_free(u: UOp) -> bool:
     return _is_float(u.dtype) and (u.vmin, u.vmax) != _bounds(u.dtype)
 
 
+_ROUNDINGS: dict[Ops, Callable[[float], float]] = {Ops.RINT: lambda v: float(round(v)),
+                                                  Ops.FLOOR: lambda v: float(math.floor(v)),
+                                                  Ops.CEIL: lambda v: float(math.ceil(v)),
+                                                  Ops.TRUNC: lambda v: float(math.trunc(v))}
+
+
 def _float_vrange(u: UOp, default: tuple[Any, Any]) -> tuple[Any, Any]:
     """The value range of float node ``u``. A range other than ``default`` (the dtype's -inf..inf) means: never
-    NaN and always within [lo, hi]. Only two select shapes have one (besides finite constants), the NaN-absorbing
-    clamp bounds: ``WHERE(CMPLT(p, q), q, p)`` is ``q`` only where ``p < q`` held, which a NaN fails, so it is at
-    least ``p`` and NaN-free when ``p`` is; ``WHERE(CMPLT(q, p), q, p)`` is at most ``p`` likewise. Everything
-    else (arithmetic, MAX/MIN, which propagate NaN, casts) stays ``default``."""
+    NaN and always within [lo, hi]. Only two select shapes have one (besides finite constants and roundings), the
+    NaN-absorbing clamp bounds: ``WHERE(CMPLT(p, q), q, p)`` is ``q`` only where ``p < q`` held, which a NaN
+    fails, so it is at least ``p`` and NaN-free when ``p`` is; ``WHERE(CMPLT(q, p), q, p)`` is at most ``p``
+    likewise. A rounding (RINT, FLOOR, CEIL, TRUNC) of a NaN-free bounded value is monotone, so it keeps its
+    source's range rounded. Everything else (arithmetic, MAX/MIN, which propagate NaN, casts) stays ``default``."""
+    if u.op in _ROUNDINGS and nan_free(u.src[0]):
+        lo, hi = (_ROUNDINGS[u.op](b) if math.isfinite(b) else b for b in (u.src[0].vmin, u.src[0].vmax))
+        return (lo, hi)
     if u.op is not Ops.WHERE or u.src[0].op is not Ops.CMPLT:
         return default
     (a, b), t, f = u.src[0].src, u.src[1], u.src[2]

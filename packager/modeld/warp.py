@@ -49,8 +49,10 @@ def warp_plane(buf: Tensor, tfm: Tensor, *, offset: int, pitch: int, width: int,
         return m[0] * xs + m[1] * ys + m[2]
 
     sx, sy, sw = row(0), row(1), row(2)
-    col = clamp_absorbing_nan((sx / sw).round(), 0.0, float(width - 1)).cast(dtypes.int32)
-    line = clamp_absorbing_nan((sy / sw).round(), 0.0, float(height - 1)).cast(dtypes.int32)
+    # clamped before rounding: the same pixel (rounding is monotone and keeps the integer bounds), and a rounding of
+    # a value the compiler knows lies in [0, 2**23) is two adds on a target without a fast vector rint
+    col = clamp_absorbing_nan(sx / sw, 0.0, float(width - 1)).round().cast(dtypes.int32)
+    line = clamp_absorbing_nan(sy / sw, 0.0, float(height - 1)).round().cast(dtypes.int32)
     index = line * pitch + col * column_step + offset
     return buf.take(index.reshape(out_height * out_width)).reshape(out_height, out_width)
 

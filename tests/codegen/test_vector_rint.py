@@ -1,6 +1,6 @@
 """jit/codegen/passes/vector_rint.py: float32 rint on vector lanes from adds, for a language whose vector rint is
 slow (OpenCL on a CPU device: PoCL), bit for bit np.rint's, ties, signed zeros and specials included; a scalar rint
-keeps the language's."""
+keeps the language's; a rint converted to int whose source lies in [0, 2**23) is the two adds alone."""
 
 from __future__ import annotations
 
@@ -41,3 +41,33 @@ def test_vector_rint_is_rint_bit_for_bit(opencl_cpu_device: None) -> None:
 def test_scalar_rint_is_left_to_the_language() -> None:
     sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.RINT, dtypes.float32, (UOp.const(dtypes.float32, 2.5),)),))
     assert lower_vector_rint(sink) is sink
+
+
+def test_a_rint_of_a_clamped_coordinate_converted_to_int_is_two_adds(opencl_cpu_device: None) -> None:
+    """The warp's shape (packager/modeld/warp.py): clamp to [0, 1927] absorbing NaN, round, convert. No compare
+    or select of the full lowering, and every int equals numpy's, ties to even included."""
+    rng = np.random.default_rng(4)
+    ties = np.arange(-3, 1931, dtype=np.float32) + 0.5
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e30, -1e30, 1926.5, 1927.5, 0.5, 2.5], np.float32)
+    x = np.concatenate([ties, specials, rng.uniform(-100, 2100, 9000).astype(np.float32)])
+    x = x[: len(x) // 64 * 64]
+    t = Tensor(x, device="OPENCL")
+    lo, hi = Tensor(0.0, device="OPENCL"), Tensor(1927.0, device="OPENCL")
+    clamped = (lo < t).where(t, lo)
+    out = (clamped < hi).where(clamped, hi).round().cast(dtypes.int32)
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    assert "+8388608.0f)-8388608.0f)" in src and "(-8388608.0f)" not in src and "rint(" not in src
+    want = np.clip(np.rint(np.where(np.isnan(x), 0, x)), 0, 1927).astype(np.int32)
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+@pytest.mark.parametrize("case", ["may be negative", "unbounded", "stays float"])
+def test_other_rints_keep_the_full_lowering(opencl_cpu_device: None, case: str) -> None:
+    x = Tensor(np.linspace(-5, 5, 8192, dtype=np.float32), device="OPENCL")
+    lo, hi = Tensor(-1.0 if case == "may be negative" else 0.0, device="OPENCL"), Tensor(3.0, device="OPENCL")
+    clamped = (lo < x).where(x, lo)
+    clamped = (clamped < hi).where(clamped, hi)
+    rounded = (x if case == "unbounded" else clamped).round()
+    out = rounded if case == "stays float" else rounded.cast(dtypes.int32)
+    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    assert "(-8388608.0f)" in src  # the sign-aware constant of the full lowering

@@ -12,6 +12,7 @@ import pytest
 from jit import dtypes
 from jit.common.errors import DTypeError, ShapeError
 from jit.frontend.tensor import Tensor
+from jit.ir.uop import Ops
 from tests.helpers import check_tensor
 
 NP_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
@@ -207,6 +208,16 @@ def test_arange_float(args: tuple[float, ...]) -> None:
     t = Tensor.arange(*args)
     assert t.dtype == dtypes.float32
     check(t, np.arange(*args, dtype=np.float64).astype(np.float32), dtype=np.float32)
+
+
+def test_arange_from_zero_by_one_is_the_converted_iota() -> None:
+    """No ``* 1`` or ``+ 0`` reaches a kernel (the modeld warp's pixel grid), and the zero a negative step starts
+    from stays +0.0, as numpy's."""
+    ops = {u.op for u in Tensor.arange(6, dtype=dtypes.float32).uop.toposort()}
+    assert not ops & {Ops.MUL, Ops.ADD}, ops
+    assert {Ops.MUL, Ops.ADD} <= {u.op for u in Tensor.arange(1, 7, 2, dtype=dtypes.float32).uop.toposort()}
+    down = Tensor.arange(0, -3, -1, dtype=dtypes.float32).numpy()
+    np.testing.assert_array_equal(np.signbit(down), np.signbit(np.arange(0, -3, -1, dtype=np.float32)))
 
 
 def test_arange_dtype_and_errors() -> None:

@@ -1,5 +1,6 @@
 """Float value ranges (jit/ir/uop.py): a range other than the dtype's means never NaN and within it; only finite
-constants, the NaN-absorbing clamp selects and casts of those to int have one, and index folds use them."""
+constants, the NaN-absorbing clamp selects, roundings of those and their casts to int have one, and index folds use
+them."""
 
 from __future__ import annotations
 
@@ -114,6 +115,22 @@ def test_casts_that_may_overflow_or_see_nan_have_the_int_range(case: str) -> Non
         "NaN-propagating clip": (x.alu(Ops.MAX, c(0.0)).alu(Ops.MIN, c(5.0)), dtypes.int32),
     }[case]
     assert rng(UOp(Ops.CAST, d, (src,))) == (d.min, d.max)
+
+
+@pytest.mark.parametrize(("op", "want"), [(Ops.RINT, (-2.0, 1928.0)), (Ops.FLOOR, (-3.0, 1927.0)),
+                                          (Ops.CEIL, (-2.0, 1928.0)), (Ops.TRUNC, (-2.0, 1927.0))])
+def test_a_rounding_of_a_bounded_float_is_bounded_by_its_rounded_bounds(op: Ops, want: tuple) -> None:
+    bounded = clamp(unknown(), -2.5, 1927.5)  # rint: -2.5 to even -2, 1927.5 to even 1928
+    node = UOp(op, F32, (bounded,))
+    assert rng(node) == want and nan_free(node)
+    assert rng(UOp(Ops.CAST, dtypes.int32, (UOp(Ops.RINT, F32, (clamp(unknown(), 0.0, 1927.0),)),))) == (0, 1927)
+    assert rng(UOp(op, F32, (max_like(unknown(), c(0.5)),)))[1] == math.inf  # an infinite bound stays
+
+
+def test_a_rounding_of_an_unbounded_float_has_no_range() -> None:
+    for op in (Ops.RINT, Ops.FLOOR, Ops.CEIL, Ops.TRUNC):
+        assert rng(UOp(op, F32, (unknown(),))) == DEFAULT
+        assert rng(UOp(op, F32, (unknown().alu(Ops.MAX, c(0.0)).alu(Ops.MIN, c(5.0)),))) == DEFAULT
 
 
 def test_a_cast_to_bool_is_not_a_truncation() -> None:

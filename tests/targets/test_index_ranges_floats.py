@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from targets.index_floats import literal
+from targets.index_floats import add_sub, literal
 from targets.index_parse import CType
 from targets.index_ranges import IndexRangeError, access_extents, check_extents
 from targets.index_values import Floats
@@ -61,6 +61,11 @@ def cl_clamp(lo: str, hi: str) -> str:
             f"  int8 m1 = (-(c0<{hi}));\n  float8 c1 = select({cl_splat(hi)}, c0, -m1);")
 
 
+def lanewise(fn: str) -> str:
+    """``c1`` replaced by ``fn`` of each of its lanes, as the CPU renderer spells a per-lane math call."""
+    return f"\n    c1 = ((dp_float32x8){{{', '.join(f'{fn}(c1[{i}])' for i in range(8))}}});"
+
+
 CPU_CONVERT = "__builtin_convertvector(c1, dp_int32x8)"
 CL_CONVERT = "convert_int8(c1)"
 ZF, TF = splat("0.0f"), splat("3.0f")
@@ -99,6 +104,19 @@ CASES = [
         "CONVERT", "convert_int8_rte(c1)"), 16),
     ("opencl clamp that lets NaN through", CL.replace("CLAMP", CL_NAN_CLIP).replace("CONVERT", CL_CONVERT), None),
     ("opencl unclamped", CL.replace("CLAMP", "float8 c1 = r;").replace("CONVERT", CL_CONVERT), None),
+    # the warp's clamp-then-round (packager/modeld/warp.py): the rounding by 2**23 on PoCL, rintf per lane on the CPU
+    ("opencl clamp rounded by adds", CL.replace("CLAMP", cl_clamp("0.0f", "2.75f")).replace(
+        "CONVERT", "convert_int8(((c1+8388608.0f)-8388608.0f))"), 16),
+    ("opencl clamp rounded by adds of an unclamped value", CL.replace("CLAMP", "float8 c1 = r;").replace(
+        "CONVERT", "convert_int8(((c1+8388608.0f)-8388608.0f))"), None),
+    ("opencl clamp rounded by adds of a product", CL.replace("CLAMP", cl_clamp("0.0f", "3.0f")).replace(
+        "CONVERT", "convert_int8(((c1*8388608.0f)-8388608.0f))"), None),
+    ("cpu clamp then rintf", CPU.replace("CLAMP", cpu_clamp("0.0f", "2.75f") + lanewise("rintf")).replace(
+        "CONVERT", CPU_CONVERT), 16),
+    ("cpu clamp then floorf", CPU.replace("CLAMP", cpu_clamp("0.0f", "3.5f") + lanewise("floorf")).replace(
+        "CONVERT", CPU_CONVERT), 16),
+    ("cpu clamp then expf", CPU.replace("CLAMP", cpu_clamp("0.0f", "1.0f") + lanewise("expf")).replace(
+        "CONVERT", CPU_CONVERT), None),
     ("scalar clamp", SCALAR.replace("CLAMP", "float c0 = ((0.0f<r)?r:0.0f);\n    float c1 = ((c0<3.0f)?c0:3.0f);"),
      16),
     ("scalar clamp that lets NaN through", SCALAR.replace(
@@ -136,3 +154,17 @@ def test_float_literals_hold_the_compilers_rounding(text: str, suffix: str, lo: 
     got = literal(("num", None, suffix, text))
     assert got == Floats(((lo, hi),), CType("float", 4 if suffix else 8))
     assert lo <= float(text) <= hi
+
+
+def test_float_sums_round_as_their_type() -> None:
+    f32, f64 = CType("float", 4), CType("float", 8)
+    near = Floats(((0.0, 3.0),), f32)
+    c = literal(("num", None, "f", "8388608.0"))
+    up = add_sub("+", near, c)
+    assert up.lanes == ((8388608.0, 8388611.0),)  # float32 sums of exact integers: exact
+    assert add_sub("-", up, c).lanes == ((0.0, 3.0),)
+    half = Floats(((0.0, 2.5),), f32)
+    assert add_sub("+", half, c).lanes == ((8388608.0, 8388610.0),)  # 8388610.5 rounds to even in float32
+    assert add_sub("+", half, Floats(((8388608.0, 8388608.0),), f64)).lanes == ((8388608.0, 8388610.5),)  # double
+    assert not isinstance(add_sub("+", Floats(((0.0, float("inf")),), f32), c), Floats)
+    assert not isinstance(add_sub("+", Floats(((3e38, 3e38),), f32), Floats(((3e38, 3e38),), f32)), Floats)
