@@ -6,8 +6,9 @@ over the platforms whose name contains ``$DRIVEPACK_CL_PLATFORM`` (targets/cl_bi
 cached on disk (targets/kernel_cache.py) by source + build options + platform + device + driver version, so a
 second process builds nothing; except on a CPU device, whose binary is generic code the driver compiles for that
 request alone (PoCL: every kernel again for any work-group size, most of a cold capture, while the first launch
-compiles each kernel for its size all the same), so there the driver's own cache (PoCL's ``POCL_CACHE_DIR``)
-serves a second process. ``NOLOCALS=1`` launches with a NULL local size (the driver picks it).
+compiles each kernel for its size all the same). There the cache keeps the program's source instead, and a second
+process builds that same source again, which the driver's own cache (PoCL's ``POCL_CACHE_DIR``, keyed by the whole
+program) answers, its launch-size builds included. ``NOLOCALS=1`` launches with a NULL local size (the driver picks it).
 """
 
 from __future__ import annotations
@@ -227,6 +228,17 @@ class OpenCLRuntime(Runtime):
             return None
         return program
 
+    def _program_from_cached_source(self, path: Path) -> Any | None:
+        """The program built from a batch source the cache kept for a CPU device (module docstring); None where the
+        file is not the source its name hashes (then build from the kernels' own sources)."""
+        source = path.read_text(errors="replace")
+        if path.name != f"opencl-{self._cache_key(source)}.cl":
+            return None
+        try:
+            return self._program_from_source(source, f"cached batch {path.name}")
+        except OpenCLBuildError:
+            return None
+
     def _program_from_source(self, source: str, what: str) -> Any:
         global cl_builds
         ffi = self.ffi
@@ -249,8 +261,8 @@ class OpenCLRuntime(Runtime):
 
     def _build_batch(self, items: list[tuple[str, str]]) -> Any:
         """One program holding every kernel of ``items`` (name, source): one compiler run instead of one per
-        kernel (several times faster on PoCL). Published to the cache with a .ref per kernel where the device's
-        binaries are cached (``cache_binaries``)."""
+        kernel (several times faster on PoCL). Published to the cache, its binary or (``cache_binaries`` false)
+        its source, with a .ref per kernel."""
         source = "\n".join(src for _, src in items)
         try:
             program = self._program_from_source(source, ", ".join(name for name, _ in items))
@@ -260,13 +272,13 @@ class OpenCLRuntime(Runtime):
             for name, src in items:  # find the kernel at fault, so the error shows its own source and log
                 self.lib.clReleaseProgram(self._program_from_source(src, name))
             raise
-        if not self.cache_binaries:
-            return program
         batch_key = self._cache_key(source)
-        publish(cache_dir() / f"opencl-{batch_key}.bin", self._program_binary(program))
+        ext = ".bin" if self.cache_binaries else ".cl"
+        publish(cache_dir() / f"opencl-{batch_key}{ext}", self._program_binary(program) if self.cache_binaries
+                else source)
         for _, src in items:
             if (key := self._cache_key(src)) != batch_key:
-                publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}.bin")
+                publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}{ext}")
         return program
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
@@ -279,10 +291,14 @@ class OpenCLRuntime(Runtime):
         by_key: dict[str, Any] = {}
         by_file: dict[Path, Any] = {}
         try:
-            for key in keys if self.cache_binaries else ():
-                path = cached_artifact(f"opencl-{key}", ".bin")
+            ext = ".bin" if self.cache_binaries else ".cl"
+            for key in keys:
+                path = cached_artifact(f"opencl-{key}", ext)
+                if path is not None and path.suffix != ext:
+                    path = None  # a reference written under the other mode
                 if path is not None and path not in by_file:
-                    by_file[path] = self._program_from_binary(path.read_bytes())
+                    by_file[path] = self._program_from_binary(path.read_bytes()) if self.cache_binaries else \
+                        self._program_from_cached_source(path)
                     if by_file[path] is not None:
                         owned.append(by_file[path])
                 if path is not None and by_file[path] is not None:

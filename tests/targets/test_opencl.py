@@ -245,8 +245,8 @@ def test_out_of_range_local_size(target: cl.OpenCLTarget) -> None:
 @pytest.mark.parametrize("binaries", [True, False], ids=["binaries cached", "CPU device: no binaries"])
 def test_compile_cache_across_processes(tmp_path: Path, binaries: bool) -> None:
     """Where the device's binaries are cached a second process builds nothing; on a CPU device (PoCL, whose
-    binary fetch compiles every kernel once more) none is written and the second process builds again, from the
-    driver's own cache."""
+    binary fetch compiles every kernel once more) the program's source is kept instead and the second process
+    builds it again (the driver's own cache answers)."""
     script = textwrap.dedent(f"""
         import numpy as np
         import targets.opencl_runtime as clrt
@@ -272,25 +272,54 @@ def test_compile_cache_across_processes(tmp_path: Path, binaries: bool) -> None:
     assert first[0] >= 1 and first[1] == second[1]
     assert (second[0] == 0) is binaries
     assert bool(list(tmp_path.glob("opencl-*.bin"))) is binaries
+    assert bool(list(tmp_path.glob("opencl-*.cl"))) is not binaries
 
 
-def test_batched_build_and_binary_cache(target: cl.OpenCLTarget, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def _check_batch(target: cl.OpenCLTarget, progs: list, first: int = 0) -> None:
+    for i, prog in enumerate(progs, first):
+        buf = target.allocate(32)
+        target.launch(prog, [buf])
+        out = np.empty(8, np.float32)
+        target.copyout(buf, memoryview(out.view(np.uint8)))
+        np.testing.assert_array_equal(out, np.full(8, i + 0.5, np.float32))
+
+
+def _batch_items(n: int, first: int = 0) -> list:
+    return [(f"bk{i}", f"__kernel void bk{i}(__global float* a) {{ a[get_global_id(0)] = {i}.5f; }}\n",
+             {"global_size": (8,)}) for i in range(first, first + n)]
+
+
+@pytest.mark.parametrize("binaries", [True, False], ids=["binaries cached", "CPU device: sources cached"])
+def test_batched_build_and_cache(target: cl.OpenCLTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 binaries: bool) -> None:
+    """One build for a batch; a second compile of its kernels loads the batch binary through each kernel's .ref
+    (no build), or on a CPU device builds the kept batch source once (the driver's cache answers that)."""
     monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
-    monkeypatch.setattr(target, "cache_binaries", True)  # as on a GPU: PoCL's binaries are not cached by default
-    items = [(f"bk{i}", f"__kernel void bk{i}(__global float* a) {{ a[get_global_id(0)] = {i}.5f; }}\n",
-              {"global_size": (8,)}) for i in range(4)]
+    monkeypatch.setattr(target, "cache_binaries", binaries)
     before = target.build_count
-    for attempt in range(2):  # the second attempt loads the batch binary through each kernel's .ref
-        progs = target.compile_many(items)
-        assert target.build_count == before + 1, f"attempt {attempt}"
-        for i, prog in enumerate(progs):
-            buf = target.allocate(32)
-            target.launch(prog, [buf])
-            out = np.empty(8, np.float32)
-            target.copyout(buf, memoryview(out.view(np.uint8)))
-            np.testing.assert_array_equal(out, np.full(8, i + 0.5, np.float32))
-    assert len(list(tmp_path.glob("opencl-*.ref"))) == 4 and len(list(tmp_path.glob("opencl-*.bin"))) == 1
+    for attempt in range(2):
+        _check_batch(target, target.compile_many(_batch_items(4)))
+        assert target.build_count == before + 1 + (attempt if not binaries else 0), f"attempt {attempt}"
+    ext = "bin" if binaries else "cl"
+    assert len(list(tmp_path.glob("opencl-*.ref"))) == 4 and len(list(tmp_path.glob(f"opencl-*.{ext}"))) == 1
+    # kernels of that batch in a new company: built from the kept batch, the new one in a batch of its own
+    progs = target.compile_many(_batch_items(1, first=2) + _batch_items(1, first=7))
+    _check_batch(target, progs[:1], first=2)
+    _check_batch(target, progs[1:], first=7)
+
+
+def test_a_cached_batch_source_that_is_not_its_name_is_ignored(target: cl.OpenCLTarget, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept source edited on disk (its hash no longer its name) is never built: the kernels build from their
+    own sources and give their own results."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    monkeypatch.setattr(target, "cache_binaries", False)
+    target.compile_many(_batch_items(3))
+    (batch,) = tmp_path.glob("opencl-*.cl")
+    batch.write_text(batch.read_text().replace(".5f", ".25f"))
+    before = target.build_count
+    _check_batch(target, target.compile_many(_batch_items(3)))
+    assert target.build_count == before + 1  # the kernels' own batch, not the edited file
 
 
 def test_broken_kernel_in_a_batch_is_named(target: cl.OpenCLTarget) -> None:
