@@ -17,10 +17,15 @@ CPU's pause instruction between checks: no iteration count tuned to one machine)
 on a futex; the caller spins as long for the last chunks other threads hold, then blocks too. While a replay holds
 the pool (``dp_pool_hold``, targets/replay_cpu.py: one call of a command buffer), its sleeping workers are woken at
 the start and, between the call's regions, keep polling with a ``sched_yield`` after each spin instead of sleeping,
-for as long as the yields come straight back (a core shared with other processes sends them to sleep as before): on
-a VM the futex wake of a sleeping worker costs the caller more than a small region's work, and the worker comes
-too late to claim a chunk. A call made while a region runs (a kernel inside a lane, a second thread's replay) runs
-inline on its own thread, as do calls for one thread or one element. Workers are started on first need (up to the
+for as long as the yields come straight back (a core shared with other processes sends them to sleep as before),
+and so does the caller waiting for the last chunks: on a VM the futex wake of a sleeping thread costs more than a
+small region's work (the worker comes too late to claim a chunk; the caller wakes long after the last one is
+done), most of all after an idle spell, when the host has stopped polling for the idle core. They poll the same
+way for ``LINGER_NS`` after a hold ends or a region finishes, so that calls made one after another (a benchmark's,
+a camera's frames arriving late) find them awake: a worker that slept between every two calls left the caller
+alone for most of the next one. A call made while a region
+runs (a kernel inside a lane, a second thread's replay) runs inline on its own thread, as do calls for one thread
+or one element. Workers are started on first need (up to the
 largest count asked for) and never end; the library is loaded once per process and never unloaded. A forked child
 starts with no workers and starts its own.
 
@@ -37,6 +42,7 @@ from typing import Any
 import cffi
 
 SPIN_NS = 20_000  # at most this long spinning before a futex wait (workers and caller alike)
+LINGER_NS = 500_000  # idle workers poll (yielding, module docstring) this long after the last call or region
 SPLIT = 4  # chunks per thread: a late thread costs at most about 1 / (threads * SPLIT) of a region
 MAX_THREADS = 256
 
@@ -81,6 +87,8 @@ static pthread_mutex_t dp_grow = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t dp_once = PTHREAD_ONCE_INIT;
 static int dp_workers;
 static _Atomic int64_t dp_spin_ns = SPIN_NS;
+static _Atomic int64_t dp_linger_ns = LINGER_NS;
+static _Atomic int64_t dp_linger_until;  /* dp_now() until which idle workers poll instead of sleeping */
 static _Atomic int dp_stall_worker = -1;  /* tests: this worker sleeps dp_stall_ns before claiming a chunk */
 static _Atomic int64_t dp_stall_ns;
 
@@ -142,19 +150,29 @@ static int dp_wake_sleepers(void) {
   return sleeping;
 }
 
+static void dp_linger(void) {
+  atomic_store_explicit(&dp_linger_until, dp_now() + atomic_load_explicit(&dp_linger_ns, memory_order_relaxed),
+                        memory_order_relaxed);
+}
+
+/* after a spin ran out: whether to keep polling rather than sleep. Only while a replay holds the pool or lingers,
+   and only if the core is not wanted elsewhere: a yield that gave the core away for longer than a spin means it is
+   shared, where polling would take another thread's share of it (module docstring) */
+static int dp_keep_polling(void) {
+  if (atomic_load_explicit(&dp_holds, memory_order_relaxed) <= 0 &&
+      dp_now() >= atomic_load_explicit(&dp_linger_until, memory_order_relaxed))
+    return 0;
+  int64_t before = dp_now();
+  sched_yield();
+  return dp_now() - before < atomic_load_explicit(&dp_spin_ns, memory_order_relaxed);
+}
+
 static void *dp_worker(void *arg) {
   int me = (int)(intptr_t)arg;
   uint32_t seen = atomic_load(&dp_gen);
   for (;;) {
     if (!dp_spin(&dp_gen, seen)) {
-      if (atomic_load_explicit(&dp_holds, memory_order_relaxed) > 0) {
-        /* a held pool's idle worker lets any other runnable thread go first, and keeps polling only while none
-           does: a yield that gave the core away for longer than a spin means the core is shared, where polling
-           would take the caller's own share of it */
-        int64_t before = dp_now();
-        sched_yield();
-        if (dp_now() - before < atomic_load_explicit(&dp_spin_ns, memory_order_relaxed)) continue;
-      }
+      if (dp_keep_polling()) continue;
       /* counted before each wait and uncounted by the waker (dp_wake_sleepers), so a wake-up already sent is
          not sent again by the next region before this worker has run */
       do {
@@ -238,12 +256,13 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
   for (;;) {
     uint32_t d = atomic_load(&dp_done);
     if (d == (uint32_t)nch) break;
-    if (dp_spin(&dp_done, d)) continue;
+    if (dp_spin(&dp_done, d) || dp_keep_polling()) continue;
     atomic_store(&dp_caller_waiting, 1);
     while ((d = atomic_load(&dp_done)) != (uint32_t)nch) dp_futex_wait(&dp_done, d);
     atomic_store(&dp_caller_waiting, 0);
     break;
   }
+  dp_linger();
   atomic_flag_clear_explicit(&dp_busy, memory_order_release);
 }
 
@@ -252,6 +271,7 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
    between regions instead of sleeping. Waking is skipped while a region runs: its workers are awake. Returns how
    many sleeping workers it woke. */
 int dp_pool_hold(int delta) {
+  if (delta < 0) dp_linger();
   if (atomic_fetch_add(&dp_holds, delta) + delta <= 0 || delta <= 0 || atomic_load(&dp_sleepers) == 0) return 0;
   if (atomic_flag_test_and_set_explicit(&dp_busy, memory_order_acquire)) return 0;
   atomic_fetch_add(&dp_gen, 1);
@@ -263,11 +283,17 @@ int dp_pool_hold(int delta) {
 int dp_pool_workers(void) { return dp_workers; }
 int dp_pool_sleeping(void) { return atomic_load(&dp_sleepers); }
 void dp_pool_set_spin_ns(int64_t ns) { atomic_store(&dp_spin_ns, ns < 0 ? 0 : ns); }
+void dp_pool_set_linger_ns(int64_t ns) {
+  atomic_store(&dp_linger_ns, ns < 0 ? 0 : ns);
+  if (ns <= 0) atomic_store(&dp_linger_until, 0);
+}
+int dp_pool_lingering(void) { return dp_now() < atomic_load(&dp_linger_until); }
 void dp_pool_stall_worker(int worker, int64_t ns) {
   atomic_store(&dp_stall_ns, ns);
   atomic_store(&dp_stall_worker, worker);
 }
-""".replace("MAX_THREADS", str(MAX_THREADS)).replace("SPIN_NS", str(SPIN_NS)).replace("SPLIT", str(SPLIT))
+""".replace("MAX_THREADS", str(MAX_THREADS)).replace("SPIN_NS", str(SPIN_NS)).replace("LINGER_NS", str(LINGER_NS)) \
+    .replace("SPLIT", str(SPLIT))
 
 POOL_CDEF = """
 typedef void (*dp_fn)(void *ctx, int lo, int hi);
@@ -276,6 +302,8 @@ int dp_pool_workers(void);
 int dp_pool_sleeping(void);
 int dp_pool_hold(int delta);
 void dp_pool_set_spin_ns(int64_t ns);
+void dp_pool_set_linger_ns(int64_t ns);
+int dp_pool_lingering(void);
 void dp_pool_stall_worker(int worker, int64_t ns);
 """
 POOL_FLAGS = ("-pthread",)

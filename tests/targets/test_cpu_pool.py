@@ -6,6 +6,8 @@ at any thread count, the count is per replay, and the range parameters are check
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -172,6 +174,45 @@ def test_holding_the_pool_wakes_its_sleeping_workers(work: tuple) -> None:
         p.lib.dp_pool_set_spin_ns(cpu_pool.SPIN_NS)
     counts, _ = region(work[2], 2, 16)
     assert (counts == 1).all()
+
+
+def test_idle_workers_linger_after_a_region_then_sleep(work: tuple) -> None:
+    """After a region (and after a replay's hold) idle workers keep polling for LINGER_NS, so the next call finds
+    them awake; once it has passed they sleep."""
+    p = cpu.thread_pool()
+    assert cpu_pool.LINGER_NS > cpu_pool.SPIN_NS
+    p.lib.dp_pool_set_linger_ns(10 * 10**9)
+    try:
+        region(work[2], 2, 8)
+        assert p.lib.dp_pool_lingering()
+        p.lib.dp_pool_set_linger_ns(0)
+        assert not p.lib.dp_pool_lingering()
+        assert _all_asleep(p)
+        p.lib.dp_pool_set_linger_ns(10 * 10**9)
+        p.lib.dp_pool_hold(1)
+        p.lib.dp_pool_hold(-1)
+        assert p.lib.dp_pool_lingering()  # a call's end lingers too
+    finally:
+        p.lib.dp_pool_set_linger_ns(cpu_pool.LINGER_NS)
+
+
+def test_lingering_workers_sleep_when_their_core_is_wanted(work: tuple) -> None:
+    """A lingering worker polls only while its yields come straight back: with every core busy it sleeps, however
+    long the linger."""
+    p = cpu.thread_pool()
+    region(work[2], 2, 8)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    p.lib.dp_pool_set_linger_ns(10 * 10**9)
+    try:
+        time.sleep(0.2)  # the busy processes are running
+        region(work[2], 2, 8)
+        assert p.lib.dp_pool_lingering()
+        assert _all_asleep(p)
+    finally:
+        p.lib.dp_pool_set_linger_ns(cpu_pool.LINGER_NS)
+        for b in busy:
+            b.kill()
+            b.wait()
 
 
 class _HoldRecorder:
