@@ -228,6 +228,11 @@ class OpenCLRuntime(Runtime):
             return None
         return program
 
+    @property
+    def _cache_ext(self) -> str:
+        """What the kernel cache keeps of a built program: its binary, or on a CPU device its source."""
+        return ".bin" if self.cache_binaries else ".cl"
+
     def _program_from_cached_source(self, path: Path) -> Any | None:
         """The program built from a batch source the cache kept for a CPU device (module docstring); None where the
         file is not the source its name hashes (then build from the kernels' own sources)."""
@@ -272,8 +277,7 @@ class OpenCLRuntime(Runtime):
             for name, src in items:  # find the kernel at fault, so the error shows its own source and log
                 self.lib.clReleaseProgram(self._program_from_source(src, name))
             raise
-        batch_key = self._cache_key(source)
-        ext = ".bin" if self.cache_binaries else ".cl"
+        batch_key, ext = self._cache_key(source), self._cache_ext
         publish(cache_dir() / f"opencl-{batch_key}{ext}", self._program_binary(program) if self.cache_binaries
                 else source)
         for _, src in items:
@@ -291,7 +295,7 @@ class OpenCLRuntime(Runtime):
         by_key: dict[str, Any] = {}
         by_file: dict[Path, Any] = {}
         try:
-            ext = ".bin" if self.cache_binaries else ".cl"
+            ext = self._cache_ext
             for key in keys:
                 path = cached_artifact(f"opencl-{key}", ext)
                 if path is not None and path.suffix != ext:
