@@ -17,15 +17,14 @@ CPU's pause instruction between checks: no iteration count tuned to one machine)
 on a futex; the caller spins as long for the last chunks other threads hold, then blocks too. While a replay holds
 the pool (``dp_pool_hold``, targets/replay_cpu.py: one call of a command buffer), its sleeping workers are woken at
 the start and, between the call's regions, keep polling with a ``sched_yield`` after each spin instead of sleeping,
-for as long as the yields come straight back (a core shared with other processes sends them to sleep as before),
-and so does the caller waiting for the last chunks: on a VM the futex wake of a sleeping thread costs more than a
-small region's work (the worker comes too late to claim a chunk; the caller wakes long after the last one is
-done), most of all after an idle spell, when the host has stopped polling for the idle core. They poll the same
-way for ``LINGER_NS`` after a hold ends or a region finishes, so that calls made one after another (a benchmark's,
-a camera's frames arriving late) find them awake: a worker that slept between every two calls left the caller
-alone for most of the next one. A call made while a region
-runs (a kernel inside a lane, a second thread's replay) runs inline on its own thread, as do calls for one thread
-or one element. Workers are started on first need (up to the
+for as long as the yields come straight back (a core shared with other processes sends them to sleep as before), and
+so does the caller waiting for the last chunks: on a VM the futex wake of a sleeping thread costs more than a small
+region's work (the worker comes too late to claim a chunk; the caller wakes long after the last one is done), most
+of all after an idle spell, when the host has stopped polling for the idle core. They poll the same way for
+``LINGER_NS`` after a hold ends or a region finishes, so that calls made one after another (a benchmark's, a
+camera's frames arriving late) find them awake: a worker that slept between every two calls left the caller alone
+for most of the next one. A call made while a region runs (a kernel inside a lane, a second thread's replay) runs
+inline on its own thread, as do calls for one thread or one element. Workers are started on first need (up to the
 largest count asked for) and never end; the library is loaded once per process and never unloaded. A forked child
 starts with no workers and starts its own.
 
