@@ -9,7 +9,7 @@ import pytest
 from jit import Ops, Tensor, UOp
 from jit.codegen.opt import OptOptions, optimize_kernel, plan_tiles
 from jit.codegen.opt.merge import merge_output_dims
-from jit.codegen.opt.overlap import plan_overlap
+from jit.codegen.opt.overlap import SCALAR_OVERLAP_WIDTH, plan_overlap, plan_overlapped_row, plan_scalar_overlap
 from jit.codegen.opt.tiling import overlap_height
 from jit.codegen.pipeline import commit_dtypes
 from jit.ir.uop import toposort
@@ -186,3 +186,75 @@ def test_rows_whose_overlap_would_waste_too_much_stay_untiled() -> None:
     assert plan is None or not plan.overlap_reuse
     off = plan_tiles(_ast(_product(197, 256, 192)[0]), OptOptions(overlap_rows=False))
     assert off is None or not off.overlap_reuse
+
+
+def _softmax_want(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # the row holding +inf: inf - inf
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+@pytest.mark.parametrize("tokens", [197, 25, 7])
+def test_an_exp_row_no_vector_divides_is_vectors_and_matches_numpy(tokens: int, device: str) -> None:
+    # softmax over a ViT's 197 tokens and a transformer's 25: the exp kernel's rows were a scalar loop of library
+    # calls; as vectors its exp is the vector polynomial, the last vector shifted back over the row's end
+    rng = np.random.default_rng(tokens)
+    x = rng.standard_normal((max(3, 300 // tokens ** 2), tokens, tokens), dtype=np.float32) * 4
+    x[0, 0, -1] = np.inf  # the last lanes are stored twice: both times the same value
+    x[1, 2, -2] = -np.inf
+    y = Tensor(x, device=device).softmax(-1)
+    programs = [r.program for r in compile_uops([y.uop], device)]
+    elementwise = [p.source for p in programs if "acc" not in p.source]
+    if device == "CPU":
+        assert elementwise and all("expf(" not in s and _vector_store_rows(s) for s in elementwise), elementwise
+    np.testing.assert_allclose(y.numpy(), _softmax_want(x), rtol=2e-6, atol=1e-7)
+
+
+def _ew_ast(t: Tensor) -> UOp:
+    kernels, _ = create_schedule([t.uop], "CPU")
+    return commit_dtypes(next(k.ast for k in kernels if not any(u.op is Ops.REDUCE for u in toposort([k.ast]))))
+
+
+def test_an_elementwise_row_is_overlapped_only_with_exp_or_erf_and_no_whole_width() -> None:
+    x = np.zeros((32, 197), np.float32)
+    assert plan_overlapped_row(_ew_ast(Tensor(x).exp()), OptOptions(), 16).upcasts[0][1] == 16
+    assert plan_overlapped_row(_ew_ast(Tensor(x).erf()), OptOptions(), 8).upcasts[0][1] == 8
+    assert plan_overlapped_row(_ew_ast(Tensor(x) * 2 + 1), OptOptions(), 16) is None  # the C compiler's loop
+    assert plan_overlapped_row(_ew_ast(Tensor(np.zeros((32, 192), np.float32)).exp()), OptOptions(), 16) is None
+    assert plan_overlapped_row(_ew_ast(Tensor(x).exp()), OptOptions(overlap_rows=False), 16) is None
+    assert plan_overlapped_row(_ew_ast(Tensor(x).exp()), OptOptions(), 0) is None
+    # a row read at a stride (a transposed input) stays a loop: each lane would be a load of its own
+    assert plan_overlapped_row(_ew_ast(Tensor(np.zeros((197, 32), np.float32)).T.exp()), OptOptions(), 16) is None
+
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_a_prime_row_matmul_is_tiled_overlapped_and_matches_numpy(device: str) -> None:
+    # a ViT's attention scores, q @ k^T over 197 tokens: no width divides 197, and the kernel was left untiled
+    # (one scalar accumulator an output, 5x slower than the same work in attn @ v)
+    rng = np.random.default_rng(1)
+    q, k = rng.standard_normal((3, 197, 64), np.float32), rng.standard_normal((3, 64, 197), np.float32)
+    y = Tensor(q, device=device).matmul(Tensor(k, device=device))
+    plan = plan_tiles(_ast(Tensor(q).matmul(Tensor(k))), OptOptions())
+    assert plan is not None and plan.upcasts[0][1] == 1 and plan.overlap_reuse  # widened by the optimizer
+    if device == "CPU":
+        assert _vector_store_rows(compile_uops([y.uop], device)[-1].program.source)
+    np.testing.assert_allclose(y.numpy(), q @ k, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_a_strided_short_row_reduce_runs_eight_chains_overlapped_and_matches_numpy(device: str) -> None:
+    # softmax's max over 197 tokens: each output reads its own contiguous row, so consecutive outputs are 197
+    # apart (no vectors); the 3 x 197 outputs merge into one row of 591 = 3 x 197, tiled 3 wide: three chains
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 197, 197), np.float32)
+    x[2, 196, 5] = np.nan  # in the last, overlapped tile: stored twice, NaN both times
+    x[0, 0, :] = -np.inf
+    y = Tensor(x, device=device).max(-1)
+    merged = merge_output_dims(_ast(Tensor(x).max(-1)))
+    plan = plan_tiles(merged, OptOptions())
+    assert plan is not None and plan.upcasts[0][1] == 3
+    wide = plan_scalar_overlap(merged, plan, OptOptions())
+    assert wide is not None and wide.overlap and wide.upcasts[0][1] == SCALAR_OVERLAP_WIDTH
+    assert plan_scalar_overlap(merged, plan, OptOptions(overlap_rows=False)) is None
+    np.testing.assert_array_equal(y.numpy(), x.max(-1))

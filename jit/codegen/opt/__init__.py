@@ -9,7 +9,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   register tiling by ``jit.codegen.opt.tiling`` (upcast of the contiguous output axis
   and of one reuse axis, so one pass over the reduce loop updates a tile of accumulators), with the tile row
   as vectors where the target's language has vector types (``jit.codegen.opt.vectorize``; a row no vector width
-  divides as whole vectors with an overlapped last one: ``jit.codegen.opt.overlap``); on the CPU, a tile's reuse
+  divides as whole vectors with an overlapped last one, or where its loads cannot be vectors as 8 overlapped
+  scalar outputs: ``jit.codegen.opt.overlap``); on the CPU, a tile's reuse
   axis opens innermost where, outermost, it would re-read an input larger than L2 (``jit.codegen.opt.order``), and
   otherwise the split axis that walks a load's cache lines does (``jit.codegen.opt.locality``);
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
@@ -18,8 +19,10 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   input transform): that axis replaced by its values, so each copy computes only its own piece
   (``jit.codegen.opt.select``);
 * elementwise kernels (copies, padding, casts) whose innermost output axis splits into whole vectors: that axis
-  as vectors (``plan_vector_row``); the others, where that axis is a padded loop: its masked ends peeled off
-  (``jit.codegen.opt.peel``), so the interior is a plain loop the C compiler vectorizes;
+  as vectors (``plan_vector_row``); one that does not split but computes exp or erf (softmax over 197 tokens): as
+  whole vectors, the last one shifted back (``jit.codegen.opt.overlap``); the others, where that axis is a padded
+  loop: its masked ends peeled off (``jit.codegen.opt.peel``), so the interior is a plain loop the C compiler
+  vectorizes;
 * every other kernel: the small-loop unroll of ``jit.codegen.passes.unroll`` (as before the optimizer existed).
 
 ``finish_kernel(sink, opts)`` runs after that (and after the symbolic pass that follows it, which would undo
@@ -45,7 +48,7 @@ from jit.codegen.opt.locality import split_for_line_reuse
 from jit.codegen.opt.merge import merge_output_dims
 from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
 from jit.codegen.opt.order import open_innermost, reuse_axis_inner
-from jit.codegen.opt.overlap import plan_overlap
+from jit.codegen.opt.overlap import plan_overlap, plan_overlapped_row, plan_scalar_overlap
 from jit.codegen.opt.park import park_accumulators
 from jit.codegen.opt.peel import peel_masked_row
 from jit.codegen.opt.select import unroll_selector_axes
@@ -93,12 +96,17 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         overlapped = plan_overlap(sink, plan, opts, vector_width) if not lanes and vector_width >= MIN_LANES else None
         if overlapped is not None and (overlap_lanes := choose_lanes(sink, overlapped, opts, vector_width)):
             plan, lanes = overlapped, overlap_lanes
+        elif not lanes and (scalars := plan_scalar_overlap(sink, plan, opts)) is not None:
+            plan = scalars
         tiled = tile_kernel(sink, plan, lanes)
         if len(plan.upcasts) > 1 and \
                 (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims, l2.size)) is not tiled:
             return ordered
         return open_innermost(tiled, line_axis.arg) if line_axis is not None else tiled
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
+            (lanes := choose_lanes(sink, row, opts, vector_width)):
+        return tile_kernel(sink, row, lanes)
+    if (row := plan_overlapped_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)
     if opts.peel:

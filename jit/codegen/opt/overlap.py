@@ -11,7 +11,16 @@ runs the row axis over ``ceil(n / u)`` tiles starting at ``min(t * u, n - u)``, 
 outputs inside the row and the last one ends at the row's end. The outputs where the last tile overlaps the one
 before it are computed and stored twice, by the same expression at the same index: the same value each time.
 That holds only where no store of the kernel is read back by it (a state updated in place): such a kernel keeps
-its plan. Every other output is stored once, as before.
+its plan. Every other output is stored once, as before. A row whose loads cannot be vectors (each output reads its
+own contiguous run: softmax's max and sum over 197 tokens) and that has fewer than ``SCALAR_OVERLAP_WIDTH``
+outputs a tile and no reuse axis gets that many scalar outputs a tile, overlapped alike (``plan_scalar_overlap``).
+
+The same for an elementwise kernel (``plan_overlapped_row``) whose row no vector width divides (softmax's exp over
+a ViT's 197 tokens, a transformer's 25) and whose row computes float32 ``EXP`` or ``ERF``: as scalars these are one
+library call per element, which the C compiler cannot vectorize; as vectors the pipeline lowers them to
+polynomials on whole vectors (jit/codegen/passes/vector_exp.py). Before: a plain loop over the row. After: the row
+as ``ceil(n / w)`` vectors of ``w`` lanes, the last shifted back. Rows without such ops keep their loop, which the C
+compiler vectorizes itself.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from jit.codegen.opt.options import OptOptions
 from jit.codegen.opt.tiling import VECTOR_LOAD_STRIDES, TilePlan, row_stride, stores_read_back, vector_registers
 from jit.codegen.opt.vectorize import MIN_LANES
 from jit.codegen.stats import range_deps
+from jit.common.dtype import dtypes
 from jit.ir.uop import Ops, UOp, toposort
 
 
@@ -62,3 +72,49 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
         return None
     width = min(widths, key=lambda w: (_tile_cost(n, w, height, vector_width), -w))
     return replace(plan, upcasts=((row, width), *others), overlap=True)
+
+
+# scalar accumulators of an overlapped row whose loads cannot be vectors: enough independent sums or maxima to hide
+# an add's or a compare-and-select's latency
+SCALAR_OVERLAP_WIDTH = 8
+
+
+def plan_scalar_overlap(sink: UOp, plan: TilePlan, opts: OptOptions) -> TilePlan | None:
+    """``plan`` with its row (narrower than ``SCALAR_OVERLAP_WIDTH``: a prime row, ``plan_tiles``, or 3 x 197) as
+    ``SCALAR_OVERLAP_WIDTH`` scalar outputs a tile, overlapped (module docstring), for a row whose loads are not
+    vectors (softmax's max over a ViT's 197 tokens reads each row's 197 values contiguously, so consecutive outputs
+    are 197 apart): each output's reduce is one chain that waits on its last compare every step, and a tile runs
+    that many chains side by side. None where the plan has a reuse axis (its rows are chains already), the row is
+    that wide already, shorter than two tiles or divided by it (then a plain tile), overlap is off, or the kernel
+    reads what it stores."""
+    (row, u), *others = plan.upcasts
+    n = int(row.src[0].arg)
+    if not opts.overlap_rows or plan.overlap or others or u >= SCALAR_OVERLAP_WIDTH or \
+            n < 2 * SCALAR_OVERLAP_WIDTH or n % SCALAR_OVERLAP_WIDTH == 0 or stores_read_back(toposort([sink])):
+        return None
+    return replace(plan, upcasts=((row, SCALAR_OVERLAP_WIDTH), *others), overlap=True)
+
+
+def plan_overlapped_row(sink: UOp, opts: OptOptions, vector_width: int) -> TilePlan | None:
+    """An elementwise kernel's innermost output row as overlapped vectors (module docstring), or None: a reduce
+    kernel, vectors or overlap off, fewer than ``opts.min_outputs`` outputs, a row that a whole vector width divides
+    (``plan_vector_row``'s) or that is shorter than ``MIN_LANES``, no float32 ``EXP`` or ``ERF`` on the row, a load
+    or store the row does not walk contiguously (or at one address), or a kernel reading what it stores. The width:
+    the widest power of two up to ``vector_width`` that the row holds."""
+    nodes = toposort([sink])
+    if not (opts.overlap_rows and opts.vectorize) or vector_width < MIN_LANES or \
+            any(u.op is Ops.REDUCE for u in nodes) or stores_read_back(nodes):
+        return None
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    if not outs or math.prod(int(r.src[0].arg) for r in outs) < opts.min_outputs:
+        return None
+    row, n = outs[-1], int(outs[-1].src[0].arg)
+    width = 1 << (min(n, vector_width).bit_length() - 1)
+    if width < MIN_LANES or n % width == 0:
+        return None
+    deps = range_deps(sink)
+    if not any(u.op in (Ops.EXP, Ops.ERF) and u.dtype == dtypes.float32 and row in deps[u] for u in nodes):
+        return None
+    if any(row_stride(u.src[0].src[1], row, deps) not in (0, 1) for u in nodes if u.op in (Ops.LOAD, Ops.STORE)):
+        return None
+    return TilePlan(((row, width),), overlap=True)

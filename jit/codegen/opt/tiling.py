@@ -212,12 +212,14 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     if u_inner is None:
         # a row no width divides (resnet's 14, 7 and 7x7 = 49): its widest divisor up to the widest width
         u_inner = max(d for d in range(1, min(_size(inner), max(inner_upcasts)) + 1) if _size(inner) % d == 0)
-    if u_inner == 1:
-        return None
     # a row of 4 vectorizes as it is only where its loads read it contiguously: a channels-last input (a depthwise
     # conv's, jit/frontend/nn_ops.py) gathers it lane by lane, which costs more than the channel tile's stores
     row_strides = {row_stride(ld.src[0].src[1], inner, deps) for ld in loads}
     row_contiguous = row_strides <= {0, 1}
+    if u_inner == 1 and not (opts.overlap_rows and _size(inner) >= 2 * WIDE_MIN_LANES):
+        # a prime row past the widths (a ViT's 197 tokens) is still planned: the optimizer widens it to overlapped
+        # vectors, or overlapped scalars where its loads cannot be vectors (jit/codegen/opt/overlap.py)
+        return None
     if opts.channel_vector and u_inner % opts.channel_vector and \
             (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
             (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
