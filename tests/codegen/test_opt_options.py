@@ -49,7 +49,19 @@ def test_knobs_change_the_plan() -> None:
     assert sizes(plan_tiles(ast, OptOptions(inner_upcasts=(8,), reuse_upcasts=(2,)))) == [(80, 8), (64, 8)]
     assert sizes(plan_tiles(ast, OptOptions(max_upcast=16))) == [(80, 16)]  # no reuse axis fits under the cap
     assert plan_tiles(ast, OptOptions(min_reduce_trips=49)) is None
-    assert plan_tiles(ast, OptOptions(min_outputs=64 * 80 + 1)) is None
+    # min_outputs gates small kernels only: this one's 245,760 multiply-adds are tiled whatever it says
+    assert plan_tiles(ast, OptOptions(min_outputs=64 * 80 + 1)) is not None
+    small = _ast_of(Tensor(np.ones((4, 8), np.float32)).matmul(Tensor(np.ones((8, 16), np.float32))))
+    assert plan_tiles(small, OptOptions(min_outputs=64)) is not None
+    assert plan_tiles(small, OptOptions(min_outputs=65)) is None
+
+
+def test_a_small_matrix_vector_product_with_enough_work_is_tiled() -> None:
+    # squeeze-and-excitation's 240 -> 64: 64 outputs (under min_outputs) of 240 terms each, 15,360 multiply-adds
+    x, w = np.ones((1, 240), np.float32), np.ones((240, 64), np.float32)
+    plan = plan_tiles(_ast_of(Tensor(x).matmul(Tensor(w))), OptOptions())
+    assert plan is not None and plan.upcasts[0][1] >= 16
+    assert plan_tiles(_ast_of(Tensor(x[:, :16]).matmul(Tensor(w[:16]))), OptOptions()) is None  # 1,024: not
 
 
 def _ast_of(t: Tensor):

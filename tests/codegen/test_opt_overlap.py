@@ -258,3 +258,20 @@ def test_a_strided_short_row_reduce_runs_eight_chains_overlapped_and_matches_num
     assert wide is not None and wide.overlap and wide.upcasts[0][1] == SCALAR_OVERLAP_WIDTH
     assert plan_scalar_overlap(merged, plan, OptOptions(overlap_rows=False)) is None
     np.testing.assert_array_equal(y.numpy(), x.max(-1))
+
+
+def test_a_row_only_narrow_vectors_divide_takes_wide_overlapped_ones() -> None:
+    # mobilenet_v3's 240 -> 40 projection over 14x14: the merged row of 196 splits into 4-lane vectors only, and 40
+    # channels into 8-lane ones, where this machine's FMAs do 16 lanes: 16-lane vectors over the row, overlapped
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 240, 14, 14), np.float32), rng.standard_normal((40, 240, 1, 1), np.float32)
+    sink = optimize_kernel(merge_output_dims(_ast(Tensor(x).conv2d(Tensor(w)))), WIDE, vector_width=16)
+    vectors = [u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "vector"]
+    assert [int(v.src[0].arg) for v in vectors] == [16]
+    assert any(u.op is Ops.MIN and u.src[1].op is Ops.CONST and int(u.src[1].arg) % 16 == 196 % 16
+               for u in toposort([sink]))
+    # where 8-lane vectors are the widest that pay (no wide channel vector), 4-lane rows stay as they were
+    narrow = optimize_kernel(merge_output_dims(_ast(Tensor(x).conv2d(Tensor(w)))), OptOptions(), vector_width=8)
+    assert not any(u.op is Ops.MIN and u.src[1].op is Ops.CONST for u in toposort([narrow]))
+    want = np.einsum("oc,chw->ohw", w[:, :, 0, 0].astype(np.float64), x[0].astype(np.float64))
+    np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w)).numpy()[0], want, rtol=1e-4, atol=1e-4)

@@ -61,7 +61,7 @@ class OptOptions:
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
     * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it), unless
       their reduce is long (``jit.codegen.opt.tiling.LONG_REDUCE_TRIPS``: a global pool's one accumulator per output
-      would wait on its last add every step).
+      would wait on its last add every step) or their work is (``SMALL_KERNEL_WORK`` multiply-adds there).
     * ``unroll``: unroll small loops of kernels that are not tiled, and the small axes an elementwise kernel
       selects pieces by (jit/codegen/opt/select.py).
     * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not

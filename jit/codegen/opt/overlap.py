@@ -53,8 +53,8 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     accumulators in at most half the target's vector registers (``vector_width`` lanes each)."""
     (row, u), *others = plan.upcasts
     n = int(row.src[0].arg)
-    if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % MIN_LANES == 0 or \
-            n < 2 * MIN_LANES:
+    if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % max(MIN_LANES, opts.wide_channel_vector) == 0 \
+            or n < 2 * MIN_LANES:
         return None
     nodes = toposort([sink])
     outs = [x for x in nodes if x.op is Ops.RANGE and x.arg[1] == "global"]

@@ -51,6 +51,9 @@ WIDE_MIN_TRIPS = 16
 # pool, a squeeze-and-excitation matrix-vector product): untiled, each output's long sum is one accumulator that
 # waits on its last add every step, and the tile's independent accumulators are what hide that latency
 LONG_REDUCE_TRIPS = 256
+# nor when its multiply-adds reach this: a squeeze-and-excitation's 240 -> 64 matrix-vector product, untiled, walks
+# its weights a whole row apart every step with one accumulator an output (17 us against 2 us tiled)
+SMALL_KERNEL_WORK = 1 << 13
 # a row at least this long loses little to an overlapped last vector (jit/codegen/opt/overlap.py): at most one
 # vector in four computed twice with 16 lanes
 OVERLAP_ROW_MIN = 64
@@ -148,7 +151,7 @@ def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, fro
 
 def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: int, row_strides: set[int | None],
                        trips: int, accumulators: int) -> bool:
-    """Whether a long row that no vector width divides tiles as whole vectors with an overlapped last one
+    """Whether a long row that no wide vector divides tiles as whole vectors with an overlapped last one
     (jit/codegen/opt/overlap.py) instead of across output channels in a tile of ``accumulators`` vectors:
     * where the row's loads are contiguous and either the channels take vectors narrower than the target's wide
       ones (squeezenet's 512 -> 1000 classifier over 13x13 = 169 outputs: 1000 channels are no multiple of 16), so
@@ -159,7 +162,8 @@ def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: 
       ``CHANNEL_MIN_TRIPS``: the channel tile's lane-by-lane stores cost more than its multiply-adds (squeezenet's
       first conv, 64 channels over a 111-wide row at stride 2 from 27 taps). A strided row over a longer reduce
       keeps its channel tile: two loads and a shuffle a vector cost about what its stores save."""
-    if not (opts.overlap_rows and opts.wide_channel_vector and row >= OVERLAP_ROW_MIN and u_inner % WIDE_MIN_LANES):
+    wide = opts.wide_channel_vector
+    if not (opts.overlap_rows and wide and row >= OVERLAP_ROW_MIN and u_inner % wide):
         return False
     if row_strides <= {0, 1} and (channel_lanes < opts.wide_channel_vector or
                                   accumulators < FMA_UNITS * MIN_VECTOR_ACCUMULATORS):
@@ -200,7 +204,8 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     if trips < opts.min_reduce_trips:
         return None
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
-    if not outs or math.prod(_size(r) for r in outs) < opts.min_outputs and trips < LONG_REDUCE_TRIPS:
+    outputs = math.prod(_size(r) for r in outs)
+    if not outs or outputs < opts.min_outputs and trips < LONG_REDUCE_TRIPS and outputs * trips < SMALL_KERNEL_WORK:
         return None
     inner = outs[-1]
     deps = range_deps(sink)
