@@ -167,3 +167,17 @@ def test_a_row_of_a_large_prime_still_gets_enough_accumulators() -> None:
     xs = np.random.default_rng(1).standard_normal((1, 64, 13, 13)).astype(np.float32)
     got = Tensor(xs).conv2d(Tensor(w)).numpy()
     np.testing.assert_allclose(got, np.einsum("oc,nchw->nohw", w[:, :, 0, 0], xs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_product_that_would_be_one_tile_keeps_two_for_threads() -> None:
+    # squeeze-and-excitation's 576 -> 144: one tile 144 wide left the kernel nothing to share over threads
+    x, w = np.ones((1, 576), np.float32), np.ones((576, 144), np.float32)
+    wide = OptOptions(wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160, fill_tile=128)
+    plan = plan_tiles(_ast_of(Tensor(x).matmul(Tensor(w))), wide)
+    assert plan is not None and plan.upcasts[0][1] == 48  # 3 tiles of 3 vectors
+    # a global pool over 144 channels of 28 x 28, alike
+    pool = plan_tiles(_ast_of(Tensor(np.ones((1, 144, 28, 28), np.float32)).mean((2, 3))), wide)
+    assert pool is not None and 144 // pool.upcasts[0][1] >= 2
+    # little work (144 outputs of 64 terms): one tile, as before
+    small = plan_tiles(_ast_of(Tensor(x[:, :64]).matmul(Tensor(w[:64]))), wide)
+    assert small is not None and small.upcasts[0][1] == 144

@@ -275,3 +275,14 @@ def test_a_row_only_narrow_vectors_divide_takes_wide_overlapped_ones() -> None:
     assert not any(u.op is Ops.MIN and u.src[1].op is Ops.CONST for u in toposort([narrow]))
     want = np.einsum("oc,chw->ohw", w[:, :, 0, 0].astype(np.float64), x[0].astype(np.float64))
     np.testing.assert_allclose(Tensor(x).conv2d(Tensor(w)).numpy()[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_elementwise_kernel_over_short_rows_runs_them_as_one_row() -> None:
+    # squeeze-and-excitation's scale, (576, 7, 7) * (576, 1, 1): one loop of 49 per channel instead of 7 of 7
+    rng = np.random.default_rng(4)
+    x, s = rng.standard_normal((1, 576, 7, 7), np.float32), rng.standard_normal((1, 576, 1, 1), np.float32)
+    y = Tensor(x) * Tensor(s)
+    sink = optimize_kernel(_ew_ast(y), OptOptions(), vector_width=16)
+    sizes = sorted(int(u.src[0].arg) for u in toposort([sink]) if u.op is Ops.RANGE)
+    assert sizes == [49, 576]
+    np.testing.assert_array_equal(y.numpy(), x * s)

@@ -18,7 +18,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
 * elementwise kernels that select between a few pieces by a small output axis (``Tensor.cat``, Winograd's
   input transform): that axis replaced by its values, so each copy computes only its own piece
   (``jit.codegen.opt.select``);
-* elementwise kernels (copies, padding, casts) whose innermost output axis splits into whole vectors: that axis
+* elementwise kernels (copies, padding, casts), on loop targets with short rows merged first (``merge``), whose
+  innermost output axis splits into whole vectors: that axis
   as vectors (``plan_vector_row``); one that does not split but computes exp or erf (softmax over 197 tokens): as
   whole vectors, the last one shifted back (``jit.codegen.opt.overlap``); the others, where that axis is a padded
   loop: its masked ends peeled off (``jit.codegen.opt.peel``), so the interior is a plain loop the C compiler
@@ -104,6 +105,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
                 (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims, l2.size)) is not tiled:
             return ordered
         return open_innermost(tiled, line_axis.arg) if line_axis is not None else tiled
+    if not launch_dims and opts.vectorize and not any(u.op is Ops.REDUCE for u in toposort([sink])):
+        sink = merge_output_dims(sink)  # an elementwise (h, w) of 7 x 7 as one row of 49 the vectors can fill
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)

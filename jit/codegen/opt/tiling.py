@@ -54,6 +54,9 @@ LONG_REDUCE_TRIPS = 256
 # nor when its multiply-adds reach this: a squeeze-and-excitation's 240 -> 64 matrix-vector product, untiled, walks
 # its weights a whole row apart every step with one accumulator an output (17 us against 2 us tiled)
 SMALL_KERNEL_WORK = 1 << 13
+# a kernel whose only output axis is a matrix-vector row, with this much work (multiply-adds or adds), keeps two
+# tiles or more: enough to pay for sharing them out over threads (the CPU language's parallel_min_work)
+SHARED_ROW_WORK = 1 << 15
 # a row at least this long loses little to an overlapped last vector (jit/codegen/opt/overlap.py): at most one
 # vector in four computed twice with 16 lanes
 OVERLAP_ROW_MIN = 64
@@ -273,6 +276,10 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             # so several accumulators share the taps instead of one waiting on the last FMA every tap
             wide = max((d for d in range(u_inner + 1, opts.max_upcast + 1)
                         if _size(inner) % d == 0 and d % WIDE_MIN_LANES == 0), default=None)
+        if wide == outputs and outputs * trips >= SHARED_ROW_WORK:
+            # the whole kernel one tile (squeeze-and-excitation's 576 -> 144 product, a global pool over 144
+            # channels): no loop is left for threads to share, so the widest that leaves two tiles or more
+            wide = max((d for d in range(u_inner, outputs // 2 + 1, u_inner) if outputs % d == 0), default=None)
         upcasts[0] = (inner, wide or u_inner)
     return TilePlan(tuple(upcasts))
 
