@@ -19,11 +19,10 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   input transform): that axis replaced by its values, so each copy computes only its own piece
   (``jit.codegen.opt.select``);
 * elementwise kernels (copies, padding, casts), on loop targets with short rows merged first (``merge``), whose
-  innermost output axis splits into whole vectors: that axis
-  as vectors (``plan_vector_row``); one that does not split but computes exp or erf (softmax over 197 tokens): as
-  whole vectors, the last one shifted back (``jit.codegen.opt.overlap``); the others, where that axis is a padded
-  loop: its masked ends peeled off (``jit.codegen.opt.peel``), so the interior is a plain loop the C compiler
-  vectorizes;
+  innermost output axis splits into whole vectors: that axis as vectors (``plan_vector_row``); on loop targets,
+  one that does not split but computes exp or erf (softmax over 197 tokens): as whole vectors, the last one
+  shifted back (``jit.codegen.opt.overlap``); the others, where that axis is a padded loop: its masked ends peeled
+  off (``jit.codegen.opt.peel``), so the interior is a plain loop the C compiler vectorizes;
 * every other kernel: the small-loop unroll of ``jit.codegen.passes.unroll`` (as before the optimizer existed).
 
 ``finish_kernel(sink, opts)`` runs after that (and after the symbolic pass that follows it, which would undo
@@ -110,7 +109,7 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)
-    if (row := plan_overlapped_row(sink, opts, vector_width)) is not None and \
+    if not launch_dims and (row := plan_overlapped_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)
     if opts.peel:
