@@ -66,9 +66,11 @@ class OptOptions:
       selects pieces by (jit/codegen/opt/select.py).
     * ``peel``: split the masked ends (padding) off the innermost loop of elementwise kernels that are not
       vectorized otherwise, leaving an unmasked interior loop (jit/codegen/opt/peel.py).
-    * ``overlap_rows``: a reduce kernel's tile row that no multiple of 4 lanes divides (a pool's 55 outputs) runs
-      as whole vectors, the last one shifted back to end at the row's end (jit/codegen/opt/overlap.py); a row of at
-      least 64 does so before its channels take vectors narrower than ``wide_channel_vector``.
+    * ``overlap_rows``: a reduce kernel's tile row that no multiple of 4 lanes divides (a pool's 55 outputs), or
+      only narrower ones than ``wide_channel_vector``, runs as whole vectors, the last one shifted back to end at the
+      row's end (jit/codegen/opt/overlap.py); a row of at least 64 does so before its channels take vectors narrower
+      than ``wide_channel_vector``; a row whose loads cannot be vectors runs as 8 overlapped scalar outputs a tile;
+      on loop targets an elementwise row computing exp or erf runs as overlapped vectors too.
     * ``line_reuse``: on loop targets, split an outer output axis read at ``c // d`` and contiguously at ``c % d``
       and open its ``c % d`` part innermost, where the loops inside it move that load by whole cache lines
       (Winograd's output transform; jit/codegen/opt/locality.py).

@@ -2,7 +2,9 @@
 
 Before: a reduce kernel's tile plan (``jit.codegen.opt.tiling.plan_tiles``) whose tile row, the contiguous output
 axis of ``n`` values, takes no vector lanes: ``n`` has no divisor that is a multiple of ``MIN_LANES`` (squeezenet's
-max pools over 55-, 27- and 13-wide rows), so the row is ``n / u`` scalar copies of ``u`` accumulators. (A long
+max pools over 55-, 27- and 13-wide rows), so the row is ``n / u`` scalar copies of ``u`` accumulators; or only lanes
+narrower than the target's wide ones (``wide_channel_vector``: a 14 x 14 = 196 row splits into 4-lane vectors
+only); or it is one wide (a prime row past the tile widths: a ViT's 197 tokens). (A long
 row whose output channels would take narrower vectors than the target's wide ones, or whose reduce is too short to
 pay for a channel tile's scattered stores, comes here instead of across channels: ``tiling._overlap_row_first``.)
 

@@ -168,7 +168,7 @@ def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: 
     wide = opts.wide_channel_vector
     if not (opts.overlap_rows and wide and row >= OVERLAP_ROW_MIN and u_inner % wide):
         return False
-    if row_strides <= {0, 1} and (channel_lanes < opts.wide_channel_vector or
+    if row_strides <= {0, 1} and (channel_lanes < wide or
                                   accumulators < FMA_UNITS * MIN_VECTOR_ACCUMULATORS):
         return True
     return trips < CHANNEL_MIN_TRIPS and row_strides <= set(VECTOR_LOAD_STRIDES)
