@@ -15,6 +15,7 @@ hold says nothing where either side may be NaN, since NaN fails every ``<``, ``<
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -30,6 +31,12 @@ def literal(e: Expr) -> Floats:
     the float32 values around the literal's double value: the compiler's rounding of the decimal text is one
     of them (and an unsuffixed literal, a double, lies between them too, so a device that reads it as a float
     is covered as well)."""
+    return _literal(e[2], e[3])
+
+
+@lru_cache(maxsize=4096)  # kernels repeat their literals (every lane of a vector constant): the same Floats
+def _literal(suffix: str, text: str) -> Floats:
+    e = ("num", None, suffix, text)
     v = float(e[3])
     f = float(np.float32(v)) if v <= float(np.finfo(np.float32).max) else math.inf
     lo = f if f <= v else float(np.nextafter(np.float32(f), np.float32(-np.inf)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from jit.common.errors import DrivepackError
@@ -458,15 +459,20 @@ class _Parser:
                 return e
 
 
+_INT_LITERAL = re.compile(r"(\d+)([uUlL]*)")
+_FLOAT_LITERAL = re.compile(r"((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)([fF]?)")
+
+
+@lru_cache(maxsize=4096)  # a kernel repeats its literals (a vector constant's lanes): the same immutable tuple
 def _number(tok: str) -> Expr:
     """("num", value, suffix): an integer literal's value and its suffix; a float literal is ("num", None,
     suffix, text): its suffix ("f" for float, "" for double) and its digits (targets/index_floats.py reads them)."""
-    m = re.fullmatch(r"(\d+)([uUlL]*)", tok)
+    m = _INT_LITERAL.fullmatch(tok)
     if m is not None:
         if len(m.group(1)) > 1 and m.group(1).startswith("0"):
             raise IndexParseError(f"expected a decimal integer, got {tok!r}")  # octal: the renderer writes none
         return ("num", int(m.group(1)), m.group(2).lower())
-    m = re.fullmatch(r"((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)([fF]?)", tok)
+    m = _FLOAT_LITERAL.fullmatch(tok)
     if m is None:
         raise IndexParseError(f"expected a number, got {tok!r}")
     return ("num", None, m.group(2).lower(), m.group(1))

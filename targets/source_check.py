@@ -211,13 +211,16 @@ def _check_kernel(lines: list[str], start: int, entry: str, dialect: str, where:
         raise KernelSourceError(f"{where}: expected the body of kernel {entry} closed, got {depth} unclosed '{{'")
 
 
+_RESERVED_PREFIX = re.compile(r"_[A-Z]")
+
+
 def _check_words(text: str, i: int, where: str, line: str) -> None:
     for m in _IDENT.finditer(text):
         word = m.group()
         if word in _FORBIDDEN_WORDS:
             raise KernelSourceError(f"{where}: line {i + 1}: expected no {word!r} (the renderer never writes it), "
                                     f"got {_excerpt(line)!r}")
-        if (word.startswith("__") or re.match(r"_[A-Z]", word)) and word not in _RESERVED_OK:
+        if (word.startswith("__") or _RESERVED_PREFIX.match(word)) and word not in _RESERVED_OK:
             raise KernelSourceError(f"{where}: line {i + 1}: expected no reserved identifier {word!r}, got "
                                     f"{_excerpt(line)!r}")
     for m in _CALL.finditer(text):
