@@ -76,11 +76,12 @@ def test_a_depthwise_conv_whose_rows_split_into_vectors_keeps_them() -> None:
 
 
 def test_a_short_reduce_without_reuse_axis_keeps_its_one_vector_row() -> None:
-    """A 3x3 window: 9 taps, which the core overlaps with the next tile's, so the row stays one vector wide."""
+    """A 3x3 window: 9 taps, which the core overlaps with the next tile's, so the row stays one vector wide, 4 rows
+    of the sliding window high (``test_a_depthwise_conv_tiles_rows_of_its_sliding_window``)."""
     x, w = _rand(1, 16, 56, 56), _rand(16, 1, 3, 3, seed=1)
     out = Tensor(x).conv2d(Tensor(w), groups=16, padding=1)
     conv = compile_uops([out.uop])[-1].program.source
-    assert float_accumulators(conv) == 8
+    assert float_accumulators(conv) == 8 * tiling.WINDOW_HEIGHTS[0]
     np.testing.assert_allclose(out.numpy(), _depthwise_reference(x, w, np.zeros(16, np.float32), 1),
                                rtol=1e-5, atol=1e-5)
 
@@ -175,3 +176,28 @@ def test_a_prime_row_keeps_its_row_tile_whatever_the_registers() -> None:
         plan = plan_tiles(ast, registers=registers)
         assert plan is not None and [u for _, u in plan.upcasts] == [8, 13]
 
+
+
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_a_depthwise_conv_tiles_rows_of_its_sliding_window(device: str) -> None:
+    """EfficientNet's 3x3 depthwise conv over 56-wide rows: no axis is read by one row alone (each channel has its
+    own weights), but output row y at tap ky + 1 reads what row y + 1 reads at tap ky, so a tile of 4 rows loads 6
+    input rows where 4 separate rows loaded 12 (and has 4x the accumulators)."""
+    x, w, b = _rand(1, 32, 56, 56), _rand(32, 1, 3, 3, seed=1), _rand(32, seed=2)
+    out = Tensor(x, device=device).conv2d(Tensor(w, device=device), Tensor(b, device=device), groups=32, padding=1)
+    plan = plan_tiles(_ast(Tensor(x).conv2d(Tensor(w), Tensor(b), groups=32, padding=1)))
+    assert plan is not None and [int(r.src[0].arg) for r, _ in plan.upcasts] == [56, 56]
+    assert plan.upcasts[1][1] == tiling.WINDOW_HEIGHTS[0]
+    # a 7x7 window's long reduce keeps its whole 56-wide row, with no room left for rows
+    x7, w7 = _rand(1, 16, 56, 56), _rand(16, 1, 7, 7, seed=1)
+    wide = plan_tiles(_ast(Tensor(x7).conv2d(Tensor(w7), groups=16, padding=3)))
+    assert wide is not None and [f for _, f in wide.upcasts] == [56]
+    np.testing.assert_allclose(out.numpy(), _depthwise_reference(x, w, b, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_strided_window_is_no_row_tile() -> None:
+    # at stride 2, row y + 1 reads two input rows further, not the next tap's row: nothing is shared
+    x, w = _rand(1, 32, 56, 56), _rand(32, 1, 1, 3, seed=1)
+    ast = _ast(Tensor(x).conv2d(Tensor(w), groups=32, stride=(2, 1), padding=(0, 1)))
+    plan = plan_tiles(ast)
+    assert plan is None or len(plan.upcasts) == 1

@@ -192,6 +192,26 @@ def vector_registers(vector_width: int) -> int:
     return 32 if vector_width >= 16 else DEFAULT_VECTOR_REGISTERS
 
 
+# rows of a tile over a sliding window's axis (``_window_axis``): h output rows of a 3-tap window load h + 2 input
+# rows instead of 3h, and h x the row's vectors are accumulators
+WINDOW_HEIGHTS = (4, 2)
+
+
+def _window_axis(outer: list[UOp], loads: list[UOp], reduces: list[UOp],
+                 deps: dict[UOp, frozenset[UOp]]) -> UOp | None:
+    """The innermost of the ``outer`` output axes that some load reads as a sliding window: at the same stride as
+    one of the reduce's own ranges (a stride-1 conv's ``y + ky``), so consecutive outputs along it read the same
+    input at neighbouring taps; None where no load does."""
+    red_ranges = [r for red in reduces for r in red.src[1:]]
+    for cand in reversed(outer):
+        for ld in loads:
+            idx = ld.src[0].src[1]
+            step = row_stride(idx, cand, deps) if cand in deps[ld] else None
+            if step and any(row_stride(idx, r, deps) == step for r in red_ranges if r in deps[ld]):
+                return cand
+    return None
+
+
 def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
                registers: int = DEFAULT_VECTOR_REGISTERS) -> TilePlan | None:
     """The tile plan for ``sink``, or None when it is not a reduce kernel worth tiling (one STORE; every reduce
@@ -281,6 +301,12 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             # channels): no loop is left for threads to share, so the widest that leaves two tiles or more
             wide = max((d for d in range(u_inner, outputs // 2 + 1, u_inner) if outputs % d == 0), default=None)
         upcasts[0] = (inner, wide or u_inner)
+        if not shared and (window := _window_axis(outs[:-1], loads, reduces, deps)) is not None and \
+                (height := _first_divisor(_size(window), tuple(h for h in WINDOW_HEIGHTS
+                                                              if h * upcasts[0][1] <= opts.max_upcast))) is not None:
+            # a depthwise conv's rows: nothing is read by one row alone, but the window of row y at tap ky + 1 is
+            # row y + 1's at tap ky (the same load, built once), so a tile of rows loads fewer rows than it computes
+            upcasts.append((window, height))
     return TilePlan(tuple(upcasts))
 
 
