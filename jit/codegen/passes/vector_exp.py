@@ -4,15 +4,17 @@ library calls, and an EfficientNet's SiLU epilogues cost more than its convoluti
 
 Before: a kernel graph after the optimizer, where a value depending on a RANGE of kind "vector" is a vector of
 lanes. After: every float32 EXP depending on such a range is replaced by the range-reduced polynomial below, built
-from ops the renderer spells as whole vectors (multiply-add, compare and select, rint, float-int conversion,
-bitcast); EXP elsewhere (scalars, other dtypes) is left to the library. The same walk lowers float32 ERF on vector
-lanes (``jit.codegen.passes.vector_erf``: the same reason, the exact GELU's erf).
+from ops the renderer spells as whole vectors (multiply-add, compare and select, float-int conversion, bitcast);
+EXP elsewhere (scalars, other dtypes) is left to the library. The same walk lowers float32 ERF on vector lanes
+(``jit.codegen.passes.vector_erf``: the same reason, the exact GELU's erf).
 
 The math (Cephes' ``expf``): ``x`` is clamped to [-104, 89] (beyond, the result is 0 or +inf anyway; NaN passes
 through), ``n = rint(x / ln 2)``, ``r = x - n ln 2`` in two parts (Cody-Waite, exact products), ``e^r`` by a
 degree-6 polynomial on |r| <= ln 2 / 2, and ``2^n`` applied as two powers of two ``2^a 2^(n-a)`` with ``a =
 rint(n / 2)``, so that both stay normal for every ``n`` in [-150, 128] and the product overflows to +inf or rounds
-into the subnormals as ``expf`` does. Within 2 ulp of the correctly rounded result over the whole float range.
+into the subnormals as ``expf`` does. Both roundings are two adds (``_rint_small``: the values are small), which
+the C compiler may fuse with the multiply before them; a tie then rounds by the exact product, and ``r`` stays as
+small. Within 2 ulp of the correctly rounded result over the whole float range.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4
 # e^r = 1 + r + r^2 (P0 r^5 + P1 r^4 + ... + P5), |r| <= ln 2 / 2
 POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 LOW, HIGH = -104.0, 89.0
+RINT_SHIFT = 1.5 * 2 ** 23  # (v + RINT_SHIFT) - RINT_SHIFT rounds |v| < 2**22 to an integer (``_rint_small``)
 
 
 def _f(v: float) -> UOp:
@@ -44,17 +47,24 @@ def _pow2(n: UOp) -> UOp:
     return UOp(Ops.BITCAST, F32, (_alu(Ops.MUL, biased, UOp.const(I32, 1 << 23)),))
 
 
+def _rint_small(v: UOp) -> UOp:
+    """``rint(v)`` for float32 ``v`` with |v| < 2**22 (or NaN): ``(v + 1.5 * 2**23) - 1.5 * 2**23``, whose sum lies
+    where float32 steps by 1, so the add rounds to an integer, half to even; two adds instead of a rounding the C
+    vector extensions spell lane by lane. A zero may come out +0 for -0: every use below is sign-blind."""
+    return _alu(Ops.SUB, _alu(Ops.ADD, v, _f(RINT_SHIFT)), _f(RINT_SHIFT))
+
+
 def vector_exp(x: UOp) -> UOp:
     """``e ** x`` for float32 ``x`` as the module docstring's arithmetic."""
     clamped = _alu(Ops.MIN, _alu(Ops.MAX, x, _f(LOW)), _f(HIGH))
-    n = UOp(Ops.RINT, F32, (_alu(Ops.MUL, clamped, _f(LOG2E)),))
+    n = _rint_small(_alu(Ops.MUL, clamped, _f(LOG2E)))  # |n| <= 151
     n = UOp(Ops.WHERE, F32, (UOp(Ops.CMPNE, dtypes.bool, (n, n)), _f(0.0), n))  # no NaN reaches a conversion
     r = _alu(Ops.SUB, _alu(Ops.SUB, clamped, _alu(Ops.MUL, n, _f(LN2_HI))), _alu(Ops.MUL, n, _f(LN2_LO)))
     poly = _f(POLY[0])
     for c in POLY[1:]:
         poly = _alu(Ops.ADD, _alu(Ops.MUL, poly, r), _f(c))
     er = _alu(Ops.ADD, _alu(Ops.ADD, _alu(Ops.MUL, poly, _alu(Ops.MUL, r, r)), r), _f(1.0))
-    half = UOp(Ops.RINT, F32, (_alu(Ops.MUL, n, _f(0.5)),))
+    half = _rint_small(_alu(Ops.MUL, n, _f(0.5)))
     return _alu(Ops.MUL, _alu(Ops.MUL, er, _pow2(half)), _pow2(_alu(Ops.SUB, n, half)))
 
 
