@@ -36,12 +36,11 @@ def literal(e: Expr) -> Floats:
 
 @lru_cache(maxsize=4096)  # kernels repeat their literals (every lane of a vector constant): the same Floats
 def _literal(suffix: str, text: str) -> Floats:
-    e = ("num", None, suffix, text)
-    v = float(e[3])
+    v = float(text)
     f = float(np.float32(v)) if v <= float(np.finfo(np.float32).max) else math.inf
     lo = f if f <= v else float(np.nextafter(np.float32(f), np.float32(-np.inf)))
     hi = f if f >= v else float(np.nextafter(np.float32(f), np.float32(np.inf)))
-    return Floats(((lo, hi),), CType("float", 4 if e[2] == "f" else 8))
+    return Floats(((lo, hi),), CType("float", 4 if suffix == "f" else 8))
 
 
 def lanes(v: Value, n: int) -> list[FloatLane] | None:
