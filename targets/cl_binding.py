@@ -4,6 +4,10 @@ libOpenCL is bound once per process with cffi in ABI mode (``dlopen``), so no C 
 ``$DRIVEPACK_OPENCL_LIB`` names another library to try first. The declarations cover what the target and the
 replay call, sub-buffers and cl_khr_command_buffer's entry-point types included. ``list_devices`` numbers the
 devices across the platforms whose name contains ``$DRIVEPACK_CL_PLATFORM`` (all platforms when unset).
+
+Before the library loads, ``POCL_AFFINITY`` defaults to 1 (a value the caller set is kept): PoCL's CPU driver then
+pins worker thread i to core i. Unpinned, Linux wakes both workers on the waking core and takes dozens of launches to
+spread them, so a replay's first tens of milliseconds ran its kernels on one core (benchmarks/bench_modeld.py).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from targets.registry import DeviceError
 
 # the platform name substring that restricts device discovery (e.g. "Portable" for PoCL)
 PLATFORM_ENV = "DRIVEPACK_CL_PLATFORM"
+# PoCL's switch that pins its CPU driver's worker threads, read when the library initialises its devices
+POCL_AFFINITY_ENV = "POCL_AFFINITY"
 
 _CDEF = """
 typedef int32_t cl_int; typedef uint32_t cl_uint; typedef uint64_t cl_ulong; typedef cl_ulong cl_bitfield;
@@ -164,6 +170,7 @@ class OpenCLDeviceError(OpenCLError, DeviceError):
 @cache
 def libopencl() -> tuple[cffi.FFI, Any]:
     """The cffi binding of libOpenCL (loaded once per process)."""
+    os.environ.setdefault(POCL_AFFINITY_ENV, "1")
     ffi = cffi.FFI()
     ffi.cdef(_CDEF)
     names = [os.environ["DRIVEPACK_OPENCL_LIB"]] if os.environ.get("DRIVEPACK_OPENCL_LIB") else []

@@ -383,3 +383,31 @@ def test_copies_round_trip_and_check_sizes(target: cl.OpenCLTarget) -> None:
         target.copyin(buf, memoryview(data[:99]))
     empty = (Tensor(np.zeros((0, 3), np.float32), device="OPENCL") + 1).numpy()
     assert empty.shape == (0, 3)
+
+
+# --- PoCL's worker threads ------------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning is only visible with two or more usable cores")
+@pytest.mark.parametrize("setting", [None, "0"], ids=["default: pinned", "caller's 0 kept"])
+def test_pocl_worker_threads_pinned_by_default(setting: str | None) -> None:
+    """The binding defaults ``POCL_AFFINITY`` to 1 before libOpenCL loads, so PoCL's CPU driver pins each worker to
+    one core (unpinned, a replay's first launches ran on one core); a value the caller set is kept."""
+    script = textwrap.dedent("""
+        import os
+        import numpy as np
+        from jit.frontend.tensor import Tensor
+        x = Tensor(np.arange(4096, dtype=np.float32), device="OPENCL")
+        (x * 2.0 + 1.0).numpy()
+        pinned = sum(len(os.sched_getaffinity(int(t))) == 1 for t in os.listdir("/proc/self/task"))
+        print(os.environ["POCL_AFFINITY"], pinned)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("POCL_AFFINITY", None)
+    if setting is not None:
+        env["POCL_AFFINITY"] = setting
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    value, pinned = proc.stdout.split()
+    assert value == (setting or "1")
+    assert (int(pinned) >= 2) is (setting is None)
