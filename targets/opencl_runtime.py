@@ -17,6 +17,7 @@ import hashlib
 import os
 import weakref
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,9 @@ class OpenCLRuntime(Runtime):
         info = self.info
         self.live: Counter[str] = Counter()
         self.build_count = 0
+        # kernel cache key -> the source of the program this process built it in from scratch (its batch), for
+        # the replay's prewarm helper (targets/opencl_prewarm.py); kernels loaded from the cache are not here
+        self._fresh_batches: dict[str, str] = {}
         # module docstring: a CPU device's program binary costs more to fetch than the build it saves
         self.cache_binaries = not info.device_type & CL_DEVICE_TYPE_CPU
         dev = self.ffi.new("cl_device_id[1]", [self.device_id])
@@ -278,12 +282,23 @@ class OpenCLRuntime(Runtime):
                 self.lib.clReleaseProgram(self._program_from_source(src, name))
             raise
         batch_key, ext = self._cache_key(source), self._cache_ext
+        self._fresh_batches.update((self._cache_key(src), source) for _, src in items)
         publish(cache_dir() / f"opencl-{batch_key}{ext}", self._program_binary(program) if self.cache_binaries
                 else source)
         for _, src in items:
             if (key := self._cache_key(src)) != batch_key:
                 publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}{ext}")
         return program
+
+    def take_fresh_batches(self, kernel_sources: Iterable[str]) -> dict[str, str]:
+        """For each of ``kernel_sources`` this process built from scratch and no replay has taken yet: the whole
+        source of the program it was built in. Taken once: a second replay of the same kernels finds them compiled
+        for its launches by the first (kernels loaded from the cache are never here)."""
+        found: dict[str, str] = {}
+        for source in kernel_sources:
+            if source not in found and (batch := self._fresh_batches.pop(self._cache_key(source), None)) is not None:
+                found[source] = batch
+        return found
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
         return self.compile_many([(name, source, meta)])[0]

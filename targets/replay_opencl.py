@@ -26,6 +26,10 @@ for writing with CL_MAP_WRITE_INVALIDATE_REGION and unmaps it: the specification
 the host changed the memory, a no-op where the device reads host memory directly. ``input_modes`` says for each
 input which way the last call took and why a copy was needed.
 
+Prewarm: on PoCL, a replay whose kernels this process compiled from scratch starts a helper process
+(targets/opencl_prewarm.py, ``prewarm``) compiling their launches from the last backwards while the first call
+compiles them forwards; the first call's end stops it and sets ``prewarm`` to None.
+
 Shared states (``share_states_with``): the other replay's cl_mem objects are this replay's state buffers, set as
 kernel arguments and recorded into the command buffer like its own; both replays must use one context and queue.
 """
@@ -44,6 +48,7 @@ from jit.common.helpers import prod
 from targets.base import Buffer, Program, Runtime
 from targets.cl_binding import (
     CL_BUFFER_CREATE_TYPE_REGION,
+    CL_DEVICE_TYPE_CPU,
     CL_FALSE,
     CL_MAP_WRITE_INVALIDATE_REGION,
     CL_MEM_READ_ONLY,
@@ -58,6 +63,7 @@ from targets.cl_binding import (
     libopencl,
 )
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
+from targets.opencl_prewarm import Launch, Prewarm, prewarm_wanted, start_prewarm
 from targets.opencl_runtime import OpenCLRuntime
 from targets.replay import IN_PLACE, Replay, ReplayError
 from targets.source_check import OPENCL, check_kernels
@@ -170,6 +176,7 @@ class OpenCLReplay(Replay):
             f"copied: {info.name} reports no CL_DEVICE_HOST_UNIFIED_MEMORY"
         self._host_align = max(info.base_addr_align_bytes, 1)
         self.reset_own_states()
+        self.prewarm = self._start_prewarm()
 
     @staticmethod
     def default_flags(target: Runtime, program: Program) -> str:
@@ -284,6 +291,32 @@ class OpenCLReplay(Replay):
         self._enqueue_cb = khr["clEnqueueCommandBufferKHR"]
         return cb
 
+    def _start_prewarm(self) -> Prewarm | None:
+        """A helper compiling the launches of kernels this process built from scratch, from the last backwards, while
+        the first call compiles them forwards (targets/opencl_prewarm.py); that call stops it."""
+        cl, cb = self.cl, self.cmdbuf
+        fresh = cl.take_fresh_batches(k.source for k in cb.kernels)
+        if not fresh or not prewarm_wanted(cl.info.platform, bool(cl.info.device_type & CL_DEVICE_TYPE_CPU)):
+            return None
+        sizes = {b.binding: b.nbytes for b in cb.buffers if b.image is None}
+        sources: dict[str, int] = {}
+        launches: dict[tuple[object, ...], Launch] = {}
+        for d in cb.dispatches:
+            spec = cb.kernels[d.kernel]
+            source = fresh.get(spec.source)
+            if source is None or prod(d.global_size) == 0 or any(
+                    b not in sizes and not b.startswith("arena:") for b in d.bindings):
+                continue  # from the cache, no work items, or an image argument
+            program = sources.setdefault(source, len(sources))
+            nbytes = tuple(sizes[b] if b in sizes else parse_arena(b)[1] for b in d.bindings)
+            scalars = tuple(_scalar_bytes(s.dtype, s.bits).hex() for s in d.scalars)
+            launch = Launch(program, spec.entry, tuple(d.global_size), tuple(d.local_size), nbytes, scalars)
+            launches.setdefault((program, spec.entry, launch.global_size, launch.local_size), launch)
+        prewarm = start_prewarm(cl.index, cl.build_options, list(sources), list(launches.values()))
+        if prewarm is not None:
+            weakref.finalize(self, prewarm.stop).atexit = False
+        return prewarm
+
     # --- running -------------------------------------------------------------------------------------------
     def _host_ptr_reason(self, address: int, n: int) -> str:
         """"" when an input of ``n`` bytes at ``address`` may be bound in place, else ``copied: why``."""
@@ -386,6 +419,9 @@ class OpenCLReplay(Replay):
                     queue, mem, CL_FALSE, 0, n, ffi.cast("void*", a.__array_interface__["data"][0]), 0, ffi.NULL,
                     ffi.NULL))
         check("clFinish", lib.clFinish(queue))
+        if self.prewarm is not None:  # the first call compiled every kernel the helper had not
+            self.prewarm.stop()
+            self.prewarm = None
         return outputs
 
     def _submit(self, inputs: list[np.ndarray]) -> None:

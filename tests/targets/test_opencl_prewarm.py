@@ -1,0 +1,112 @@
+"""The PoCL prewarm helper (targets/opencl_prewarm.py): a second process compiling a fresh replay's kernels for its
+launches, stopped by the replay's first call. Run in subprocesses with empty kernel and PoCL caches, so that every
+kernel is compiled there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from targets.opencl_prewarm import MIN_LAUNCHES, prewarm_wanted, start_prewarm
+
+pytestmark = pytest.mark.opencl
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent("""
+    import os
+    from pathlib import Path
+    import numpy as np
+    from jit import Tensor, capture
+
+    def chain(x):
+        for i in range(18):  # a reduce and an add per step, each step's constant its own: 19 distinct kernels
+            x = x + (x * (i + 1.5)).max(axis=1, keepdim=True)
+        return {"y": x}
+
+    def specialised():  # PoCL compiles a kernel for its work-group size when it first runs, into its cache
+        return sum(p.parent.name != "0-0-0" for p in Path(os.environ["POCL_CACHE_DIR"]).rglob("*.so"))
+
+    x = {"x": np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32)}
+    cap = capture(chain, x, target="OPENCL")
+    helper = cap.replay.prewarm
+    if helper is None:
+        print("none", specialised())
+    elif os.environ.get("STOP_AT_ONCE"):
+        proc = helper.proc
+        helper.stop()  # what the first call does: the helper stops before its next kernel
+        print(proc.wait(timeout=600), specialised())
+    else:
+        code = helper.proc.wait(timeout=600)  # left alone, it runs every launch, then exits
+        print(code, specialised())
+    want = chain(Tensor(x["x"], device="CPU"))["y"].numpy()
+    np.testing.assert_allclose(cap(x)["y"], want, rtol=1e-6)
+    assert cap.replay.prewarm is None  # the first call stopped it
+    print(cap.n_dispatches, specialised())
+    from targets.registry import Device
+    from targets.replay_opencl import OpenCLReplay
+    again = OpenCLReplay(cap.cmdbuf, cap.weights, Device["OPENCL"])  # the same kernels, already compiled
+    print(again.prewarm)
+""")
+
+
+def _run(tmp_path: Path, **env: str) -> list[str]:
+    full = {**os.environ, "DRIVEPACK_CACHE": str(tmp_path / "kernels"), "POCL_CACHE_DIR": str(tmp_path / "pocl"),
+            "PYTHONPATH": str(ROOT), **env}
+    full.pop("DEV", None)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=full, capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    *figures, second_replay = proc.stdout.split()
+    assert second_replay == "None"  # a second replay of the same kernels in one process starts no helper
+    return figures
+
+
+def test_the_helper_compiles_every_launch_before_the_first_call(tmp_path: Path) -> None:
+    if not prewarm_wanted("Portable Computing Language", True):
+        pytest.fail("expected a machine where the helper runs: two usable cores, POCL_KERNEL_CACHE on")
+    code, before, dispatches, after = _run(tmp_path)
+    assert code == "0" and int(dispatches) >= MIN_LAUNCHES
+    assert int(before) == int(after) == int(dispatches)  # the helper compiled them all; the first call none
+
+
+def test_stopped_at_once_the_helper_compiles_nothing(tmp_path: Path) -> None:
+    """Stopped before it read its launches (it takes longer than that to start), it exits without compiling."""
+    code, before, dispatches, after = _run(tmp_path, STOP_AT_ONCE="1")
+    assert code == "0" and int(before) == 0 and int(after) == int(dispatches)
+
+
+def test_switched_off_the_first_call_compiles_them(tmp_path: Path) -> None:
+    none, before, dispatches, after = _run(tmp_path, DRIVEPACK_OPENCL_PREWARM="0")
+    assert none == "none" and int(before) == 0 and int(after) == int(dispatches)
+
+
+def test_a_warm_replay_starts_no_helper(tmp_path: Path) -> None:
+    """Kernels from the drivepack cache were compiled by an earlier process: no helper."""
+    _run(tmp_path, DRIVEPACK_OPENCL_PREWARM="0")
+    none, *_ = _run(tmp_path)
+    assert none == "none"
+
+
+def test_few_launches_start_no_helper() -> None:
+    assert start_prewarm(0, "", [], []) is None
+
+
+@pytest.mark.parametrize(("platform", "cpu", "env", "want"), [
+    ("Portable Computing Language", True, {}, True),
+    ("Portable Computing Language", False, {}, False),
+    ("NVIDIA CUDA", True, {}, False),
+    ("Portable Computing Language", True, {"POCL_KERNEL_CACHE": "0"}, False),
+    ("Portable Computing Language", True, {"DRIVEPACK_OPENCL_PREWARM": "0"}, False),
+])
+def test_prewarm_wanted_only_on_pocl_cpu_with_its_cache(monkeypatch: pytest.MonkeyPatch, platform: str, cpu: bool,
+                                                       env: dict[str, str], want: bool) -> None:
+    monkeypatch.delenv("POCL_KERNEL_CACHE", raising=False)
+    monkeypatch.delenv("DRIVEPACK_OPENCL_PREWARM", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert prewarm_wanted(platform, cpu) is (want and len(os.sched_getaffinity(0)) >= 2)
