@@ -5,9 +5,11 @@ libOpenCL is bound once per process with cffi in ABI mode (``dlopen``), so no C 
 replay call, sub-buffers and cl_khr_command_buffer's entry-point types included. ``list_devices`` numbers the
 devices across the platforms whose name contains ``$DRIVEPACK_CL_PLATFORM`` (all platforms when unset).
 
-Before the library loads, ``POCL_AFFINITY`` defaults to 1 (a value the caller set is kept): PoCL's CPU driver then
-pins worker thread i to core i. Unpinned, Linux wakes both workers on the waking core and takes dozens of launches to
-spread them, so a replay's first tens of milliseconds ran its kernels on one core (benchmarks/bench_modeld.py).
+Before the library loads, ``POCL_AFFINITY`` defaults to 1 where the process may run on every core (a value the
+caller set is kept): PoCL's CPU driver then pins worker thread i to core i. Unpinned, Linux wakes both workers on the
+waking core and takes dozens of launches to spread them, so a replay's first tens of milliseconds ran its kernels on
+one core (benchmarks/bench_modeld.py). A process kept to some cores (``taskset``) is left unpinned: PoCL would pin its
+workers to cores 0, 1, ... whatever the process was given.
 """
 
 from __future__ import annotations
@@ -170,7 +172,8 @@ class OpenCLDeviceError(OpenCLError, DeviceError):
 @cache
 def libopencl() -> tuple[cffi.FFI, Any]:
     """The cffi binding of libOpenCL (loaded once per process)."""
-    os.environ.setdefault(POCL_AFFINITY_ENV, "1")
+    if POCL_AFFINITY_ENV not in os.environ and os.sched_getaffinity(0) == set(range(os.cpu_count() or 1)):
+        os.environ[POCL_AFFINITY_ENV] = "1"
     ffi = cffi.FFI()
     ffi.cdef(_CDEF)
     names = [os.environ["DRIVEPACK_OPENCL_LIB"]] if os.environ.get("DRIVEPACK_OPENCL_LIB") else []

@@ -388,26 +388,34 @@ def test_copies_round_trip_and_check_sizes(target: cl.OpenCLTarget) -> None:
 # --- PoCL's worker threads ------------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning is only visible with two or more usable cores")
-@pytest.mark.parametrize("setting", [None, "0"], ids=["default: pinned", "caller's 0 kept"])
+@pytest.mark.parametrize("setting", [None, "0", "taskset"], ids=["default: pinned", "caller's 0 kept",
+                                                                "process kept to one core: unpinned"])
 def test_pocl_worker_threads_pinned_by_default(setting: str | None) -> None:
     """The binding defaults ``POCL_AFFINITY`` to 1 before libOpenCL loads, so PoCL's CPU driver pins each worker to
-    one core (unpinned, a replay's first launches ran on one core); a value the caller set is kept."""
+    one core (unpinned, a replay's first launches ran on one core); a value the caller set is kept, and a process
+    kept to some cores is left alone (PoCL would pin its workers to cores 0, 1, ... regardless)."""
     script = textwrap.dedent("""
-        import os
+        import os, sys
+        if sys.argv[1] == "taskset":
+            os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+        allowed = os.sched_getaffinity(0)
         import numpy as np
         from jit.frontend.tensor import Tensor
         x = Tensor(np.arange(4096, dtype=np.float32), device="OPENCL")
         (x * 2.0 + 1.0).numpy()
-        pinned = sum(len(os.sched_getaffinity(int(t))) == 1 for t in os.listdir("/proc/self/task"))
-        print(os.environ["POCL_AFFINITY"], pinned)
+        masks = [os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")]
+        print(os.environ.get("POCL_AFFINITY", "unset"), sum(len(m) == 1 for m in masks),
+              all(m <= allowed for m in masks))
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("POCL_AFFINITY", None)
-    if setting is not None:
+    if setting == "0":
         env["POCL_AFFINITY"] = setting
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", script, str(setting)], env=env, capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    value, pinned = proc.stdout.split()
-    assert value == (setting or "1")
-    assert (int(pinned) >= 2) is (setting is None)
+    value, pinned, within = proc.stdout.split()
+    assert value == {None: "1", "0": "0", "taskset": "unset"}[setting]
+    assert within == "True"  # no PoCL worker escapes the cores the process was given
+    if setting != "taskset":  # there every thread's mask is the one core
+        assert (int(pinned) >= 2) is (setting is None)
