@@ -172,7 +172,8 @@ class OpenCLDeviceError(OpenCLError, DeviceError):
 @cache
 def libopencl() -> tuple[cffi.FFI, Any]:
     """The cffi binding of libOpenCL (loaded once per process)."""
-    if POCL_AFFINITY_ENV not in os.environ and os.sched_getaffinity(0) == set(range(os.cpu_count() or 1)):
+    every_core = set(range(os.cpu_count() or 1))
+    if POCL_AFFINITY_ENV not in os.environ and getattr(os, "sched_getaffinity", lambda _: every_core)(0) == every_core:
         os.environ[POCL_AFFINITY_ENV] = "1"
     ffi = cffi.FFI()
     ffi.cdef(_CDEF)

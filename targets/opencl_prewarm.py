@@ -47,12 +47,17 @@ class Launch:
     scalars: tuple[str, ...]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (all of them where the platform cannot say)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def prewarm_wanted(platform: str, cpu_device: bool) -> bool:
     """Whether a helper can shorten a first call on this device: PoCL's CPU driver (module docstring) with its disk
     cache on, at least two cores to run on, and the helper not switched off."""
     return (cpu_device and "portable computing language" in platform.lower()
             and os.environ.get("POCL_KERNEL_CACHE", "1") != "0" and os.environ.get(PREWARM_ENV, "1") != "0"
-            and len(os.sched_getaffinity(0)) >= 2)
+            and usable_cores() >= 2)
 
 
 class Prewarm:
