@@ -17,7 +17,7 @@ import pytest
 
 from jit import Context, Device, Ops, Tensor
 from jit.codegen.opt import finish_kernel
-from jit.codegen.opt.hints import UNROLL_HINT_TRIPS
+from jit.codegen.opt.hints import UNROLL_HINT_MAX_LOADS, UNROLL_HINT_TRIPS, hint_unrolls
 from jit.codegen.opt.options import OptOptions, OptOptionsError
 from jit.ir.uop import toposort
 from jit.realize import CompiledKernel, clear_compiled_kernels, compile_uops
@@ -91,6 +91,33 @@ def test_unroll_hints_mark_short_reduce_loops_only() -> None:
     assert ck.program.source.replace(ck.name, "k") == plain_ck.program.source.replace(plain_ck.name, "k")
     np.testing.assert_array_equal(hinted, plain)
     np.testing.assert_allclose(hinted, _noopt(_strided_conv, "CPU"), rtol=1e-4, atol=1e-4)  # FMA contraction may differ
+
+
+def _loads_per_trip(ck: CompiledKernel) -> int:
+    """The loads in the bodies of a kernel's reduces (a tile's accumulators share their loops and loads)."""
+    return len({x for u in toposort([ck.lowered]) if u.op is Ops.REDUCE for x in toposort([u.src[0]])
+                if x.op is Ops.LOAD})
+
+
+def test_unroll_hints_skip_a_reduce_of_many_loads() -> None:
+    """A 3x3 depthwise conv whose tile loads a vector per channel block and tap (efficientnet_b0 at 14x14) stays
+    rolled: unrolled it ran no faster on PoCL and took it about a second to compile. The strided conv keeps them."""
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((1, 240, 14, 14), dtype=np.float32), rng.standard_normal((240, 1, 3, 3), np.float32)
+
+    def depthwise(device: str) -> tuple[CompiledKernel, np.ndarray]:
+        out = Tensor(x, device=device).conv2d(Tensor(w, device=device), padding=1, groups=240)
+        return compile_uops([out.uop], device)[-1], out.numpy()
+
+    with defaults("OPENCL", unroll_hints=True):  # PoCL's 8-lane vectors: 16 loads a tap
+        wide, wide_out = depthwise("OPENCL")
+        narrow, _ = _strided_conv("OPENCL")
+    assert _loads_per_trip(wide) > UNROLL_HINT_MAX_LOADS >= _loads_per_trip(narrow)
+    assert hint_unrolls(wide.lowered) is wide.lowered
+    assert any(u.op is Ops.RANGE and u.arg[2:] == ("unroll",) for u in toposort([narrow.lowered]))
+    want = np.asarray([[np.sum(np.pad(x[0, c], 1)[i:i + 3, j:j + 3] * w[c, 0]) for j in range(14)]
+                       for c in range(240) for i in range(14)], np.float32).reshape(1, 240, 14, 14)
+    np.testing.assert_allclose(wide_out, want, rtol=1e-4, atol=1e-4)
 
 
 def test_hoisted_base_pointers_on_the_c_target_read_the_same_elements() -> None:
