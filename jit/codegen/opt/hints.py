@@ -11,7 +11,7 @@ spelling changes.
 
 Why: PoCL's LLVM left a stride-2 conv's 2- and 3-trip loops rolled (conv2 of the vision model: 0.78 -> 0.66 ms
 with the hint); GCC unrolls them itself, so the C target's defaults leave this off. A body of many loads (a 3x3
-depthwise conv's tile of 16 channel vectors, efficientnet_b0 at 14x14 and 7x7) ran at most 7% faster unrolled, and
+depthwise conv's tile of 16 channel vectors, efficientnet_b0 at 14x14 and 7x7) ran at most 8% faster unrolled, and
 PoCL took about a second to compile each such kernel instead of a third of one; the convs the hint is for load
 9 or fewer times a trip.
 """
