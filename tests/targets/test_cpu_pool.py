@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import cffi
 import numpy as np
@@ -23,6 +25,8 @@ from targets import cpu_pool
 from targets.index_ranges import IndexRangeError, check_extents
 from targets.kernel_params import KernelParamsError, check_kernel, range_kernel
 from targets.replay import make_replay
+
+ROOT = Path(__file__).resolve().parents[2]
 
 WORK = r"""
 #define _GNU_SOURCE
@@ -273,6 +277,64 @@ def test_the_thread_count_is_per_replay() -> None:
     assert all(a[k].tobytes() == b[k].tobytes() for k in a)
     with pytest.raises(Exception, match="positive"):
         other.set_threads(0)
+
+
+def _worker_masks(fn: object, caller_core: int) -> list[set[int]]:
+    """The affinity of each worker that ran a chunk of a 2-thread region the caller published from ``caller_core``
+    (the caller pinned there for the region, then let go)."""
+    p = cpu.thread_pool()
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {caller_core})
+    p.lib.dp_pool_hold(1)  # the worker polls: it takes part in the region
+    try:
+        ctx = np.zeros(2 + 2 * 8, dtype=np.int32)
+        ctx[0] = 2000
+        p.lib.dp_parallel_for(2, 8, 8, fn, p.ffi.cast("void*", ctx.ctypes.data))
+    finally:
+        p.lib.dp_pool_hold(-1)
+        os.sched_setaffinity(0, mask)
+    return [os.sched_getaffinity(int(t)) for t in set(ctx[2::2].tolist()) - {threading.get_native_id()}]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a worker can only keep off the caller's core with two")
+def test_woken_workers_keep_off_the_callers_core(work: tuple) -> None:
+    """A worker runs on every core the process may use but the one its caller published the region from, and
+    follows the caller when it moves (left to the OS, a woken worker shared the caller's core for several calls)."""
+    ffi, lib, _ = work
+    p = cpu.thread_pool()
+    assert p.avoids_caller
+    fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
+    region(work[2], 2, 8)  # the worker exists
+    cores = sorted(os.sched_getaffinity(0))
+    for core in (cores[0], cores[-1]):
+        masks = _worker_masks(fn, core)
+        assert masks and all(m == set(cores) - {core} for m in masks), (core, masks)
+
+
+@pytest.mark.parametrize(("setting", "cores"), [("0", "all"), ("1", "one")],
+                         ids=["DRIVEPACK_CPU_PIN=0: left alone", "a process kept to one core: left there"])
+def test_workers_left_where_the_os_puts_them(setting: str, cores: str) -> None:
+    script = textwrap.dedent("""
+        import os, sys
+        import numpy as np
+        if sys.argv[1] == "one":
+            os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+        allowed = os.sched_getaffinity(0)
+        import targets.cpu_runtime as cpu
+        from jit import Tensor
+        before = set(os.listdir("/proc/self/task"))
+        x = Tensor(np.ones((512, 512), np.float32))
+        (x @ x).numpy()
+        p = cpu.thread_pool()
+        workers = set(os.listdir("/proc/self/task")) - before
+        print(p.avoids_caller, len(workers), all(os.sched_getaffinity(int(t)) == allowed for t in workers))
+    """)
+    env = {**os.environ, "DRIVEPACK_CPU_PIN": setting, "DRIVEPACK_CPU_THREADS": "2", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script, cores], env=env, capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    avoids, workers, unchanged = proc.stdout.split()
+    assert avoids == "False" and int(workers) >= 1 and unchanged == "True", proc.stdout
 
 
 def test_a_forked_child_starts_its_own_workers(work: tuple) -> None:
