@@ -79,6 +79,20 @@ def region(fn: object, threads: int, n: int, busy_us: int = 0, chunks: int = 0) 
     return counts[1:], time.perf_counter() - start
 
 
+def held_who_region(fn: object, busy_us: int) -> np.ndarray:
+    """``who`` over 8 chunks on 2 threads while the pool is held (its worker polls, so it takes part): the context,
+    with the thread and the order each chunk ran in."""
+    p = cpu.thread_pool()
+    ctx = np.zeros(2 + 2 * 8, dtype=np.int32)
+    ctx[0] = busy_us
+    p.lib.dp_pool_hold(1)
+    try:
+        p.lib.dp_parallel_for(2, 8, 8, fn, p.ffi.cast("void*", ctx.ctypes.data))
+    finally:
+        p.lib.dp_pool_hold(-1)
+    return ctx
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 @pytest.mark.parametrize("n", [1, 2, 7, 100, 4097])
 def test_every_index_runs_exactly_once(work: tuple, threads: int, n: int) -> None:
@@ -128,16 +142,9 @@ def test_each_thread_claims_its_own_run_of_chunks_first(work: tuple) -> None:
     once its own are all claimed, and the caller takes the worker's only once its own are: whenever the worker
     starts, its first chunk is one of its own."""
     ffi, lib, _ = work
-    p = cpu.thread_pool()
-    fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
+    fn = cpu.thread_pool().ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
     region(work[2], 2, 8)  # the worker exists
-    p.lib.dp_pool_hold(1)  # and polls
-    try:
-        ctx = np.zeros(2 + 2 * 8, dtype=np.int32)
-        ctx[0] = 3000
-        p.lib.dp_parallel_for(2, 8, 8, fn, p.ffi.cast("void*", ctx.ctypes.data))
-    finally:
-        p.lib.dp_pool_hold(-1)
+    ctx = held_who_region(fn, 3000)
     tids, order = ctx[2::2], ctx[3::2]
     caller = threading.get_native_id()
     assert tids[0] == caller  # claimed right after the job is published
@@ -282,16 +289,11 @@ def test_the_thread_count_is_per_replay() -> None:
 def _worker_masks(fn: object, caller_core: int) -> list[set[int]]:
     """The affinity of each worker that ran a chunk of a 2-thread region the caller published from ``caller_core``
     (the caller pinned there for the region, then let go)."""
-    p = cpu.thread_pool()
     mask = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {caller_core})
-    p.lib.dp_pool_hold(1)  # the worker polls: it takes part in the region
     try:
-        ctx = np.zeros(2 + 2 * 8, dtype=np.int32)
-        ctx[0] = 2000
-        p.lib.dp_parallel_for(2, 8, 8, fn, p.ffi.cast("void*", ctx.ctypes.data))
+        ctx = held_who_region(fn, 2000)
     finally:
-        p.lib.dp_pool_hold(-1)
         os.sched_setaffinity(0, mask)
     return [os.sched_getaffinity(int(t)) for t in set(ctx[2::2].tolist()) - {threading.get_native_id()}]
 
