@@ -22,6 +22,7 @@ from typing import Any
 import cffi
 
 from jit.common.errors import CompileError, DrivepackError
+from jit.common.helpers import usable_cores
 from targets.registry import DeviceError
 
 # the platform name substring that restricts device discovery (e.g. "Portable" for PoCL)
@@ -172,8 +173,7 @@ class OpenCLDeviceError(OpenCLError, DeviceError):
 @cache
 def libopencl() -> tuple[cffi.FFI, Any]:
     """The cffi binding of libOpenCL (loaded once per process)."""
-    every_core = set(range(os.cpu_count() or 1))
-    if POCL_AFFINITY_ENV not in os.environ and getattr(os, "sched_getaffinity", lambda _: every_core)(0) == every_core:
+    if POCL_AFFINITY_ENV not in os.environ and usable_cores() == (os.cpu_count() or 1):
         os.environ[POCL_AFFINITY_ENV] = "1"
     ffi = cffi.FFI()
     ffi.cdef(_CDEF)

@@ -30,6 +30,7 @@ import cffi
 import numpy as np
 
 from jit.common.errors import CompileError
+from jit.common.helpers import usable_cores
 from targets import cpu_pool
 from targets.base import Buffer, Program, Runtime, TargetLimits
 from targets.kernel_cache import cache_dir, cached_artifact, publish
@@ -263,7 +264,7 @@ def cpu_threads() -> int:
     """Threads a CPU kernel may use: ``$DRIVEPACK_CPU_THREADS``, else the cores this process may run on."""
     raw = os.environ.get(THREADS_ENV)
     if raw is None:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return usable_cores()
     if not raw.strip().isdigit() or int(raw) < 1:
         raise CompileError(f"{THREADS_ENV}: expected a positive integer, got {raw!r}")
     return int(raw)
@@ -271,7 +272,7 @@ def cpu_threads() -> int:
 
 def compile_jobs() -> int:
     """Compiler runs to start side by side: the cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return usable_cores()
 
 
 _pool: list[cpu_pool.Pool] = []

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from jit.common.helpers import usable_cores
+
 # fewer launches than this compile in less time than the helper takes to start
 MIN_LAUNCHES = 16
 PREWARM_ENV = "DRIVEPACK_OPENCL_PREWARM"  # 0: never start the helper
@@ -45,11 +47,6 @@ class Launch:
     local_size: tuple[int, ...]
     buffer_bytes: tuple[int, ...]
     scalars: tuple[str, ...]
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (all of them where the platform cannot say)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def prewarm_wanted(platform: str, cpu_device: bool) -> bool:

@@ -69,3 +69,9 @@ def prod(xs: Any) -> int:
     for x in xs:
         out *= x
     return out
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (``taskset`` may give it fewer than the machine has; every core where the
+    platform cannot say)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

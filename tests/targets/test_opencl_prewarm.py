@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from targets.opencl_prewarm import MIN_LAUNCHES, prewarm_wanted, start_prewarm, usable_cores
+from jit.common.helpers import usable_cores
+from targets.opencl_prewarm import MIN_LAUNCHES, prewarm_wanted, start_prewarm
 
 pytestmark = pytest.mark.opencl
 ROOT = Path(__file__).resolve().parents[2]
