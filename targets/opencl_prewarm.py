@@ -65,13 +65,17 @@ class Prewarm:
         spec = {"device": device_index, "options": build_options, "sources": list(sources),
                 "launches": [asdict(launch) for launch in launches]}
         fd, name = tempfile.mkstemp(prefix="drivepack-prewarm-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(spec, f)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT),
-                                                                          os.environ.get("PYTHONPATH")]))}
-        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-m", "targets.opencl_prewarm", name], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(spec, f)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT),
+                                                                              os.environ.get("PYTHONPATH")]))}
+            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                [sys.executable, "-m", "targets.opencl_prewarm", name], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -84,10 +88,14 @@ class Prewarm:
 
 def start_prewarm(device_index: int, build_options: str, sources: Sequence[str],
                   launches: Sequence[Launch]) -> Prewarm | None:
-    """A helper running ``launches`` last first, or None when there are too few to be worth it (``MIN_LAUNCHES``)."""
+    """A helper running ``launches`` last first, or None when there are too few to be worth it (``MIN_LAUNCHES``) or
+    it cannot start (no temporary file, no interpreter to run it: the first call then compiles everything)."""
     if len(launches) < MIN_LAUNCHES:
         return None
-    return Prewarm(device_index, build_options, sources, list(reversed(launches)))
+    try:
+        return Prewarm(device_index, build_options, sources, list(reversed(launches)))
+    except (OSError, ValueError):
+        return None
 
 
 # --- the helper process --------------------------------------------------------------------------------------------

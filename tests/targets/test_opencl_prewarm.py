@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jit.common.helpers import usable_cores
-from targets.opencl_prewarm import MIN_LAUNCHES, prewarm_wanted, start_prewarm
+from targets.opencl_prewarm import MIN_LAUNCHES, Launch, prewarm_wanted, start_prewarm
 
 pytestmark = pytest.mark.opencl
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,3 +111,13 @@ def test_prewarm_wanted_only_on_pocl_cpu_with_its_cache(monkeypatch: pytest.Monk
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert prewarm_wanted(platform, cpu) is (want and usable_cores() >= 2)
+
+
+def test_a_helper_that_cannot_start_is_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No interpreter to run it: no helper and no spec file left behind; the first call compiles everything."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    launches = [Launch(0, f"k{i}", (1,), (1,), (4,), ()) for i in range(MIN_LAUNCHES)]
+    assert start_prewarm(0, "", ["__kernel void k0(__global float* a) {}"], launches) is None
+    assert not list(tmp_path.glob("drivepack-prewarm-*"))
