@@ -57,6 +57,9 @@ from targets.kernel_cache import cache_dir, cached_artifact, publish
 # work-group size aimed for when the device allows more: large enough to fill a GPU wave, small enough that
 # register pressure does not bite; the device and kernel limits still cap it
 PREFERRED_LOCAL_SIZE = 256
+# kernels whose fresh batch a replay may still take (targets/opencl_prewarm.py); older ones are dropped, so a long
+# process compiling many models keeps no more sources than a few models' worth
+FRESH_BATCH_KERNELS = 4096
 GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
 
 
@@ -283,6 +286,8 @@ class OpenCLRuntime(Runtime):
             raise
         batch_key, ext = self._cache_key(source), self._cache_ext
         self._fresh_batches.update((self._cache_key(src), source) for _, src in items)
+        for stale in list(self._fresh_batches)[:-FRESH_BATCH_KERNELS]:  # never replayed (eager kernels): forgotten
+            del self._fresh_batches[stale]
         publish(cache_dir() / f"opencl-{batch_key}{ext}", self._program_binary(program) if self.cache_binaries
                 else source)
         for _, src in items:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,15 @@ def test_a_helper_that_cannot_start_is_none(monkeypatch: pytest.MonkeyPatch, tmp
     launches = [Launch(0, f"k{i}", (1,), (1,), (4,), ()) for i in range(MIN_LAUNCHES)]
     assert start_prewarm(0, "", ["__kernel void k0(__global float* a) {}"], launches) is None
     assert not list(tmp_path.glob("drivepack-prewarm-*"))
+
+
+def test_fresh_batches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels no replay takes (eager runs) are forgotten beyond ``FRESH_BATCH_KERNELS``; the newest stay takeable."""
+    from targets import opencl_runtime
+    from targets.registry import Device
+    monkeypatch.setattr(opencl_runtime, "FRESH_BATCH_KERNELS", 2)
+    target = Device["OPENCL"]
+    salt = time.time_ns() % 1_000_000  # sources no cache holds yet: built from scratch here
+    sources = [f"__kernel void fb{i}(__global float* a) {{ a[0] = {salt}.{i}f; }}\n" for i in range(3)]
+    target.compile_many([(f"fb{i}", src, {"global_size": (1,)}) for i, src in enumerate(sources)])
+    assert set(target.take_fresh_batches(sources)) == set(sources[1:])
