@@ -178,6 +178,8 @@ def random_weights(proto: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     del out_proto.graph.node[:]
     out_proto.graph.node.extend(kept)
     out_proto.graph.initializer.extend(inits)
+    # IR 3 (the wheel's) requires every initializer to be a graph input too; from IR 4 on it need not be
+    out_proto.ir_version = max(out_proto.ir_version, 4)
     return out_proto
 
 

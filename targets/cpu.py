@@ -58,10 +58,10 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_scatter_lanes=SCATTER_LANES,
 )
 # a machine whose 16-lane FMAs do twice the work of 8-lane ones: the same tiles in registers, each vector 16 wide
-# (the default's caps count elements: a row of 2 vectors, 10 vectors of accumulators), and short rows vectorized
-# across 16 channels
+# (the default's caps count elements: a row of 2 vectors, 10 vectors of accumulators), short rows vectorized
+# across 16 channels, and 32 registers' room for a conv tile of two window rows (16 accumulators)
 WIDE_VECTOR_OPTS = replace(DEFAULT_OPTS, wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160,
-                           fill_tile=128)
+                           fill_tile=128, window_tile=256)
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
     dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64})

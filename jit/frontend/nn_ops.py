@@ -147,14 +147,19 @@ def channel_block(cout_per_group: int, device: str) -> int:
     return wide if wide and cout_per_group % wide == 0 else CHANNEL_VECTOR
 
 
-def _channels_last_weights(row: int, cout_per_group: int, macs: int) -> bool:
+def _channels_last_weights(row: int, spatial_row: int, cout_per_group: int, macs: int, device: str) -> bool:
     """Whether a conv stores its weights channel-blocked ((Cout/v, Cin, *k, v) for v = ``channel_block``, read back
     through a permute): when its output rows do not split into vectors (resnet's 14 and 7), the optimizer vectorizes
     across output channels instead (codegen/opt/tiling.py), which needs each tap's weights for v consecutive
-    channels side by side. ``row`` is
+    channels side by side; likewise where the output rows (``spatial_row``, the last output dim) are narrower than
+    the device's wide vectors and the channels divide into them (openpilot-shaped inputs' 8-wide rows at 1/32
+    scale), including a 1x1 conv's, whose tile a fused 3x3 conv's (resnet's projection shortcut) may set. ``row`` is
     what the optimizer tiles: the last output dim, or all of them for a 1x1 stride-1 unpadded conv (its rows merge,
     jit/codegen/opt/merge.py). The copy is weight-only work: a capture folds it into the stored weights."""
-    return row % CHANNEL_VECTOR != 0 and cout_per_group % CHANNEL_VECTOR == 0 and macs >= CHANNELS_LAST_MIN_MACS
+    wide = target_default_opts(Device[device]).wide_channel_vector
+    narrow = wide and spatial_row < wide and cout_per_group % wide == 0
+    return (row % CHANNEL_VECTOR != 0 or narrow) and cout_per_group % CHANNEL_VECTOR == 0 and \
+        macs >= CHANNELS_LAST_MIN_MACS
 
 
 DEPTHWISE_CHANNELS_LAST_MIN_MACS = 1 << 18
@@ -293,7 +298,7 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
         out = x.reshape(bs, cin).matmul(weight.reshape(cout, cin).T).reshape(bs, cout, *out_sp)
         return out + bias.reshape(1, cout, *ones) if bias is not None else out
     row = math.prod(out_sp) if pointwise else out_sp[-1]
-    if _channels_last_weights(row, cout_g, macs):
+    if _channels_last_weights(row, out_sp[-1], cout_g, macs, self.device):
         # blocks of v channels, each block's taps contiguous (Cout/v, Cin, *k, v): one block's reduce streams
         # 4v-byte steps through memory; plain channels-last (Cin, *k, Cout) steps Cout floats per tap, which at
         # resnet's 512 (2 KB) lands every tap in the same few cache sets (measured 3x slower)

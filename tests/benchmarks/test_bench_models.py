@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
@@ -25,6 +26,7 @@ def test_light_resnet50_weights_are_random_not_one_repeated_value() -> None:
     conv1 = weights["gpu_0/conv1_w_0"]
     assert conv1.shape == (64, 3, 7, 7) and np.unique(conv1).size > 1000
     assert (weights["gpu_0/res_conv1_bn_riv_0"] > 0).all()  # BatchNorm variances stay positive
+    onnx.checker.check_model(proto)  # regression: new initializers in an IR 3 model failed the loader's checker
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     (probs,) = session.run(None, feeds)
     assert probs.shape == (1, 1000) and np.isfinite(probs).all() and abs(float(probs.sum()) - 1) < 1e-3

@@ -3,6 +3,8 @@ epilogue adds a second reduce (resnet's projection shortcut) are tiled, with the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -140,3 +142,40 @@ def test_a_depthwise_conv_on_short_rows_takes_16_channel_vectors_where_they_pay(
     conv = compile_uops([out.uop])[-1].program.source
     assert "dp_float32x16 acc" in conv and "dp_float32x8 acc" not in conv
     np.testing.assert_allclose(out.numpy(), depthwise_reference(x, w, b, 2, 1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("wide_vectors")
+def test_a_row_narrower_than_the_wide_vectors_runs_across_16_channels() -> None:
+    """openpilot-shaped inputs end at 4 x 8 outputs: an 8-wide row fills half a 16-lane vector, so conv2d blocks the
+    weights by 16 and the tile runs across channels; a 16-wide row keeps its row vectors and plain weights."""
+    x, w = _rand(1, 64, 4, 8), _rand(64, 64, 3, 3, seed=1)
+    out = Tensor(x).conv2d(Tensor(w), padding=1)
+    plan = plan_tiles(_ast(out), WIDE_VECTOR_OPTS)
+    assert plan is not None and plan.max_lanes == 16 and _size_of(plan.upcasts[0][0]) == 64
+    (conv,) = [k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_")]
+    assert "dp_float32x16 val" in conv.program.source and "__builtin_memcpy(&_v, data2" in conv.program.source
+    np.testing.assert_allclose(out.numpy(), _conv_reference(x, w, np.zeros(64, np.float32), 1), rtol=1e-4, atol=1e-4)
+    wider = Tensor(_rand(1, 64, 4, 16)).conv2d(Tensor(w), padding=1)
+    plan = plan_tiles(_ast(wider), WIDE_VECTOR_OPTS)
+    assert plan is not None and plan.max_lanes == 0 and _size_of(plan.upcasts[0][0]) == 16
+    assert len([k for k in compile_uops([wider.uop], "CPU") if k.name.startswith("E_")]) == 1  # the pad, no weights
+
+
+@pytest.mark.usefixtures("wide_vectors")
+def test_a_3x3_conv_tile_takes_two_window_rows_where_32_registers_hold_them() -> None:
+    """A 16-wide row x 8 channels tile loads 9 values a tap for 8 multiply-adds; with two output rows (OptOptions
+    .window_tile) 10 values for 16. Not on a 16-register target (window_tile 0)."""
+    x, w, b = _rand(1, 64, 8, 16), _rand(64, 64, 3, 3, seed=1), _rand(64, seed=2)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), padding=1)
+    ast = _ast(out)
+    plan = plan_tiles(ast, WIDE_VECTOR_OPTS)
+    assert plan is not None and [(_size_of(r), u) for r, u in plan.upcasts] == [(16, 16), (64, 8), (8, 2)]
+    plain = plan_tiles(ast, replace(WIDE_VECTOR_OPTS, window_tile=0))
+    assert plain is not None and [(_size_of(r), u) for r, u in plain.upcasts] == [(16, 16), (64, 8)]
+    (conv,) = [k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_")]
+    assert float_accumulators(conv.program.source) == 16 * 8 * 2
+    np.testing.assert_allclose(out.numpy(), _conv_reference(x, w, b, 1), rtol=1e-4, atol=1e-4)
+
+
+def _size_of(rng: UOp) -> int:
+    return int(rng.src[0].arg)

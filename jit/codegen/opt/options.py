@@ -58,6 +58,11 @@ class OptOptions:
     * ``fill_tile``: a tile of fewer elements than this doubles its reuse height (up to 8 rows) while the height
       divides the axis and the tile stays under ``max_upcast``: a one-vector row 4 high is 4 accumulators, too few
       to hide the FMA latency (resnet's 56-wide rows: 8 wide, now 8 high); 0: never.
+    * ``window_tile``: cap on a conv tile's elements (row x reuse height x window rows) where the tile also takes
+      two rows of a sliding window besides its reuse axis (``jit.codegen.opt.tiling.WINDOW_HEIGHTS``): two output
+      rows load two input rows a tap but share the reuse axis's weights, so a tile of 16 accumulators loads 10
+      values a step instead of 17 (the 3x3 convs over 16-wide rows of openpilot-shaped inputs); 0: never (a
+      16-register target has no room for the second row).
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
     * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it), unless
       their reduce is long (``jit.codegen.opt.tiling.LONG_REDUCE_TRIPS``: a global pool's one accumulator per output
@@ -101,6 +106,7 @@ class OptOptions:
     wide_channel_vector: int = 0
     max_upcast: int = 80
     fill_tile: int = 64
+    window_tile: int = 0
     min_reduce_trips: int = 2
     min_outputs: int = 256
     unroll: bool = True
@@ -129,6 +135,7 @@ class OptOptions:
         _check_factors("local_size", self.local_size)
         _check_positive("max_upcast", self.max_upcast)
         _check_positive("fill_tile", self.fill_tile, minimum=0)
+        _check_positive("window_tile", self.window_tile, minimum=0)
         _check_positive("group_reduce", self.group_reduce, minimum=0)
         _check_positive("channel_vector", self.channel_vector, minimum=0)
         _check_positive("wide_channel_vector", self.wide_channel_vector, minimum=0)

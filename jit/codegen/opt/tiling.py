@@ -248,7 +248,10 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
         # a prime row past the widths (a ViT's 197 tokens) is still planned: the optimizer widens it to overlapped
         # vectors, or overlapped scalars where its loads cannot be vectors (jit/codegen/opt/overlap.py)
         return None
-    if opts.channel_vector and u_inner % opts.channel_vector and \
+    # a whole row narrower than the target's wide vectors (openpilot-shaped inputs' 8-wide rows at 1/32 scale)
+    # fills them across channels instead, where the weights are blocked to match
+    narrow_row = _size(inner) == u_inner < opts.wide_channel_vector
+    if opts.channel_vector and (u_inner % opts.channel_vector or narrow_row) and \
             (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
             (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
@@ -285,6 +288,10 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
                     u_inner * u_reuse * 2 <= opts.max_upcast and _size(cand) % (u_reuse * 2) == 0:
                 u_reuse *= 2
             upcasts.append((cand, u_reuse))
+            window = _window_axis([o for o in outs[:-1] if o is not cand], loads, reduces, deps)
+            if window is not None and _size(window) % WINDOW_HEIGHTS[-1] == 0 and \
+                    u_inner * u_reuse * WINDOW_HEIGHTS[-1] <= opts.window_tile:
+                upcasts.append((window, WINDOW_HEIGHTS[-1]))  # opts.window_tile's two rows
             break
     if len(upcasts) == 1 and shared and opts.overlap_rows and not stores_read_back(nodes) and \
             (height := overlap_height(_size(shared[0]), heights, opts.max_upcast // u_inner)) is not None:
