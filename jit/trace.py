@@ -371,7 +371,9 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     produced |= {becomes[u].base: f"state:{n}" for n, u in new_states.items()}
     kept, copies, pruned = [], [], []
     for k in kernels:
-        if k.out_buffer in produced or any(b in dependent for b in k.buffers[1:]):
+        # a kernel writing where a kept one wrote (a padded copy's border, jit/schedule/padded_stores.py) reads
+        # no input itself but must run with it
+        if k.out_buffer in produced or k.out_buffer in dependent or any(b in dependent for b in k.buffers[1:]):
             dependent.add(k.out_buffer)
             (copies if produced.get(k.out_buffer, "").startswith("state:") else kept).append(k)
         else:

@@ -17,6 +17,7 @@ from jit.codegen.opt.options import DEFAULT_OPTS
 from jit.codegen.opt.tiling import VECTOR_LOAD_STRIDES
 from jit.common.dtype import DType, dtypes, least_upper_dtype
 from jit.common.errors import AxisError, ShapeError
+from jit.common.helpers import PADDED_STORES
 from jit.frontend.movement import window
 from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geometry, spatial_pads
 from jit.frontend.tensor import Tensor
@@ -235,6 +236,23 @@ def _phase_split_conv(x: Tensor, weight: Tensor, bias: Tensor | None, groups: in
     return out + bias.reshape(1, -1, *(1,) * (x.ndim - 2)) if bias is not None else out
 
 
+def _producer_stores_padded(x: Tensor) -> bool:
+    """Whether a kernel computing ``x`` will store it straight into its padded copy (jit/schedule/padded_stores.py):
+    ``x`` is a reduce's elementwise epilogue (the previous conv's activation), which the scheduler makes a kernel
+    output of its own when a pad reads it. The padded copy then costs only its border, where a phase-split copy
+    (``_phase_split_conv``) would cost the whole pass over memory or scatter that kernel's row vectors; a stride-2
+    conv reads the plain padded copy two loads and a shuffle a vector instead."""
+    if not PADDED_STORES:
+        return False
+    node = x.uop
+    while node.op in GroupOp.Elementwise or node.op is Ops.RESHAPE:
+        if any(s.op is Ops.REDUCE_AXIS for s in node.src):
+            return True
+        node = next((s for s in node.src if s.op not in (Ops.CONST, Ops.BUFFER) and s.shape == node.shape),
+                    node.src[0])
+    return False
+
+
 def rows_across_memory(x: Tensor) -> bool:
     """Whether ``x`` is a transposed view whose last axis is not its source's last: read in place, consecutive
     elements of a row lie a whole plane apart (timm's LayerNorm2d, ``Transpose -> LayerNormalization ->
@@ -286,7 +304,7 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
         x, weight = _depthwise_channels_last(x, weight)
         win = window(x, tuple(kernel), st, dl)
     elif _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):
-        if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1:
+        if st[-1] > 1 and dl[-1] == 1 and kernel[-1] > 1 and not _producer_stores_padded(self):
             return _phase_split_conv(x, weight, bias, groups, st, dl, out_sp)
         win = window(x.contiguous(), tuple(kernel), st, dl)
     g, cout_g = groups, cout // groups

@@ -13,14 +13,17 @@ reload, or holding a transcendental (the fusion cost model, jit/schedule/fusion_
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from dataclasses import dataclass
 
 from jit.common.dtype import DType, commit_weak
+from jit.common.helpers import PADDED_STORES
 from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.schedule.fusion_cost import dear_producers
-from jit.schedule.lower import LoweringContext, kernel_name, lower_kernel
+from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel
+from jit.schedule.padded_stores import find_padded_copies
 
 _uids = itertools.count(1)
 
@@ -215,17 +218,27 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     graph = [_substitute_stopping(t, known) if known else t for t in targets]
     kernels: list[ScheduledKernel] = []
     views: dict[UOp, UOp] = {}
-    for node in find_boundaries(graph):
+    boundaries = find_boundaries(graph)
+    padded = find_padded_copies(boundaries, set(graph)) if PADDED_STORES else {}
+    borders = {p.copy: p for p in padded.values()}
+    for node in boundaries:
         assert node.shape is not None and isinstance(node.dtype, DType)
-        size = 1
-        for n in node.shape:
-            size *= n
-        buf = new_buffer(device, node.dtype, size)
-        views[node] = buffer_view(buf, node.shape)
+        if (border := borders.get(node)) is not None:  # its producer wrote the interior into its buffer
+            buf = views[node].base
+            ast, ctx = lower_border(border.padded_view(buf), border.pads, buf, border.inner_dims())
+            kernels.append(ScheduledKernel(kernel_name(node.shape, []), ast, buf, _params(ctx), device,
+                                           names_in(toposort([node]))))
+            continue
+        size = math.prod(node.shape)
+        copy = padded.get(node)
+        buf = new_buffer(device, node.dtype, size if copy is None else math.prod(copy.copy.shape))
+        views[node] = buffer_view(buf, node.shape) if copy is None else copy.interior_view(buf)
+        if copy is not None:
+            views[copy.copy] = buffer_view(buf, copy.copy.shape)
         if size == 0:
             continue
         body = _substitute_stopping(node, views)
-        ast, ctx = lower_kernel(body, buf)
+        ast, ctx = lower_kernel(body, buf, None if copy is None else views[node])
         kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device,
                                        names_in(toposort([body]))))
     becomes: dict[UOp, UOp] = dict(known)

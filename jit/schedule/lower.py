@@ -236,17 +236,71 @@ def _lower(ctx: LoweringContext, node: UOp, idx: tuple[UOp, ...]) -> UOp:
     raise CompileError(f"lowering: no rule for tensor op {op.name}")
 
 
-def lower_kernel(out: UOp, out_buffer: UOp) -> tuple[UOp, LoweringContext]:
-    """The kernel graph (SINK of one STORE) computing ``out`` into ``out_buffer``, and the lowering context."""
+def _store_index(ctx: LoweringContext, view: UOp, idx: tuple[UOp, ...]) -> UOp:
+    """The INDEX a store at ``idx`` of ``view`` writes: ``view`` is movement ops (no PAD: every element is one
+    element of the buffer) over the kernel's output BUFFER, lowered as a load would read it."""
+    load = lower_node(ctx, view, idx)
+    if load.op is not Ops.LOAD:
+        raise CompileError(f"lowering: a store view expected movement ops over a buffer, got {load.op.name}")
+    return load.src[0]
+
+
+def _sink(ctx: LoweringContext, stores: tuple[UOp, ...]) -> UOp:
+    params = tuple(ctx.param(b).dtype for b in sorted(ctx.params, key=lambda b: ctx.params[b]))
+    return UOp(Ops.SINK, dtypes.void, stores, KernelInfo(params))  # type: ignore[arg-type]
+
+
+def lower_kernel(out: UOp, out_buffer: UOp, store_view: UOp | None = None) -> tuple[UOp, LoweringContext]:
+    """The kernel graph (SINK of one STORE) computing ``out`` into ``out_buffer``, and the lowering context.
+    ``store_view``: ``out``'s place in ``out_buffer`` (movement ops over it, ``out``'s shape) where the buffer
+    is not simply ``out`` laid out contiguously (the interior of a padded copy, ``lower_border``)."""
     assert out.shape is not None
     ctx = LoweringContext()
     ctx.param(out_buffer)
     idx = tuple(idx_const(0) if n == 1 else ctx.new_range(n, "global") for n in out.shape)
     value = lower_node(ctx, out, idx)
     g = ctx.param(out_buffer)
-    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, g.dtype, (g, flatten_index(idx, out.shape))), value))
-    params = tuple(ctx.param(b).dtype for b in sorted(ctx.params, key=lambda b: ctx.params[b]))
-    return UOp(Ops.SINK, dtypes.void, (store,), KernelInfo(params)), ctx  # type: ignore[arg-type]
+    where = _store_index(ctx, store_view, idx) if store_view is not None else \
+        UOp(Ops.INDEX, g.dtype, (g, flatten_index(idx, out.shape)))
+    return _sink(ctx, (UOp(Ops.STORE, dtypes.void, (where, value)),)), ctx
+
+
+def lower_border(padded: UOp, pads: tuple[tuple[int, int], ...], out_buffer: UOp,
+                 inner: tuple[int, ...] = ()) -> tuple[UOp, LoweringContext]:
+    """The kernel graph storing zero at every border element of a zero-padded tensor, and at no interior one:
+    ``padded`` is the padded shape as movement ops over ``out_buffer`` (``lower_kernel``'s ``store_view`` of the
+    interior is its shrink), ``pads`` the PAD's (before, after) per dim, padding only the last two dims.
+
+    Per index of the leading dims, the ``bh + ah`` pad rows are written whole and the ``bw + aw`` side elements of
+    the H interior rows run on as "virtual" rows of the same width, so the kernel is one rectangle of
+    ``(bh + ah + ceil(H (bw + aw) / W')) x W'`` elements (``W'`` the padded width): a last virtual row's
+    elements past the end write the last side element again (zero twice), so every index stays in bounds with no
+    gate. ``inner``: leading dims run inside the border ranges (a channels-last copy's channels: its border
+    elements' channels lie side by side)."""
+    shape = padded.shape
+    assert shape is not None and all(p == (0, 0) for p in pads[:-2]) and len(shape) >= 2
+    (bh, ah), (bw, aw) = pads[-2:]
+    h, w = shape[-2] - bh - ah, shape[-1] - bw - aw
+    sides = bw + aw
+    virtual = -(-h * sides // shape[-1]) if sides else 0
+    ctx = LoweringContext()
+    ctx.param(out_buffer)
+    def loop(n: int) -> UOp:
+        return idx_const(0) if n == 1 else ctx.new_range(n, "global")
+
+    ranges = {d: loop(shape[d]) for d in range(len(shape) - 2) if d not in inner}
+    row, col = loop(bh + ah + virtual), loop(shape[-1])
+    ranges.update((d, loop(shape[d])) for d in inner)
+    pad_row = (row < bh).where(row, row + h)
+    y, x = pad_row, col
+    if sides:
+        side = ((row - (bh + ah)) * shape[-1] + col).maximum(0).minimum(h * sides - 1)
+        s = side % sides
+        y = (row < bh + ah).where(pad_row, side // sides + bh)
+        x = (row < bh + ah).where(col, (s < bw).where(s, s + w))
+    idx = (*(ranges[d] for d in range(len(shape) - 2)), y, x)
+    store = UOp(Ops.STORE, dtypes.void, (_store_index(ctx, padded, idx), UOp.const(padded.dtype, 0)))
+    return _sink(ctx, (store,)), ctx
 
 
 def kernel_name(out_shape: tuple[int, ...], reduce_dims: list[int]) -> str:

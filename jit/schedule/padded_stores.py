@@ -1,0 +1,120 @@
+"""Padded copies written by their producer: a kernel stores its output straight into the interior of the zero-padded
+copy a conv reads, and the copy's kernel writes only the zero border.
+
+conv2d materializes a padded input (jit/frontend/nn_ops.py ``_materialize_pad``; channels-last for a depthwise
+conv over short rows, phase-split for a stride-2 one): a kernel of its own that reads the producer's whole output
+and writes it again with the border, a pass over memory as large as the activation (efficientnet_b0's 96 x 112 x
+112 one: as long as the 1x1 conv that produces it). Here the producer's STORE goes through the copy's view of the
+same buffer instead (``lower_kernel``'s ``store_view``), and the copy's kernel becomes ``lower_border``'s.
+
+What holds for a ``PaddedCopy`` (``find_padded_copies``): the copy is a CONTIGUOUS whose source is movement ops,
+RESHAPE and PERMUTE around exactly one PAD of the last two dims, over a node the same schedule computes into a
+kernel output (a boundary), which no realize asked for by itself and no other copy claims. Then the copy's elements
+are the producer's, each once, at the positions ``interior_view`` names, and zero everywhere else, which
+``padded_view`` and the PAD's amounts describe: the producer's kernel writing the first and the border kernel the
+second give every element of the copy, and the producer's value is read back through ``interior_view`` by any
+other reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jit.codegen.opt.options import DEFAULT_OPTS
+from jit.ir.uop import Ops, UOp
+
+
+@dataclass(frozen=True)
+class PaddedCopy:
+    """``copy`` (the CONTIGUOUS) = ``chain`` (movement ops, from the copy's source down to the producer's value)
+    applied to ``producer``; ``chain[pad_at]`` is the PAD."""
+
+    copy: UOp
+    producer: UOp
+    chain: tuple[UOp, ...]
+    pad_at: int
+
+    @property
+    def pads(self) -> tuple[tuple[int, int], ...]:
+        return self.chain[self.pad_at].arg
+
+    def padded_view(self, buf: UOp) -> UOp:
+        """The PAD's output, as movement ops over the copy's buffer ``buf``."""
+        return _undo(_reshape(buf, self.copy.shape), self.chain[:self.pad_at])
+
+    def interior_view(self, buf: UOp) -> UOp:
+        """The producer's value, as movement ops over the copy's buffer ``buf`` (the padded view's interior)."""
+        pad = self.chain[self.pad_at]
+        view = UOp(Ops.SHRINK, buf.dtype, (self.padded_view(buf),),
+                   tuple((b, b + n) for (b, _), n in zip(pad.arg, pad.src[0].shape, strict=True)))
+        return _undo(view, self.chain[self.pad_at + 1:])
+
+    def rows_stay_rows(self) -> bool:
+        """Whether the producer's rows stay rows of the copy: nothing but the PAD (and reshapes that keep the last
+        dim) between them, so a tile's row vectors store as whole vectors."""
+        return all(n.op is Ops.PAD or (n.op is Ops.RESHAPE and n.shape is not None and n.src[0].shape is not None
+                                       and n.shape[-1] == n.src[0].shape[-1]) for n in self.chain)
+
+    def channels_last_over_short_rows(self) -> bool:
+        """Whether the copy is channels-last (the padded dims' leading dims innermost) and the producer's rows are
+        too short for vectors, merged or not, which the optimizer then runs across channels (its tiling.py): those
+        lanes are side by side in the copy, so its stores become whole vectors (they scatter into a plain
+        output). A producer tiled along longer rows would scatter into the copy instead: it keeps its copy."""
+        shape = self.producer.shape
+        assert shape is not None
+        lanes = DEFAULT_OPTS.channel_vector  # a 1x1 conv's rows merge (jit/codegen/opt/merge.py): both must be short
+        return bool(self.inner_dims()) and shape[-1] % lanes != 0 and (shape[-2] * shape[-1]) % lanes != 0
+
+    def inner_dims(self) -> tuple[int, ...]:
+        """Leading dims of the PAD's output that the copy lays out inside the padded ones (a channels-last copy's
+        channels), for the border kernel to run innermost; none where a RESHAPE above the PAD regroups them."""
+        above = self.chain[:self.pad_at]
+        if len(above) != 1 or above[0].op is not Ops.PERMUTE:
+            return ()
+        order = above[0].arg  # copy dim i is padded dim order[i]
+        n = len(order)
+        last = max(order.index(n - 2), order.index(n - 1))
+        return tuple(d for d in order[last + 1:] if d < n - 2)
+
+
+def _undo(view: UOp, chain: tuple[UOp, ...]) -> UOp:
+    """``view`` (the value of ``chain[0]``) read back as the source of ``chain[-1]``: each RESHAPE and PERMUTE
+    undone, from the top down (both are one-to-one)."""
+    for node in chain:
+        if node.op is Ops.PERMUTE:
+            inverse = tuple(sorted(range(len(node.arg)), key=node.arg.__getitem__))
+            view = UOp(Ops.PERMUTE, view.dtype, (view,), inverse)
+        else:
+            view = _reshape(view, node.src[0].shape)
+    return view
+
+
+def _reshape(view: UOp, shape: tuple[int, ...] | None) -> UOp:
+    assert shape is not None
+    return view if view.shape == shape else UOp(Ops.RESHAPE, view.dtype, (view,), tuple(shape))
+
+
+def find_padded_copies(boundaries: list[UOp], keep: set[UOp]) -> dict[UOp, PaddedCopy]:
+    """Each producer whose padded copy it may write itself (module docstring), by producer. ``keep``: nodes a
+    realize asked for, which keep buffers of their own."""
+    computed = set(boundaries)
+    found: dict[UOp, PaddedCopy] = {}
+    for copy in boundaries:
+        if copy.op is not Ops.CONTIGUOUS:
+            continue
+        chain: list[UOp] = []
+        node = copy.src[0]
+        while node.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.PAD) and node not in computed:
+            chain.append(node)
+            node = node.src[0]
+        pads = [i for i, c in enumerate(chain) if c.op is Ops.PAD]
+        if len(pads) != 1 or node not in computed or node in keep or node in found:
+            continue
+        pad = chain[pads[0]]
+        if pad.shape is None or len(pad.shape) < 2 or any(p != (0, 0) for p in pad.arg[:-2]) or \
+                node.dtype != copy.dtype:
+            continue
+        padded = PaddedCopy(copy, node, tuple(chain), pads[0])
+        if padded.rows_stay_rows() or padded.channels_last_over_short_rows():
+            found[node] = padded
+    return found

@@ -1,0 +1,104 @@
+"""Producers store into the padded copies conv2d reads (jit/schedule/padded_stores.py): the copy's kernel writes only
+the zero border, results unchanged, eager and captured, on the CPU and OpenCL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit import Context, Tensor, capture
+from jit.schedule.kernels import create_schedule
+from tests.codegen.test_opt_tiling_threads import _conv_reference
+
+RNG = np.random.default_rng(11)
+
+
+def _rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+def _block(x: Tensor, w1: np.ndarray, w2: np.ndarray, stride: int, padding: object) -> Tensor:
+    """A pointwise conv's activation (a reduce's epilogue) into a depthwise conv: an inverted-residual block."""
+    act = (x.conv2d(Tensor(w1)) + 0.5).relu()
+    return act.conv2d(Tensor(w2), groups=w2.shape[0], stride=stride, padding=padding)
+
+
+def _reference(x: np.ndarray, w1: np.ndarray, w2: np.ndarray, stride: int,
+               pads: tuple[int, int, int, int]) -> np.ndarray:
+    act = np.maximum(_conv_reference(x, w1, np.zeros(w1.shape[0], np.float32), 0) + 0.5, 0)
+    top, left, bottom, right = pads
+    padded = np.pad(act, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    c, k = w2.shape[0], w2.shape[-1]
+    h = (padded.shape[2] - k) // stride + 1
+    w = (padded.shape[3] - k) // stride + 1
+    out = np.zeros((1, c, h, w), np.float32)
+    for ky in range(k):
+        for kx in range(k):
+            taps = padded[:, :, ky:ky + stride * h:stride, kx:kx + stride * w:stride]
+            out += taps * w2[None, :, 0, ky, kx, None, None]
+    return out
+
+
+def _schedule(out: Tensor) -> list:
+    kernels, _ = create_schedule([out.uop], "CPU")
+    return kernels
+
+
+CASES = [  # channels, size, kernel, stride, onnx pads (top, left, bottom, right)
+    (32, 56, 3, 1, (1, 1, 1, 1)),
+    (16, 48, 5, 1, (2, 2, 2, 2)),
+    (24, 40, 3, 1, (0, 1, 2, 1)),  # asymmetric, one side none
+    (32, 56, 3, 2, (1, 1, 1, 1)),  # stride 2: a plain padded copy, no phase split
+    (160, 14, 3, 1, (1, 1, 1, 1)),  # short rows: a channels-last copy
+    (256, 7, 5, 1, (2, 2, 2, 2)),
+]
+
+
+@pytest.mark.parametrize(("c", "size", "k", "stride", "pads"), CASES)
+def test_the_producer_writes_the_interior_and_a_border_kernel_the_rest(c: int, size: int, k: int, stride: int,
+                                                                       pads: tuple[int, int, int, int]) -> None:
+    x, w1, w2 = _rand(1, 16, size, size), _rand(c, 16, 1, 1), _rand(c, 1, k, k)
+    out = _block(Tensor(x), w1, w2, stride, (pads[0], pads[1], pads[2], pads[3]))
+    kernels = _schedule(out)
+    copy = next(kk for kk in kernels if kk.name.startswith("E_") and len(kk.buffers) == 1)  # reads nothing
+    producer = next(kk for kk in kernels if kk.out_buffer is copy.out_buffer and kk is not copy)
+    assert producer.name.startswith("r_") and kernels.index(producer) < kernels.index(copy)
+    want = _reference(x, w1, w2, stride, pads)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    with Context(PADDED_STORES=0):
+        plain = _schedule(_block(Tensor(x), w1, w2, stride, (pads[0], pads[1], pads[2], pads[3])))
+    assert not any(kk.name.startswith("E_") and len(kk.buffers) == 1 for kk in plain)  # the copy reads the producer
+
+
+def test_a_stride_2_conv_of_an_input_keeps_its_phase_split_copy() -> None:
+    """No kernel computes a capture input: its padded copy is a pass over memory anyway, phase-split."""
+    x, w2 = _rand(1, 32, 56, 56), _rand(32, 1, 3, 3)
+    kernels = _schedule(Tensor(x).conv2d(Tensor(w2), groups=32, stride=2, padding=1))
+    assert [kk.name for kk in kernels][0] == "E_32_58_2_29"
+
+
+def test_a_producer_tiled_along_long_rows_keeps_its_channels_last_copy() -> None:
+    """A 1x1 conv over 28 x 28 outputs tiles its merged rows as vectors, which would scatter into a channels-last
+    copy: that copy stays a kernel reading the producer's own buffer."""
+    x, w1, w2 = _rand(1, 16, 28, 28), _rand(96, 16, 1, 1), _rand(96, 1, 3, 3)
+    out = _block(Tensor(x), w1, w2, 1, 1)
+    kernels = _schedule(out)
+    assert not any(kk.name.startswith("E_") and len(kk.buffers) == 1 for kk in kernels)
+    np.testing.assert_allclose(out.numpy(), _reference(x, w1, w2, 1, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["CPU", "OPENCL"])
+def test_a_capture_runs_the_border_kernel_every_call(target: str) -> None:
+    """Regression: the border kernel reads no input, and capture folded it as weight-only work; its zeros then
+    lived in a weight while the producer wrote into the arena, and the conv read garbage at the border."""
+    w1, w2 = _rand(32, 16, 1, 1), _rand(32, 1, 3, 3)
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": _block(x, w1, w2, 2, 1)}
+
+    first, second = _rand(1, 16, 56, 56), _rand(1, 16, 56, 56)
+    run = capture(model, {"x": first}, target=target)
+    assert any(len(d.bindings) == 1 for d in run.cmdbuf.dispatches)  # the border kernel, kept as a dispatch
+    for x in (first, second, first):
+        np.testing.assert_allclose(run({"x": x})["y"], _reference(x, w1, w2, 2, (1, 1, 1, 1)), rtol=1e-4,
+                                   atol=1e-4)
