@@ -204,7 +204,10 @@ def _realize_now(nodes: list[UOp], device: str) -> int:
     """Compute ``nodes`` now and record them as realized (later schedules read their buffers); kernels run."""
     if not nodes:
         return 0
-    kernels, becomes = create_schedule(nodes, device)
+    # weights made as Tensor(array) live on the default device whatever the capture's target: fold them there
+    # (an OPENCL kernel handed the CPU's memory failed with a TypeError); their results are bound as weights
+    homes = {u.arg[1] for u in toposort(nodes) if u.op is Ops.BUFFER}
+    kernels, becomes = create_schedule(nodes, homes.pop() if len(homes) == 1 else device)
     run_schedule(kernels)
     for node, view in becomes.items():
         if node.op is not Ops.BUFFER and node is not view:

@@ -46,12 +46,12 @@ STREAMS = Setting("STREAMS", 1)
 # FUSION_COST=0: fuse every elementwise producer into the reduce reading it, however often it is recomputed there
 # (the fusion cost model, jit/schedule/fusion_cost.py, is off)
 FUSION_COST = Setting("FUSION_COST", 1)
-# PADDED_STORES=0: a conv's padded input is a copy kernel of its own, not written by its producer with a border
-# kernel beside it (jit/schedule/padded_stores.py)
-PADDED_STORES = Setting("PADDED_STORES", 1)
+# STORE_VIEWS=0: kernels store only into buffers of their own: a conv's padded input and a stored concat are copy
+# kernels, not written in place by their producers (jit/schedule/padded_stores.py, concat_stores.py)
+STORE_VIEWS = Setting("STORE_VIEWS", 1)
 
 _SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, BEAM, VIZ, EMULATED_DTYPES, NOLOCALS, WINO,
-                                                 STREAMS, FUSION_COST, PADDED_STORES)}
+                                                 STREAMS, FUSION_COST, STORE_VIEWS)}
 
 
 @contextlib.contextmanager

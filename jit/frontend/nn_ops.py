@@ -17,7 +17,7 @@ from jit.codegen.opt.options import DEFAULT_OPTS
 from jit.codegen.opt.tiling import VECTOR_LOAD_STRIDES
 from jit.common.dtype import DType, dtypes, least_upper_dtype
 from jit.common.errors import AxisError, ShapeError
-from jit.common.helpers import PADDED_STORES
+from jit.common.helpers import STORE_VIEWS
 from jit.frontend.movement import window
 from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geometry, spatial_pads
 from jit.frontend.tensor import Tensor
@@ -242,7 +242,7 @@ def _producer_stores_padded(x: Tensor) -> bool:
     output of its own when a pad reads it. The padded copy then costs only its border, where a phase-split copy
     (``_phase_split_conv``) would cost the whole pass over memory or scatter that kernel's row vectors; a stride-2
     conv reads the plain padded copy two loads and a shuffle a vector instead."""
-    if not PADDED_STORES:
+    if not STORE_VIEWS:
         return False
     node = x.uop
     while node.op in GroupOp.Elementwise or node.op is Ops.RESHAPE:

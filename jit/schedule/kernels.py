@@ -18,9 +18,10 @@ import weakref
 from dataclasses import dataclass
 
 from jit.common.dtype import DType, commit_weak
-from jit.common.helpers import PADDED_STORES
+from jit.common.helpers import STORE_VIEWS
 from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
+from jit.schedule.concat_stores import find_concats, pieces_to_compute
 from jit.schedule.fusion_cost import dear_producers
 from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel
 from jit.schedule.padded_stores import find_padded_copies
@@ -177,7 +178,8 @@ def find_boundaries(targets: list[UOp]) -> list[UOp]:
     forced: set[UOp] = set()
     while True:  # epilogues made outputs change which reduces are read indirectly: close again until stable
         boundaries = _close_boundaries(base | forced, rank)
-        extra = (_recomputed_epilogues(boundaries) | dear_producers(boundaries)) - forced
+        extra = _recomputed_epilogues(boundaries) | dear_producers(boundaries)
+        extra = (extra | pieces_to_compute(boundaries) if STORE_VIEWS else extra) - forced
         if not extra:
             return [n for n in order if n in boundaries]
         forced |= extra
@@ -219,8 +221,23 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     kernels: list[ScheduledKernel] = []
     views: dict[UOp, UOp] = {}
     boundaries = find_boundaries(graph)
-    padded = find_padded_copies(boundaries, set(graph)) if PADDED_STORES else {}
+    concats = find_concats(boundaries, set(graph)) if STORE_VIEWS else {}
+    slices = {p.value: (c, p) for c in concats.values() for p in c.pieces if p.value in c.stored}
+    padded = find_padded_copies(boundaries, set(graph) | set(slices)) if STORE_VIEWS else {}
     borders = {p.copy: p for p in padded.values()}
+
+    def add(node: UOp, body: UOp, buf: UOp, store_view: UOp | None = None) -> None:
+        assert node.shape is not None
+        ast, ctx = lower_kernel(body, buf, store_view)
+        kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device,
+                                       names_in(toposort([body]))))
+
+    def concat_buffer(top: UOp) -> UOp:
+        if top not in views:
+            assert top.shape is not None and isinstance(top.dtype, DType)
+            views[top] = buffer_view(new_buffer(device, top.dtype, math.prod(top.shape)), top.shape)
+        return views[top].base
+
     for node in boundaries:
         assert node.shape is not None and isinstance(node.dtype, DType)
         if (border := borders.get(node)) is not None:  # its producer wrote the interior into its buffer
@@ -229,18 +246,26 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             kernels.append(ScheduledKernel(kernel_name(node.shape, []), ast, buf, _params(ctx), device,
                                            names_in(toposort([node]))))
             continue
-        size = math.prod(node.shape)
-        copy = padded.get(node)
-        buf = new_buffer(device, node.dtype, size if copy is None else math.prod(copy.copy.shape))
-        views[node] = buffer_view(buf, node.shape) if copy is None else copy.interior_view(buf)
-        if copy is not None:
-            views[copy.copy] = buffer_view(buf, copy.copy.shape)
-        if size == 0:
+        if (concat := concats.get(node)) is not None:  # its pieces' kernels wrote their slices
+            buf = concat_buffer(node)
+            for piece in concat.pieces:
+                if piece.value not in concat.stored and math.prod(piece.value.shape or ()):
+                    add(piece.value, _substitute_stopping(piece.value, views), buf,
+                        piece.slice_view(buf, node.shape))
             continue
-        body = _substitute_stopping(node, views)
-        ast, ctx = lower_kernel(body, buf, None if copy is None else views[node])
-        kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device,
-                                       names_in(toposort([body]))))
+        size = math.prod(node.shape)
+        copy, piece_of = padded.get(node), slices.get(node)
+        if piece_of is not None:
+            buf = concat_buffer(piece_of[0].top)
+            views[node] = piece_of[1].slice_view(buf, piece_of[0].top.shape)
+        elif copy is not None:
+            buf = new_buffer(device, node.dtype, math.prod(copy.copy.shape))
+            views[node], views[copy.copy] = copy.interior_view(buf), buffer_view(buf, copy.copy.shape)
+        else:
+            buf = new_buffer(device, node.dtype, size)
+            views[node] = buffer_view(buf, node.shape)
+        if size:
+            add(node, _substitute_stopping(node, views), buf, None if is_view_of_buffer(views[node]) else views[node])
     becomes: dict[UOp, UOp] = dict(known)
     for original, rebuilt in zip(targets, graph, strict=True):
         becomes[original] = views.get(rebuilt, rebuilt)

@@ -2,18 +2,20 @@
 copy a conv reads, and the copy's kernel writes only the zero border.
 
 conv2d materializes a padded input (jit/frontend/nn_ops.py ``_materialize_pad``; channels-last for a depthwise
-conv over short rows, phase-split for a stride-2 one): a kernel of its own that reads the producer's whole output
-and writes it again with the border, a pass over memory as large as the activation (efficientnet_b0's 96 x 112 x
-112 one: as long as the 1x1 conv that produces it). Here the producer's STORE goes through the copy's view of the
-same buffer instead (``lower_kernel``'s ``store_view``), and the copy's kernel becomes ``lower_border``'s.
+conv over short rows): a kernel of its own that reads the producer's whole output and writes it again with the
+border, a pass over memory as large as the activation (efficientnet_b0's 96 x 112 x 112 one costs about what the
+1x1 conv producing it does). Here the producer's STORE goes through the copy's view of the same buffer instead
+(jit/schedule/lower.py ``lower_kernel``'s ``store_view``), and the copy's kernel becomes ``lower_border``'s.
 
 What holds for a ``PaddedCopy`` (``find_padded_copies``): the copy is a CONTIGUOUS whose source is movement ops,
 RESHAPE and PERMUTE around exactly one PAD of the last two dims, over a node the same schedule computes into a
-kernel output (a boundary), which no realize asked for by itself and no other copy claims. Then the copy's elements
-are the producer's, each once, at the positions ``interior_view`` names, and zero everywhere else, which
-``padded_view`` and the PAD's amounts describe: the producer's kernel writing the first and the border kernel the
-second give every element of the copy, and the producer's value is read back through ``interior_view`` by any
-other reader.
+kernel output (a boundary) that no realize asked for by itself and no other copy claims. The copy's elements are
+then the producer's, each once, at the positions ``interior_view`` names, and zero everywhere else (the border of
+``padded_view``): the producer's kernel writing the first and the border kernel the second give every element of
+the copy, and any other reader of the producer's value reads it back through ``interior_view``. Taken only where
+the producer's stores stay whole vectors (``rows_stay_rows``, ``channels_last_over_short_rows``): a phase-split
+copy (``_phase_split_conv``) or a channels-last one of a producer tiled along its rows would make them scatters,
+which cost more than the copy saves.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jit.codegen.opt.options import DEFAULT_OPTS
-from jit.ir.uop import Ops, UOp
+from jit.ir.uop import Ops, UOp, toposort
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,14 @@ def _reshape(view: UOp, shape: tuple[int, ...] | None) -> UOp:
 
 def find_padded_copies(boundaries: list[UOp], keep: set[UOp]) -> dict[UOp, PaddedCopy]:
     """Each producer whose padded copy it may write itself (module docstring), by producer. ``keep``: nodes a
-    realize asked for, which keep buffers of their own."""
+    realize asked for, which keep buffers of their own. Only a producer the copy alone reads: another reader
+    would read it at the copy's strides (a 1x1 conv's rows then no longer merge into one long row,
+    jit/codegen/opt/merge.py: squeezenet's expand convs ran 2x slower)."""
     computed = set(boundaries)
+    readers: dict[UOp, int] = {}
+    for node in toposort(boundaries):
+        for s in set(node.src):
+            readers[s] = readers.get(s, 0) + 1
     found: dict[UOp, PaddedCopy] = {}
     for copy in boundaries:
         if copy.op is not Ops.CONTIGUOUS:
@@ -108,7 +116,8 @@ def find_padded_copies(boundaries: list[UOp], keep: set[UOp]) -> dict[UOp, Padde
             chain.append(node)
             node = node.src[0]
         pads = [i for i, c in enumerate(chain) if c.op is Ops.PAD]
-        if len(pads) != 1 or node not in computed or node in keep or node in found:
+        if len(pads) != 1 or node not in computed or node in keep or node in found or readers[node] != 1 or \
+                any(readers[c] != 1 for c in chain[1:]):
             continue
         pad = chain[pads[0]]
         if pad.shape is None or len(pad.shape) < 2 or any(p != (0, 0) for p in pad.arg[:-2]) or \

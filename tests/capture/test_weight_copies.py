@@ -51,3 +51,20 @@ def test_aligned_copy_from_device() -> None:
         got = copy_from_device(buf, align)
         assert got.ctypes.data % align == 0 and got.dtype == np.float32
         np.testing.assert_array_equal(got, (W + 1).reshape(-1))
+
+
+def test_weights_made_on_the_default_device_fold_for_an_opencl_capture() -> None:
+    """Regression: Tensor(array) weights live on the default device (the CPU) whatever the capture's target; their
+    weight-only work (a conv's channel-blocked weight copy) ran on OPENCL with the CPU's memory and failed with a
+    TypeError. It is folded where the weights live and bound as weights."""
+    x = RNG.standard_normal((1, 32, 27, 27), dtype=np.float32)
+    w1 = RNG.standard_normal((16, 32, 1, 1), dtype=np.float32)
+    w2 = RNG.standard_normal((48, 16, 3, 3), dtype=np.float32)
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": x.conv2d(Tensor(w1)).conv2d(Tensor(w2), padding=1)}
+
+    run = capture(model, {"x": x}, target="OPENCL")
+    assert run.report.kernels_traced > run.report.kernels_kept  # the weight copy was folded
+    want = Tensor(x).conv2d(Tensor(w1)).conv2d(Tensor(w2), padding=1).numpy()
+    np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)

@@ -65,7 +65,7 @@ def test_the_producer_writes_the_interior_and_a_border_kernel_the_rest(c: int, s
     assert producer.name.startswith("r_") and kernels.index(producer) < kernels.index(copy)
     want = _reference(x, w1, w2, stride, pads)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
-    with Context(PADDED_STORES=0):
+    with Context(STORE_VIEWS=0):
         plain = _schedule(_block(Tensor(x), w1, w2, stride, (pads[0], pads[1], pads[2], pads[3])))
     assert not any(kk.name.startswith("E_") and len(kk.buffers) == 1 for kk in plain)  # the copy reads the producer
 
