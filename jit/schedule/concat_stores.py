@@ -113,8 +113,9 @@ def find_concats(boundaries: list[UOp], keep: set[UOp]) -> dict[UOp, Concat]:
         if pieces is None:
             continue
         stored: set[UOp] = set()
-        for p in pieces:
-            if p.value in computed and p.value not in keep and p.value not in claimed and p.value not in stored:
+        for p in pieces:  # a piece that is a concat itself (densenet's growing features) writes its own buffer
+            if p.value in computed and p.value not in keep and p.value not in claimed and p.value not in stored \
+                    and concat_pieces(p.value) is None:
                 stored.add(p.value)
         if len(pieces) - len(stored) <= 1:
             claimed |= stored

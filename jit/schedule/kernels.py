@@ -224,6 +224,7 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     concats = find_concats(boundaries, set(graph)) if STORE_VIEWS else {}
     slices = {p.value: (c, p) for c in concats.values() for p in c.pieces if p.value in c.stored}
     padded = find_padded_copies(boundaries, set(graph) | set(slices)) if STORE_VIEWS else {}
+    padded = {a: p for a, p in padded.items() if p.copy not in slices}  # a buffer is one concat's or one copy's
     borders = {p.copy: p for p in padded.values()}
 
     def add(node: UOp, body: UOp, buf: UOp, store_view: UOp | None = None) -> None:

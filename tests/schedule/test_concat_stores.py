@@ -47,19 +47,22 @@ def test_each_piece_stores_into_its_slice_and_no_kernel_copies_the_concat() -> N
     assert any(k.name.startswith("E_112_27_27") for k in plain)
 
 
+W_IN = RNG.standard_normal((64, 32, 1, 1), dtype=np.float32)
+W_MIX = RNG.standard_normal((8, 96, 1, 1), dtype=np.float32)
+
+
+def _input_beside_a_conv(x: Tensor) -> Tensor:
+    return Tensor.cat(x, (x.conv2d(Tensor(W_IN)) + 0.2).relu(), dim=1).conv2d(Tensor(W_MIX)).relu()
+
+
 def test_a_piece_no_kernel_computes_is_copied_into_its_slice() -> None:
     """An input piece beside a conv's: the input is copied into its slice (one kernel, as the concat was)."""
-    x = Tensor(X)
-    a = (x.conv2d(Tensor(WA[:, :16].repeat(2, axis=1))) + 0.2).relu()
-    cat = Tensor.cat(x, a, dim=1)
-    out = cat.conv2d(Tensor(RNG.standard_normal((8, 96, 1, 1), dtype=np.float32))).relu()
-    kernels, _ = create_schedule([out.uop], "CPU")
+    kernels, _ = create_schedule([_input_beside_a_conv(Tensor(X)).uop], "CPU")
     with Context(STORE_VIEWS=0):
-        plain, _ = create_schedule([out.uop], "CPU")
+        plain, _ = create_schedule([_input_beside_a_conv(Tensor(X)).uop], "CPU")
+        want = _input_beside_a_conv(Tensor(X)).numpy()
     assert len(kernels) <= len(plain)
-    with Context(STORE_VIEWS=0):
-        want = out.numpy()
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_input_beside_a_conv(Tensor(X)).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_concat_pieces_reads_tensor_cat_and_nothing_else() -> None:
@@ -77,3 +80,21 @@ def test_a_captured_fire_module_matches_on_every_call(target: str) -> None:
     other = RNG.standard_normal(X.shape, dtype=np.float32)
     for x in (X, other):
         np.testing.assert_allclose(run({"x": x})["y"], _want(x), rtol=1e-4, atol=1e-3)
+
+
+W_C = RNG.standard_normal((16, 80, 1, 1), dtype=np.float32)
+
+
+def _dense_block(x: Tensor) -> Tensor:
+    a, b = (x.conv2d(Tensor(W_IN)) + 0.2).relu(), (x.conv2d(Tensor(WS)) + 0.1).relu()
+    inner = Tensor.cat(a, b, dim=1)  # 80 channels, read by the next conv: a kernel output of its own
+    outer = Tensor.cat(inner, (inner.conv2d(Tensor(W_C)) + 0.3).relu(), dim=1)
+    return outer.conv2d(Tensor(W_MIX)).relu()
+
+
+def test_a_concat_of_a_concat_copies_the_inner_one_into_its_slice() -> None:
+    """Regression (densenet121's growing features): a piece that is itself a stored concat writes its own buffer;
+    taken as a piece stored in place, nothing ever wrote its slice of the outer concat."""
+    with Context(STORE_VIEWS=0):
+        want = _dense_block(Tensor(X)).numpy()
+    np.testing.assert_allclose(_dense_block(Tensor(X)).numpy(), want, rtol=1e-5, atol=1e-5)
