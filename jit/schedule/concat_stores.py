@@ -29,13 +29,12 @@ class Piece:
     axis: int
     offset: int
 
-    def slice_view(self, buf: UOp, shape: tuple[int, ...]) -> UOp:
-        """This piece's part of the concat's buffer ``buf`` (the concat's ``shape``), as movement ops over it."""
+    def slice_view(self, concat: UOp) -> UOp:
+        """This piece's part of the concat's buffer, ``concat`` (that buffer viewed at the concat's shape)."""
         assert self.value.shape is not None
-        view = buf if buf.shape == shape else UOp(Ops.RESHAPE, buf.dtype, (buf,), shape)
         bounds = tuple((self.offset, self.offset + n) if i == self.axis else (0, n)
                        for i, n in enumerate(self.value.shape))
-        return UOp(Ops.SHRINK, buf.dtype, (view,), bounds)
+        return UOp(Ops.SHRINK, concat.dtype, (concat,), bounds)
 
 
 def _is_all_true(mask: UOp) -> bool:

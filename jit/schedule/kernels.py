@@ -243,7 +243,7 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
         assert node.shape is not None and isinstance(node.dtype, DType)
         if (border := borders.get(node)) is not None:  # its producer wrote the interior into its buffer
             buf = views[node].base
-            ast, ctx = lower_border(border.padded_view(buf), border.pads, buf, border.inner_dims())
+            ast, ctx = lower_border(border.padded_view(views[node]), border.pads, buf, border.inner_dims())
             kernels.append(ScheduledKernel(kernel_name(node.shape, []), ast, buf, _params(ctx), device,
                                            names_in(toposort([node]))))
             continue
@@ -251,17 +251,17 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             buf = concat_buffer(node)
             for piece in concat.pieces:
                 if piece.value not in concat.stored and math.prod(piece.value.shape or ()):
-                    add(piece.value, _substitute_stopping(piece.value, views), buf,
-                        piece.slice_view(buf, node.shape))
+                    add(piece.value, _substitute_stopping(piece.value, views), buf, piece.slice_view(views[node]))
             continue
         size = math.prod(node.shape)
         copy, piece_of = padded.get(node), slices.get(node)
         if piece_of is not None:
             buf = concat_buffer(piece_of[0].top)
-            views[node] = piece_of[1].slice_view(buf, piece_of[0].top.shape)
+            views[node] = piece_of[1].slice_view(views[piece_of[0].top])
         elif copy is not None:
             buf = new_buffer(device, node.dtype, math.prod(copy.copy.shape))
-            views[node], views[copy.copy] = copy.interior_view(buf), buffer_view(buf, copy.copy.shape)
+            views[copy.copy] = buffer_view(buf, copy.copy.shape)
+            views[node] = copy.interior_view(views[copy.copy])
         else:
             buf = new_buffer(device, node.dtype, size)
             views[node] = buffer_view(buf, node.shape)

@@ -40,14 +40,15 @@ class PaddedCopy:
     def pads(self) -> tuple[tuple[int, int], ...]:
         return self.chain[self.pad_at].arg
 
-    def padded_view(self, buf: UOp) -> UOp:
-        """The PAD's output, as movement ops over the copy's buffer ``buf``."""
-        return _undo(_reshape(buf, self.copy.shape), self.chain[:self.pad_at])
+    def padded_view(self, copy: UOp) -> UOp:
+        """The PAD's output, as movement ops over the copy's buffer (``copy``: that buffer at the copy's shape)."""
+        return _undo(copy, self.chain[:self.pad_at])
 
-    def interior_view(self, buf: UOp) -> UOp:
-        """The producer's value, as movement ops over the copy's buffer ``buf`` (the padded view's interior)."""
+    def interior_view(self, copy: UOp) -> UOp:
+        """The producer's value, as movement ops over the copy's buffer (``copy``: that buffer at the copy's shape):
+        the padded view's interior."""
         pad = self.chain[self.pad_at]
-        view = UOp(Ops.SHRINK, buf.dtype, (self.padded_view(buf),),
+        view = UOp(Ops.SHRINK, copy.dtype, (self.padded_view(copy),),
                    tuple((b, b + n) for (b, _), n in zip(pad.arg, pad.src[0].shape, strict=True)))
         return _undo(view, self.chain[self.pad_at + 1:])
 
@@ -86,14 +87,10 @@ def _undo(view: UOp, chain: tuple[UOp, ...]) -> UOp:
         if node.op is Ops.PERMUTE:
             inverse = tuple(sorted(range(len(node.arg)), key=node.arg.__getitem__))
             view = UOp(Ops.PERMUTE, view.dtype, (view,), inverse)
-        else:
-            view = _reshape(view, node.src[0].shape)
+        elif view.shape != node.src[0].shape:
+            assert node.src[0].shape is not None
+            view = UOp(Ops.RESHAPE, view.dtype, (view,), tuple(node.src[0].shape))
     return view
-
-
-def _reshape(view: UOp, shape: tuple[int, ...] | None) -> UOp:
-    assert shape is not None
-    return view if view.shape == shape else UOp(Ops.RESHAPE, view.dtype, (view,), tuple(shape))
 
 
 def find_padded_copies(boundaries: list[UOp], keep: set[UOp]) -> dict[UOp, PaddedCopy]:
