@@ -227,9 +227,9 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     padded = {a: p for a, p in padded.items() if p.copy not in slices}  # a buffer is one concat's or one copy's
     borders = {p.copy: p for p in padded.values()}
 
-    def add(node: UOp, body: UOp, buf: UOp, store_view: UOp | None = None) -> None:
+    def add(node: UOp, body: UOp, buf: UOp, lowered: tuple[UOp, LoweringContext]) -> None:
         assert node.shape is not None
-        ast, ctx = lower_kernel(body, buf, store_view)
+        ast, ctx = lowered
         kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device,
                                        names_in(toposort([body]))))
 
@@ -243,15 +243,14 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
         assert node.shape is not None and isinstance(node.dtype, DType)
         if (border := borders.get(node)) is not None:  # its producer wrote the interior into its buffer
             buf = views[node].base
-            ast, ctx = lower_border(border.padded_view(views[node]), border.pads, buf, border.inner_dims())
-            kernels.append(ScheduledKernel(kernel_name(node.shape, []), ast, buf, _params(ctx), device,
-                                           names_in(toposort([node]))))
+            add(node, node, buf, lower_border(border.padded_view(views[node]), border.pads, buf, border.inner_dims()))
             continue
         if (concat := concats.get(node)) is not None:  # its pieces' kernels wrote their slices
             buf = concat_buffer(node)
             for piece in concat.pieces:
                 if piece.value not in concat.stored and math.prod(piece.value.shape or ()):
-                    add(piece.value, _substitute_stopping(piece.value, views), buf, piece.slice_view(views[node]))
+                    body = _substitute_stopping(piece.value, views)
+                    add(piece.value, body, buf, lower_kernel(body, buf, piece.slice_view(views[node])))
             continue
         size = math.prod(node.shape)
         copy, piece_of = padded.get(node), slices.get(node)
@@ -266,7 +265,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             buf = new_buffer(device, node.dtype, size)
             views[node] = buffer_view(buf, node.shape)
         if size:
-            add(node, _substitute_stopping(node, views), buf, None if is_view_of_buffer(views[node]) else views[node])
+            body = _substitute_stopping(node, views)
+            add(node, body, buf, lower_kernel(body, buf, None if is_view_of_buffer(views[node]) else views[node]))
     becomes: dict[UOp, UOp] = dict(known)
     for original, rebuilt in zip(targets, graph, strict=True):
         becomes[original] = views.get(rebuilt, rebuilt)
