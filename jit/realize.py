@@ -6,7 +6,7 @@ import contextlib
 import sys
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -209,7 +209,8 @@ def _render_settings_key(settings: str) -> str:
     return ";".join((settings, *(repr(s) for s in (NOLOCALS, STREAMS, FUSION_COST))))
 
 
-def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True) -> list[CompiledKernel]:
+def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True,
+                    rendered: Callable[[str, str], None] | None = None) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
     and the target compiles all new kernels of one call together (one C compiler run on the CPU). A kernel
     rendered in an earlier process under the same code, target and settings is read from the render cache
@@ -217,7 +218,8 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
 
     ``build=False`` renders without compiling (a capture for a target whose replay compiles the sources itself,
     ``Runtime.replay_builds_kernels``): each program then has no handle, and a later call that launches the
-    kernel compiles the rendered source, rendering nothing twice."""
+    kernel compiles the rendered source, rendering nothing twice. ``rendered(name, source)`` is called with each
+    kernel in order as soon as its source is known (targets/replay.py ``AheadBuild``)."""
     settings = kernel_settings_key()
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
     disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
@@ -227,14 +229,19 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     for k in kernels:
         key = (target.name, settings, k.ast)
         if key in _compiled or (not build and key in _rendered) or k.ast in todo:
+            if rendered is not None and k.ast not in todo:
+                done = _compiled.get(key) or _rendered[key]
+                rendered(done.name, done.program.source)
             continue
         if key in _rendered:
             ck = _rendered.pop(key)
-            todo[k.ast] = _Pending(ck.name, ck.program.source, ck.program.meta, ck.stats, ck.dtype_policy,
-                                   ck.lowered_sink, ck.sink_key)
-            continue
-        disk_key = render_cache.entry_key(k.ast, target, "", disk_context) if disk_context is not None else None
-        pending = todo[k.ast] = _rewrite_and_render(k, target, disk_key)
+            pending = todo[k.ast] = _Pending(ck.name, ck.program.source, ck.program.meta, ck.stats, ck.dtype_policy,
+                                             ck.lowered_sink, ck.sink_key)
+        else:
+            disk_key = render_cache.entry_key(k.ast, target, "", disk_context) if disk_context is not None else None
+            pending = todo[k.ast] = _rewrite_and_render(k, target, disk_key)
+        if rendered is not None:
+            rendered(pending.name, pending.source)
         if DEBUG >= 2:
             for line in pending.policy.debug_lines():  # once per kernel: compiled kernels are cached
                 print(f"{line} in {pending.name}")
@@ -255,6 +262,19 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
         for (ast, p), prog in zip(todo.items(), programs, strict=True):
             _compiled[(target.name, settings, ast)] = kernel(ast, p, prog)
     return [_compiled.get(key) or _rendered[key] for key in ((target.name, settings, k.ast) for k in kernels)]
+
+
+def compile_soon(kernels: list[ScheduledKernel]) -> None:
+    """Render ``kernels`` now and start compiling them in the background where their target can
+    (``Target.compile_ahead``): a later ``run_schedule`` of them waits for that compile instead of making its own."""
+    if not kernels:
+        return
+    target = Device[kernels[0].device]
+    settings = kernel_settings_key()
+    fresh = [k for k in kernels if (target.name, settings, k.ast) not in _compiled]
+    # compile_kernels compiles them later in this order, each kernel graph once
+    rendered = dict(zip((k.ast for k in fresh), compile_kernels(fresh, target, build=False), strict=True))
+    target.compile_ahead([(ck.name, ck.program.source, ck.program.meta) for ck in rendered.values()])
 
 
 def dtype_policy_report(compiled: list[CompiledKernel]) -> ModelDTypeReport:

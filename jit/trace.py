@@ -4,9 +4,11 @@
 filled) named like ``example_inputs``; ``fn`` returns a dict of output name to Tensor. Then:
 
 1. weight-only work is folded ("pruned"): every subexpression that reads weights but no input (BN folding,
-   casts, weight transposes computed with ALU ops) is computed now and becomes a weight, and so is every
-   scheduled kernel that reads no input. Movement ops above such a value stay lazy (an index map costs the
-   consuming kernel nothing), and a value larger than the weights it reads (a broadcast) stays inline;
+   casts, weight transposes computed with ALU ops) is computed during the capture and becomes a weight, and so
+   is every scheduled kernel that reads no input (their compiler runs while the kept kernels are rendered, and the
+   kept kernels' units compile as soon as each is rendered: targets/replay.py ``AheadBuild``). Movement ops
+   above such a value stay lazy (an index map costs the consuming kernel nothing), and a value larger than the
+   weights it reads (a broadcast) stays inline;
 2. the remaining kernels are compiled, and their buffers bound by name: ``input:``, ``output:``, ``state:``,
    ``weight:<id>`` (only weights a dispatch reads are kept), and intermediates in one arena planned by
    liveness (jit/schedule/memory_plan.py). On a target that runs lanes (the CPU with two or more threads), runs of
@@ -33,7 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +49,7 @@ from jit.common.helpers import STREAMS
 from jit.frontend.tensor import Tensor
 from jit.frontend.weight_layout import WEIGHT_BLOCK_MAX_PAD
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
-from jit.realize import CompiledKernel, compile_kernels, copy_from_device, host_bytes, run_schedule
+from jit.realize import CompiledKernel, compile_kernels, compile_soon, copy_from_device, host_bytes, run_schedule
 from jit.schedule.in_place import in_place_kernel, in_place_problem, is_plain_copy
 from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
 from jit.schedule.memory_plan import plan_alignment, plan_memory
@@ -54,7 +57,7 @@ from jit.schedule.streams import BYTE_COST, dependencies, find_segments, segment
 from targets.base import Target
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Segment, arena_binding
 from targets.registry import Device
-from targets.replay import DispatchTime, Replay, build_ahead, kernel_flags, make_replay
+from targets.replay import DispatchTime, Replay, ahead_build, kernel_flags, make_replay
 
 ModelFn = Callable[..., Mapping[str, Tensor]]
 
@@ -200,19 +203,26 @@ def weight_frontier(roots: list[UOp], sources: set[UOp]) -> list[UOp]:
     return list(frontier)
 
 
-def _realize_now(nodes: list[UOp], device: str) -> int:
-    """Compute ``nodes`` now and record them as realized (later schedules read their buffers); kernels run."""
+@contextmanager
+def _folded(nodes: list[UOp], device: str) -> Iterator[list[ScheduledKernel]]:
+    """The kernels computing ``nodes``, which count as realized inside the block (schedules made there read their
+    buffers) and are computed by the caller there: they can compile while the compiler builds the other kernels.
+    Forgotten again if the block fails, so no later schedule reads a buffer that was never written."""
     if not nodes:
-        return 0
+        yield []
+        return
     # weights made as Tensor(array) live on the default device whatever the capture's target: fold them there
     # (an OPENCL kernel handed the CPU's memory failed with a TypeError); their results are bound as weights
     homes = {u.arg[1] for u in toposort(nodes) if u.op is Ops.BUFFER}
     kernels, becomes = create_schedule(nodes, homes.pop() if len(homes) == 1 else device)
-    run_schedule(kernels)
-    for node, view in becomes.items():
-        if node.op is not Ops.BUFFER and node is not view:
-            realized[node] = view
-    return len(kernels)
+    recorded = [node for node, view in becomes.items() if node.op is not Ops.BUFFER and node is not view]
+    realized.update((node, becomes[node]) for node in recorded)
+    try:
+        yield kernels
+    except BaseException:
+        for node in recorded:
+            realized.pop(node, None)
+        raise
 
 
 # --- binding and planning ------------------------------------------------------------------------------------
@@ -367,40 +377,47 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     out_targets = _output_targets(outs)
     roots = [*out_targets.values(), *new_states.values()]
 
-    folded = _realize_now(weight_frontier(roots, set(sources)), device) if fold_weights else 0
-    kernels, becomes = create_schedule(roots, device)
-    dependent: set[UOp] = set(sources)
-    produced = {becomes[u].base: f"output:{n}" for n, u in out_targets.items()}
-    produced |= {becomes[u].base: f"state:{n}" for n, u in new_states.items()}
-    kept, copies, pruned = [], [], []
-    for k in kernels:
-        # a kernel writing where a kept one wrote (a padded copy's border, jit/schedule/padded_stores.py) reads
-        # no input itself but must run with it
-        if k.out_buffer in produced or k.out_buffer in dependent or any(b in dependent for b in k.buffers[1:]):
-            dependent.add(k.out_buffer)
-            (copies if produced.get(k.out_buffer, "").startswith("state:") else kept).append(k)
-        else:
-            pruned.append(k)
-    run_schedule(pruned)  # weight-only kernels: their outputs become weights
-    kept += copies  # state write-backs last: every read of the old state comes before them
+    frontier = weight_frontier(roots, set(sources)) if fold_weights else []
+    with _folded(frontier, device) as folds:
+        compile_soon(folds)
+        kernels, becomes = create_schedule(roots, device)
+        dependent: set[UOp] = set(sources)
+        produced = {becomes[u].base: f"output:{n}" for n, u in out_targets.items()}
+        produced |= {becomes[u].base: f"state:{n}" for n, u in new_states.items()}
+        kept, copies, pruned = [], [], []
+        for k in kernels:
+            # a kernel writing where a kept one wrote (a padded copy's border, jit/schedule/padded_stores.py) reads
+            # no input itself but must run with it
+            if k.out_buffer in produced or k.out_buffer in dependent or any(b in dependent for b in k.buffers[1:]):
+                dependent.add(k.out_buffer)
+                (copies if produced.get(k.out_buffer, "").startswith("state:") else kept).append(k)
+            else:
+                pruned.append(k)
+        kept += copies  # state write-backs last: every read of the old state comes before them
+        compile_soon(pruned)
 
-    role = {**sources, **produced}
-    bindings = _Bindings(role, {}, {}, plan_alignment(tgt.limits.buffer_alignment))
-    for name, arr in example_inputs.items():
-        bindings.table[f"input:{name}"] = BufferSpec(f"input:{name}", from_numpy(arr.dtype).name, arr.shape,
-                                                     arr.nbytes)
-    for name, u in out_targets.items():
-        buf = becomes[u].base
-        assert buf.op is Ops.BUFFER and isinstance(u.shape, tuple)
-        bindings.table[f"output:{name}"] = _flat_spec(f"output:{name}", buf, u.shape)
-    for name, arr in state.items():
-        init = bindings.weight(_constant_buffer(arr, device))
-        bindings.table[f"state:{name}"] = BufferSpec(f"state:{name}", from_numpy(arr.dtype).name, arr.shape,
-                                                     arr.nbytes, init=int(init.split(":")[1]))
-    users = _arena_buffers(kept, role)
-    images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
-    kept = [_read_as_images(k, images) for k in kept]
-    compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels)
+        role = {**sources, **produced}
+        bindings = _Bindings(role, {}, {}, plan_alignment(tgt.limits.buffer_alignment))
+        for name, arr in example_inputs.items():
+            bindings.table[f"input:{name}"] = BufferSpec(f"input:{name}", from_numpy(arr.dtype).name, arr.shape,
+                                                         arr.nbytes)
+        for name, u in out_targets.items():
+            buf = becomes[u].base
+            assert buf.op is Ops.BUFFER and isinstance(u.shape, tuple)
+            bindings.table[f"output:{name}"] = _flat_spec(f"output:{name}", buf, u.shape)
+        for name, arr in state.items():
+            init = bindings.weight(_constant_buffer(arr, device))
+            bindings.table[f"state:{name}"] = BufferSpec(f"state:{name}", from_numpy(arr.dtype).name, arr.shape,
+                                                         arr.nbytes, init=int(init.split(":")[1]))
+        users = _arena_buffers(kept, role)
+        images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
+        kept = [_read_as_images(k, images) for k in kept]
+        ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
+        compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add)
+        # weight-only work (the folds first: the scheduled kernels may read them) compiles while the compiler
+        # builds the kept kernels; its outputs become weights, bound below
+        run_schedule(folds)
+        run_schedule(pruned)
     written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}
     kept, compiled = _states_in_place(kept, compiled, written_back, tgt)
     users = _arena_buffers(kept, role)
@@ -425,8 +442,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         local = tuple(ck.program.local_size) if ck.program.local_size else None
         dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
 
-    build_ahead(kernel_specs, tgt)  # the compiler works while the command buffer below is checked
-    report = CaptureReport(len(kernels) + folded, len(kept), len(bindings.weights),
+    ahead.finish(kernel_specs)
+    report = CaptureReport(len(kernels) + len(folds), len(kept), len(bindings.weights),
                            sum(w.nbytes for w in bindings.weights.values()), plan.arena_bytes, plan.naive_bytes,
                            tuple(segments), tuple(tuple(sorted(n)) for n in nodes))
     order = ("input", "output", "state", "weight", "arena")

@@ -10,6 +10,7 @@ thread count; kernels with the OpenMP pragma (an earlier renderer's, still loada
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
@@ -21,6 +22,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -113,26 +115,17 @@ def _cache_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
 
 
 def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> list[Path]:
-    """Shared objects for ``sources``; every source not in the cache is compiled in one compiler run."""
-    global cc_invocations
+    """Shared objects for ``sources``; every source not in the cache is compiled in one compiler run (the one
+    ``compile_shared_ahead`` started, if it did)."""
     cc, flags = _toolchain(cc, flags)
     keys = [_cache_key(src, cc, flags) for src in sources]
     found = {k: cached_artifact(k, ".so") for k in keys}
     missing = list(dict.fromkeys(src for src, k in zip(sources, keys, strict=True) if found[k] is None))
     if missing:
         batch_key = _cache_key("\n".join(missing), cc, flags)
-        out = cache_dir() / f"{batch_key}.so"
-        cc_invocations += 1
-        with tempfile.TemporaryDirectory() as tmp:
-            src_path = Path(tmp) / "kernels.c"
-            src_path.write_text("\n".join(missing))
-            tmp_out = Path(tmp) / "kernels.so"
-            proc = subprocess.run([cc, *flags, str(src_path), "-o", str(tmp_out), "-lm"], capture_output=True,
-                                  text=True)
-            if proc.returncode != 0:
-                raise CompileError(f"C compile failed ({cc} {' '.join(flags)}):\n{proc.stderr}\n--- source ---\n"
-                                   + "\n".join(missing))
-            publish(out, tmp_out.read_bytes())
+        with _ahead_lock:
+            job = _ahead.pop(batch_key, None)
+        out = _finish_job(job or _start_job("\n".join(missing), cc, flags, shared=True), batch_key, "")
         for src in missing:
             key = _cache_key(src, cc, flags)
             publish(cache_dir() / f"{key}.ref", out.name)
@@ -140,18 +133,38 @@ def compile_shared_many(sources: list[str], cc: str | None = None, flags: tuple[
     return [found[k] for k in keys]  # type: ignore[misc]
 
 
-@dataclass
-class _ObjectJob:
-    """One translation unit being compiled to an object file, in its own temporary directory."""
+def compile_shared_ahead(sources: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> int:
+    """Start in the background the compiler run a later ``compile_shared_many`` of the same ``sources`` and
+    ``flags`` makes, so it runs while the caller goes on; that call then waits for it. Returns the compilers
+    started: none where every source is cached or the run already started. Only for text this process rendered."""
+    cc, flags = _toolchain(cc, flags)
+    missing = list(dict.fromkeys(src for src in sources if cached_artifact(_cache_key(src, cc, flags), ".so") is None))
+    if not missing:
+        return 0
+    batch_key = _cache_key("\n".join(missing), cc, flags)
+    with _ahead_lock:
+        if batch_key in _ahead:
+            return 0
+        _ahead[batch_key] = _start_job("\n".join(missing), cc, flags, shared=True, ahead=True)
+    return 1
 
-    part: str
+
+@dataclass
+class _CompilerJob:
+    """One compiler run (a translation unit to an object file or a shared object), in its own temporary
+    directory."""
+
+    text: str
     proc: subprocess.Popen
-    obj: Path
+    out: Path
     tmp: tempfile.TemporaryDirectory
 
 
-# object files started by ``compile_ahead`` and not yet linked, by object key
-_ahead: dict[str, _ObjectJob] = {}
+# compilers started ahead run below the caller's priority: the caller renders and checks the kernels the
+# compilers get next, and several compilers at its own priority would take most of its core
+AHEAD_NICENESS = 10
+# compiler runs started by ``compile_ahead`` and ``compile_shared_ahead`` and not yet waited for, by output key
+_ahead: dict[str, _CompilerJob] = {}
 _ahead_lock = threading.Lock()
 
 
@@ -164,41 +177,56 @@ def _object_key(part: str, cc: str, flags: tuple[str, ...]) -> str:
     return _cache_key("\0".join(("object", part)), cc, flags)
 
 
-def _start_object(part: str, cc: str, flags: tuple[str, ...]) -> _ObjectJob:
+def _start_job(text: str, cc: str, flags: tuple[str, ...], shared: bool, ahead: bool = False) -> _CompilerJob:
+    """The compiler started on ``text``: to a shared object (``flags`` as they are) or to an object file; one
+    started ``ahead`` of its caller's wait runs at ``AHEAD_NICENESS``."""
     global cc_invocations
     tmp = tempfile.TemporaryDirectory()
-    src, obj = Path(tmp.name) / "part.c", Path(tmp.name) / "part.o"
-    src.write_text(part)
+    src, out = Path(tmp.name) / "unit.c", Path(tmp.name) / ("unit.so" if shared else "unit.o")
+    src.write_text(text)
     cc_invocations += 1
-    proc = subprocess.Popen([cc, *(f for f in flags if f != "-shared"), "-c", str(src), "-o", str(obj)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    return _ObjectJob(part, proc, obj, tmp)
+    args = [*flags, str(src), "-o", str(out), "-lm"] if shared else \
+        [*(f for f in flags if f != "-shared"), "-c", str(src), "-o", str(out)]
+    proc = subprocess.Popen([cc, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if ahead:
+        with contextlib.suppress(OSError):  # best effort: the compile is the same at any priority
+            os.setpriority(os.PRIO_PROCESS, proc.pid, AHEAD_NICENESS)
+    return _CompilerJob(text, proc, out, tmp)
 
 
-def _finish_object(job: _ObjectJob, key: str, what: str) -> Path:
-    """The cached object file of ``job`` once its compiler has exited; CompileError with its messages if it failed."""
+def _finish_job(job: _CompilerJob, key: str, what: str) -> Path:
+    """The cached output of ``job`` (``key`` + its suffix) once its compiler has exited; CompileError with its
+    messages if it failed."""
     try:
         err = job.proc.communicate()[1]
         if job.proc.returncode != 0:
-            raise CompileError(f"C compile failed ({' '.join(job.proc.args)}), {what}:\n{err}\n--- source ---\n"
-                               f"{job.part}")
-        out = cache_dir() / f"{key}.o"
-        publish(out, job.obj.read_bytes())
+            raise CompileError(f"C compile failed ({' '.join(job.proc.args)}){what}:\n{err}\n--- source ---\n"
+                               f"{job.text}")
+        out = cache_dir() / f"{key}{job.out.suffix}"
+        publish(out, job.out.read_bytes())
         return out
     finally:
         job.tmp.cleanup()
 
 
-@atexit.register
-def _abandon_ahead() -> None:
-    """Compilers started ahead for a link that never came (a capture that failed after starting them)."""
+def abandon_ahead(parts: list[str] | None = None, cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> None:
+    """Stop the compilers ``compile_ahead`` started for ``parts`` (with ``flags``) and not yet linked: a link that
+    will never come. Every such compiler when ``parts`` is None (at exit: a capture that failed after starting
+    them)."""
     with _ahead_lock:
-        jobs = list(_ahead.values())
-        _ahead.clear()
+        if parts is None:
+            keys = list(_ahead)
+        else:
+            cc, flags = _toolchain(cc, flags)
+            keys = [k for k in (_object_key(part, cc, flags) for part in parts) if k in _ahead]
+        jobs = [_ahead.pop(k) for k in keys]
     for job in jobs:
         job.proc.kill()
         job.proc.wait()
         job.tmp.cleanup()
+
+
+atexit.register(abandon_ahead)
 
 
 def compile_ahead(parts: list[str], cc: str | None = None, flags: tuple[str, ...] = CFLAGS) -> int:
@@ -213,7 +241,7 @@ def compile_ahead(parts: list[str], cc: str | None = None, flags: tuple[str, ...
         for part in parts:
             key = _object_key(part, cc, flags)
             if key not in _ahead and cached_artifact(key, ".o") is None:
-                _ahead[key] = _start_object(part, cc, flags)
+                _ahead[key] = _start_job(part, cc, flags, shared=False, ahead=True)
                 started += 1
     return started
 
@@ -234,11 +262,11 @@ def compile_shared_parts(parts: list[str], cc: str | None = None, flags: tuple[s
     objects: list[Path | None] = [cached_artifact(k, ".o") for k in keys]
     with _ahead_lock:
         jobs = {i: _ahead.pop(k, None) for i, k in enumerate(keys) if objects[i] is None}
-    jobs = {i: job or _start_object(parts[i], cc, flags) for i, job in jobs.items()}
+    jobs = {i: job or _start_job(parts[i], cc, flags, shared=False) for i, job in jobs.items()}
     failure: CompileError | None = None
     for i, job in jobs.items():  # every compiler waited for (and its directory removed), the first failure raised
         try:
-            objects[i] = _finish_object(job, keys[i], f"part {i}")
+            objects[i] = _finish_job(job, keys[i], f", part {i}")
         except CompileError as e:
             failure = failure or e
     if failure is not None:
@@ -345,20 +373,31 @@ class CPURuntime(Runtime):
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
         return self.compile_many([(name, source, meta)])[0]
 
-    def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
-        # one compiler run per flag set: single-threaded kernels keep their flags (and cache entries); a parallel
-        # kernel (its range as its last two parameters) is compiled with the job wrapper the pool calls
-        paths: list[Path | None] = [None] * len(items)
-        built = [source + job_wrapper(name, source) if meta.get("parallel") else source
-                 for name, source, meta in items]
+    @staticmethod
+    def _batches(items: list[tuple[str, str, dict[str, Any]]]) -> Iterator[tuple[list[int], list[str],
+                                                                                  tuple[str, ...]]]:
+        """One compiler run per flag set: (the items' indices, their sources, the flags). Single-threaded kernels
+        keep their flags (and cache entries); a parallel kernel (its range as its last two parameters) is compiled
+        with the job wrapper the pool calls."""
         for openmp in (False, True):
             picked = [i for i, (_, _, meta) in enumerate(items) if bool(meta.get("openmp")) == openmp]
             if picked:
-                flags = CFLAGS + OPENMP_FLAGS if openmp else CFLAGS
-                for i, path in zip(picked, compile_shared_many([built[i] for i in picked], flags=flags),
-                                   strict=True):
-                    paths[i] = path
+                yield picked, [items[i][1] + job_wrapper(items[i][0], items[i][1]) if items[i][2].get("parallel")
+                               else items[i][1] for i in picked], CFLAGS + OPENMP_FLAGS if openmp else CFLAGS
+
+    def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
+        paths: list[Path | None] = [None] * len(items)
+        for picked, sources, flags in self._batches(items):
+            for i, path in zip(picked, compile_shared_many(sources, flags=flags), strict=True):
+                paths[i] = path
         return [self._load(name, source, meta, path) for (name, source, meta), path in zip(items, paths, strict=True)]
+
+    def compile_ahead(self, items: list[tuple[str, str, dict[str, Any]]]) -> None:
+        # the thread pool too, which the first parallel kernel's launch loads
+        if not _pool and any(meta.get("parallel") for _, _, meta in items):
+            compile_shared_ahead([cpu_pool.POOL_SOURCE], flags=(*CFLAGS, *cpu_pool.POOL_FLAGS))
+        for _, sources, flags in self._batches(items):
+            compile_shared_ahead(sources, flags=flags)
 
     def _load(self, name: str, source: str, meta: dict[str, Any], path: Path) -> Program:
         ffi = cffi.FFI()

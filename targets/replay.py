@@ -201,6 +201,20 @@ def host_input(c: _InputCheck, value: Any) -> tuple[np.ndarray, str]:
     return arr, IN_PLACE
 
 
+
+class AheadBuild:
+    """A replay build started before its replay is made, by a capture that renders the kernels (only text this
+    process rendered: a package's kernels are checked before anything compiles them). ``add`` is called with each
+    kernel as it is rendered, in command-buffer order (a name seen before again); ``finish`` with the command
+    buffer's kernels once all are rendered, returning the compilers it started. This base builds nothing."""
+
+    def add(self, name: str, source: str) -> None:
+        """Kernel ``name`` was rendered as ``source``."""
+
+    def finish(self, kernels: Sequence[KernelSpec]) -> int:
+        """Every kernel is rendered: ``kernels`` are the command buffer's."""
+        return 0
+
 class Replay(abc.ABC):
     """A command buffer made runnable on one target. Subclasses implement ``_run``, ``_profile`` and state
     access; this class checks inputs and weights and holds what every engine shares."""
@@ -273,10 +287,10 @@ class Replay(abc.ABC):
         return ""
 
     @staticmethod
-    def build_ahead(kernels: Sequence[KernelSpec]) -> int:
-        """Start building ``kernels`` (rendered by this process) in the background for a replay made of them later;
-        the compilers started. None by default: an engine builds when it is made."""
-        return 0
+    def ahead_build() -> AheadBuild:
+        """What builds a capture's kernels in the background while it renders and checks them, for a replay made
+        of them later. Nothing by default: an engine builds when it is made."""
+        return AheadBuild()
 
     @property
     def n_dispatches(self) -> int:
@@ -437,10 +451,10 @@ def kernel_flags(target: Runtime, program: Program) -> str:
     return engine_for(target).default_flags(target, program)
 
 
-def build_ahead(kernels: Sequence[KernelSpec], target: Runtime) -> int:
-    """``target``'s replay engine's ``build_ahead``: a capture calls it once its kernels are rendered, before the
-    command buffer holding them is checked, so their compile overlaps that check."""
-    return engine_for(target).build_ahead(kernels)
+def ahead_build(target: Runtime) -> AheadBuild:
+    """``target``'s replay engine's ``ahead_build``: a capture hands it each kernel as it renders it, then its
+    command buffer's kernels before checking them, so the compile overlaps the rendering and the check."""
+    return engine_for(target).ahead_build()
 
 
 def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime | str,

@@ -41,7 +41,7 @@ from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
 from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
-from targets.replay import Replay, ReplayError
+from targets.replay import AheadBuild, Replay, ReplayError
 from targets.source_check import C, check_kernels
 
 DRIVER_HEADER = """#include <stdint.h>
@@ -49,8 +49,11 @@ DRIVER_HEADER = """#include <stdint.h>
 """
 # flags added to the kernels' own: symbols stay local to the object, calls between them direct
 DRIVER_FLAGS = ("-fvisibility=hidden",)
-# below this many kernels per translation unit a parallel build costs more compiler starts than it saves
+# below this many kernels in all a parallel build costs more compiler starts than it saves
 MIN_KERNELS_PER_PART = 8
+# kernel source per translation unit: enough that a compiler start is a small share of its work, little enough
+# that a capture starts compiling its first units while it still renders the rest (``CPUAheadBuild``)
+UNIT_BYTES = 100_000
 _THREADS_SETTER = "drivepack_set_threads"
 # the flags a CPU kernel may record (``default_flags``): the target's, with or without OpenMP; "" (a command
 # buffer written without flags) means the target's
@@ -130,8 +133,8 @@ class CPUReplay(Replay):
         self.reset_own_states()
 
     @staticmethod
-    def build_ahead(kernels: Sequence[KernelSpec]) -> int:
-        return build_ahead(kernels)
+    def ahead_build() -> AheadBuild:
+        return CPUAheadBuild()
 
     @staticmethod
     def default_flags(target: Runtime, program: Program) -> str:
@@ -277,6 +280,9 @@ def _ranged(cmdbuf: CommandBuffer) -> list[bool]:
 
 # the driver's own part, after every kernel (so that no kernel can name it): the pool's entry (set at load), the
 # thread count, and the split of one range over the pool (inline when there is no pool or one thread)
+# the glue only calls kernels: optimized as little as that needs (the kernels before it keep their flags), it
+# compiles in about half the time, and it is the last unit a capture's replay waits for
+GLUE_OPTIMIZE = '#pragma GCC optimize ("O1")'
 DRIVER_POOL = """typedef void (*dp_job_fn)(void *ctx, int lo, int hi);
 typedef void (*dp_parallel_fn)(int threads, int n, int chunks, dp_job_fn fn, void *ctx);
 static dp_parallel_fn dp_parallel;
@@ -343,7 +349,7 @@ def _glue(cmdbuf: CommandBuffer, slots: dict[str, int]) -> list[str]:
     built with the pragma, in command buffers of earlier versions): what follows the kernels."""
     calls, jobs = _statements(cmdbuf, slots)
     lanes, lane_fns = _lanes(cmdbuf, calls)
-    lines = [DRIVER_POOL, *jobs, *lane_fns, ""]
+    lines = [GLUE_OPTIMIZE, DRIVER_POOL, *jobs, *lane_fns, ""]
     symbol = cpu.OMP_THREADS_SYMBOL
     omp = f" {symbol} = n;" if any(f"int {symbol}" in k.source for k in cmdbuf.kernels) else ""
     lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ dp_threads = n;{omp} }}", ""]
@@ -366,20 +372,30 @@ def _declaration(source: str, name: str) -> str:
     return f"{head}void {name}({rest.split(') {', 1)[0]});"
 
 
+def _object_wide(source: str) -> bool:
+    """Whether a kernel defines a symbol once per object (integer power helpers, the OpenMP team size): such
+    kernels stay in the glue's unit."""
+    return "#ifndef DP_IPOW" in source or f"int {cpu.OMP_THREADS_SYMBOL}" in source
+
+
 def _kernel_units(kernels: Sequence[KernelSpec], jobs: int) -> tuple[list[str], list[KernelSpec]] | None:
-    """The kernels of ``driver_parts``' units but the glue's: up to ``jobs`` groups of about equal source size, and
-    the kernels left for the glue's unit; None where everything is one unit."""
-    n = min(jobs, len(kernels) // MIN_KERNELS_PER_PART)
-    if n < 2:
+    """The kernels of ``driver_parts``' units but the glue's: consecutive kernels in command-buffer order, each
+    unit closed once it holds ``UNIT_BYTES`` of source (so a unit is known before the kernels after it are
+    rendered), and the kernels left for the glue's unit; None where everything is one unit."""
+    if jobs < 2 or len(kernels) < 2 * MIN_KERNELS_PER_PART:
         return None
-    shared = [k for k in kernels if "#ifndef DP_IPOW" in k.source or f"int {cpu.OMP_THREADS_SYMBOL}" in k.source]
-    groups: list[list[str]] = [[] for _ in range(n)]
-    sizes = [0] * n
-    for k in sorted((k for k in kernels if k not in shared), key=lambda k: -len(k.source)):
-        g = sizes.index(min(sizes))
-        groups[g].append(k.source)
-        sizes[g] += len(k.source)
-    return ["\n".join(g) for g in groups if g], shared
+    shared = [k for k in kernels if _object_wide(k.source)]
+    units: list[str] = []
+    unit: list[str] = []
+    size = 0
+    for k in kernels:
+        if k not in shared:
+            unit.append(k.source)
+            size += len(k.source)
+            if size >= UNIT_BYTES:
+                units.append("\n".join(unit))
+                unit, size = [], 0
+    return [*units, "\n".join(unit)] if unit else units, shared
 
 
 def driver_parts(cmdbuf: CommandBuffer, slots: dict[str, int], jobs: int) -> list[str]:
@@ -397,9 +413,33 @@ def driver_parts(cmdbuf: CommandBuffer, slots: dict[str, int], jobs: int) -> lis
     return [*groups, "\n".join(glue)]
 
 
-def build_ahead(kernels: Sequence[KernelSpec]) -> int:
-    """Start compiling the kernel units of the driver that a command buffer of ``kernels`` will get
-    (``driver_parts``), so the compiler runs while the capture that rendered them goes on; the replay built later
-    links them. Returns the compilers started. Only for kernels this process rendered (``cpu.compile_ahead``)."""
-    units = _kernel_units(kernels, cpu.compile_jobs())
-    return 0 if units is None else cpu.compile_ahead(units[0], flags=(*_flags(kernels), *DRIVER_FLAGS))
+class CPUAheadBuild(AheadBuild):
+    """Each driver unit (``_kernel_units``) compiled from the moment the capture has rendered its kernels: the
+    compiler runs beside the rendering of the rest and the command buffer's check, and the replay made later links
+    the objects. A unit the command buffer's kernels do not make after all (another order, fewer kernels, other
+    flags) is stopped at ``finish``."""
+
+    def __init__(self) -> None:
+        self._flags = (*cpu.CFLAGS, *DRIVER_FLAGS)  # what ``_flags`` gives kernels of this renderer
+        self._names: set[str] = set()
+        self._unit: list[str] = []
+        self._size = 0
+        self._started: list[str] = []
+
+    def add(self, name: str, source: str) -> None:
+        if name in self._names or _object_wide(source):
+            return
+        self._names.add(name)
+        self._unit.append(source)
+        self._size += len(source)
+        if self._size >= UNIT_BYTES and cpu.compile_jobs() >= 2:
+            self._started.append("\n".join(self._unit))
+            self._unit, self._size = [], 0
+            cpu.compile_ahead(self._started[-1:], flags=self._flags)
+
+    def finish(self, kernels: Sequence[KernelSpec]) -> int:
+        units = _kernel_units(kernels, cpu.compile_jobs())
+        flags = (*_flags(kernels), *DRIVER_FLAGS)
+        made = set(units[0]) if units is not None and flags == self._flags else set()
+        cpu.abandon_ahead([part for part in self._started if part not in made], flags=self._flags)
+        return 0 if units is None else cpu.compile_ahead(units[0], flags=flags)

@@ -9,13 +9,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import jit.realize as realize
 import targets.cpu_runtime as cpu
 import targets.replay_cpu as replay_cpu
-from jit import Tensor, capture
+from jit import Device, Tensor, capture
 from jit.common.errors import CompileError
 from jit.onnx.loader import load_onnx
 from jit.trace import capture_onnx
 from packager.samples import sample_inputs, vision_model
+from targets.cmdbuf import KernelSpec
 
 
 def _defines(unit: str, entry: str) -> bool:
@@ -37,6 +39,7 @@ def test_a_large_command_buffer_is_split_and_replays_the_same_bytes(monkeypatch:
     assert len(parts) >= 3  # kernel groups, then the glue
     glue = parts[-1]
     assert "drivepack_run" in glue and all("drivepack_run" not in p for p in parts[:-1])
+    assert replay_cpu.GLUE_OPTIMIZE in glue and all(replay_cpu.GLUE_OPTIMIZE not in p for p in parts[:-1])
     for k in cap.cmdbuf.kernels:  # each kernel defined in exactly one unit (the glue only declares the rest)
         assert sum(_defines(p, k.entry) for p in parts) == 1
     split = cap.replay(inputs)
@@ -72,6 +75,8 @@ def test_kernels_defining_an_object_wide_helper_stay_in_the_glue_unit(monkeypatc
     parts = replay_cpu.driver_parts(cmdbuf, slots, 4)  # type: ignore[arg-type]
     assert len(parts) == 2  # the one kernel without the helper, then the glue with the two that carry it
     assert "DP_IPOW" not in parts[0] and parts[-1].count("#ifndef DP_IPOW_INT") == 2
+    # the kernels come before the glue's lower optimization level, which covers only what follows it
+    assert parts[-1].rindex("#ifndef DP_IPOW_INT") < parts[-1].index(replay_cpu.GLUE_OPTIMIZE)
     assert cpu.compile_shared_parts(parts, flags=(*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)).exists()  # it links
 
 
@@ -85,6 +90,7 @@ def test_a_cpu_capture_compiles_its_kernels_once_in_the_driver(monkeypatch: pyte
     def fn(x: Tensor) -> dict[str, Tensor]:
         return {"y": (x * scale).contiguous().exp() + 1}
 
+    Device["CPU"]  # made first: its one-time probe of the machine compiles too (the test alone failed on it)
     before = cpu.cc_invocations
     cap = capture(fn, {"x": x}, target="CPU")
     assert cpu.cc_invocations - before == 1  # the driver, kernels included
@@ -102,25 +108,64 @@ def _chain(scale: float):
     return fn
 
 
-def test_a_capture_compiles_its_kernel_units_while_it_checks_them_and_links_them_once(
+def test_a_capture_compiles_each_kernel_unit_once_rendered_and_links_them_once(
         monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """The capture starts the compilers of the driver's kernel units (``build_ahead``) before its command buffer is
-    checked; the replay then waits for them and compiles only the glue: no unit twice."""
+    """The capture starts the compiler of each of the driver's kernel units (``CPUAheadBuild``) as soon as it has
+    rendered the unit's kernels, before it renders the rest; the replay then waits for them and compiles only the
+    glue: no unit twice."""
     monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
     monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
+    monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 1)  # a unit per kernel
     monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
-    started: list[int] = []
-    real = cpu.compile_ahead
-    monkeypatch.setattr(cpu, "compile_ahead", lambda parts, **kw: started.append(real(parts, **kw)) or started[-1])
+    events: list[str] = []
+    real_ahead, real_render = cpu.compile_ahead, realize._rewrite_and_render
+    monkeypatch.setattr(cpu, "compile_ahead", lambda parts, **kw: events.append(f"start {real_ahead(parts, **kw)}")
+                        or int(events[-1].split()[1]))
+    monkeypatch.setattr(realize, "_rewrite_and_render", lambda *a: events.append("render") or real_render(*a))
     scale = float(np.random.default_rng().uniform(1.5, 2.5))  # kernels no earlier test compiled
     x = np.linspace(-2, 2, 64, dtype=np.float32)
     before = cpu.cc_invocations
     cap = capture(_chain(scale), {"x": x}, target="CPU")
-    assert started == [2]  # two kernel units, started ahead
-    assert cpu.cc_invocations - before == 2 + 2  # ...then the glue and the link
+    kernels = len(cap.cmdbuf.kernels)
+    assert events[:2] == ["render", "start 1"]  # the first unit compiles while the second kernel is rendered
+    assert events.count("start 1") == kernels and events[-1] == "start 0"  # at the end: nothing left to start
+    assert cpu.cc_invocations - before == kernels + 2  # ...then the glue and the link
     a = x * np.float32(scale)
     b = np.exp(a) + 1
     np.testing.assert_allclose(cap(x=x)["y"], np.maximum(b * a - scale, 0) * 3 + b, rtol=1e-5)
+
+
+def test_kernel_units_are_consecutive_kernels_closed_at_unit_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units depend only on the kernels before them, so the units of a prefix are those of the whole."""
+    monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
+    monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 10)
+    kernels = [SimpleNamespace(source=f"/* {n} */", entry=f"k{n}") for n in (1, 22, 3, 4, 5)]  # 7 or 8 bytes each
+    units, shared = replay_cpu._kernel_units(kernels, 2)  # type: ignore[arg-type,misc]
+    assert units == ["/* 1 */\n/* 22 */", "/* 3 */\n/* 4 */", "/* 5 */"] and shared == []
+    assert replay_cpu._kernel_units(kernels[:4], 2)[0] == units[:2]  # type: ignore[arg-type,index]
+    assert replay_cpu._kernel_units(kernels, 1) is None  # one core: one unit
+
+
+def test_an_ahead_build_stops_the_units_the_command_buffer_does_not_make(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path) -> None:
+    """Units started while rendering that the final kernels do not make (here: too few kernels to split) are
+    stopped, not left running, so the same text can be started again."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 1)
+    monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
+    tag = tmp_path.name.replace("-", "_")
+    specs = [KernelSpec(f"k{i}", f"int dp_k{i}_{tag}(int x) {{ return x + {i}; }}", f"dp_k{i}_{tag}", "CPU", "")
+             for i in range(2)]
+    ahead = replay_cpu.CPUAheadBuild()
+    before = cpu.cc_invocations
+    for spec in specs:
+        ahead.add(spec.name, spec.source)
+        ahead.add(spec.name, spec.source)  # a name seen before is not a new kernel
+    assert cpu.cc_invocations - before == 2
+    assert ahead.finish(specs) == 0  # fewer than 2 * MIN_KERNELS_PER_PART kernels: one unit, nothing started
+    flags = (*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)
+    assert cpu.compile_ahead([specs[0].source], flags=flags) == 1  # stopped, so started anew
+    cpu.abandon_ahead([specs[0].source], flags=flags)
 
 
 def test_objects_compiled_ahead_are_cached_and_a_failed_one_is_reported_at_the_link(tmp_path, monkeypatch) -> None:

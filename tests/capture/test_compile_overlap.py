@@ -1,0 +1,86 @@
+"""A capture's compiles overlap its own work: weight-only kernels compile in the background while the kept kernels
+are rendered (jit/realize.py ``compile_soon``, targets/cpu_runtime.py ``compile_shared_ahead``), below the
+capture's priority, and a capture that fails meanwhile leaves nothing half-computed behind."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import jit.trace as trace
+import targets.cpu_runtime as cpu
+from jit import Tensor, capture
+from jit.common.errors import CompileError
+from jit.realize import compile_soon, copy_from_device, run_schedule
+from jit.schedule.kernels import create_schedule
+
+RNG = np.random.default_rng(11)
+X = RNG.standard_normal((1, 3, 10, 10), dtype=np.float32)
+
+
+def _fresh_weight() -> np.ndarray:
+    return RNG.standard_normal((8, 3, 3, 3), dtype=np.float32)  # kernels and values no earlier test made
+
+
+def test_kernels_compiled_soon_are_run_without_another_compiler(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    w = _fresh_weight()
+    scale = float(RNG.uniform(1.5, 2.5))
+    folded = Tensor(w) * scale + 1
+    kernels, becomes = create_schedule([folded.uop], "CPU")
+    before = cpu.cc_invocations
+    compile_soon(kernels)
+    started = cpu.cc_invocations - before
+    assert started >= 1  # the kernels' compiler (and the thread pool's, if a kernel is parallel and it is new)
+    run_schedule(kernels)
+    assert cpu.cc_invocations - before == started  # waited for, not compiled again
+    got = copy_from_device(becomes[folded.uop].base).view(np.float32)[:w.size].reshape(w.shape)
+    np.testing.assert_allclose(got, w * np.float32(scale) + 1, rtol=1e-6, atol=1e-6)  # a fused multiply-add
+
+
+def test_a_capture_failing_after_folding_forgets_the_folds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: folded weights count as realized before their kernels run; a capture failing in between must
+    not leave them so, or the next capture of the same graph binds buffers nothing wrote."""
+    w = Tensor(_fresh_weight())
+    folded = w * 3 - 1  # one graph for both captures, kept alive: the folded node is the same node
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": x.conv2d(folded, padding=1)}
+
+    def failing(*args: object, **kwargs: object) -> object:
+        raise CompileError("injected")
+
+    with monkeypatch.context() as m:
+        m.setattr(trace, "compile_kernels", failing)
+        with pytest.raises(CompileError, match="injected"):
+            capture(model, {"x": X}, target="CPU")
+    run = capture(model, {"x": X}, target="CPU")
+    want = Tensor(X).conv2d(Tensor(w.numpy() * 3 - 1), padding=1).numpy()
+    np.testing.assert_allclose(run({"x": X})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_compilers_started_ahead_run_below_the_callers_priority(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    niced: list[int] = []
+    real = os.setpriority
+    monkeypatch.setattr(os, "setpriority", lambda which, pid, prio: niced.append(prio) or real(which, pid, prio))
+    tag = tmp_path.name.replace("-", "_")
+    source = f"int dp_ahead_{tag}(int x) {{ return x * 3; }}"
+    assert cpu.compile_shared_ahead([source]) == 1
+    assert cpu.compile_shared_ahead([source]) == 0  # already running
+    before = cpu.cc_invocations
+    assert cpu.compile_shared_many([source])[0].exists()
+    assert cpu.cc_invocations == before and niced == [cpu.AHEAD_NICENESS]
+    assert cpu.compile_shared_ahead([source]) == 0  # cached
+    cpu.compile_shared_many([f"int dp_waited_{tag}(void) {{ return 1; }}"])
+    assert niced == [cpu.AHEAD_NICENESS]  # a compiler its caller waits for keeps the caller's priority
+
+
+def test_a_failed_compile_started_ahead_is_reported_where_it_is_waited_for(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    broken = f"int dp_broken_{tmp_path.name.replace('-', '_')}(void) {{ return nothing; }}"
+    assert cpu.compile_shared_ahead([broken]) == 1
+    with pytest.raises(CompileError, match="nothing"):
+        cpu.compile_shared_many([broken])
