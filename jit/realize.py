@@ -264,17 +264,18 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     return [_compiled.get(key) or _rendered[key] for key in ((target.name, settings, k.ast) for k in kernels)]
 
 
-def compile_soon(kernels: list[ScheduledKernel]) -> None:
+def compile_soon(kernels: list[ScheduledKernel]) -> bool:
     """Render ``kernels`` now and start compiling them in the background where their target can
-    (``Target.compile_ahead``): a later ``run_schedule`` of them waits for that compile instead of making its own."""
+    (``Target.compile_ahead``): a later ``run_schedule`` of them waits for that compile instead of making its own.
+    Whether a compiler was started."""
     if not kernels:
-        return
+        return False
     target = Device[kernels[0].device]
     settings = kernel_settings_key()
     fresh = [k for k in kernels if (target.name, settings, k.ast) not in _compiled]
     # compile_kernels compiles them later in this order, each kernel graph once
     rendered = dict(zip((k.ast for k in fresh), compile_kernels(fresh, target, build=False), strict=True))
-    target.compile_ahead([(ck.name, ck.program.source, ck.program.meta) for ck in rendered.values()])
+    return target.compile_ahead([(ck.name, ck.program.source, ck.program.meta) for ck in rendered.values()]) > 0
 
 
 def dtype_policy_report(compiled: list[CompiledKernel]) -> ModelDTypeReport:

@@ -225,6 +225,17 @@ def _folded(nodes: list[UOp], device: str) -> Iterator[list[ScheduledKernel]]:
         raise
 
 
+def _run_or_defer(kernels: list[ScheduledKernel], deferred: list[list[ScheduledKernel]]) -> None:
+    """Run weight-only ``kernels`` (their outputs become weights) now, or append them to ``deferred`` when their
+    compile runs in the background (``compile_soon``; the CPU target's compiler) or an earlier group waits there:
+    the caller runs the deferred groups, in order, once it has rendered the kept kernels. Run now, a target that
+    queues launches (OpenCL) computes them while the kept kernels are rendered."""
+    if compile_soon(kernels) or deferred:
+        deferred.append(kernels)
+    else:
+        run_schedule(kernels)
+
+
 # --- binding and planning ------------------------------------------------------------------------------------
 @dataclass
 class _Bindings:
@@ -378,8 +389,9 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     roots = [*out_targets.values(), *new_states.values()]
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
+    weight_only: list[list[ScheduledKernel]] = []  # kernel groups whose compile runs while the kept are rendered
     with _folded(frontier, device) as folds:
-        compile_soon(folds)
+        _run_or_defer(folds, weight_only)
         kernels, becomes = create_schedule(roots, device)
         dependent: set[UOp] = set(sources)
         produced = {becomes[u].base: f"output:{n}" for n, u in out_targets.items()}
@@ -394,7 +406,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
             else:
                 pruned.append(k)
         kept += copies  # state write-backs last: every read of the old state comes before them
-        compile_soon(pruned)
+        _run_or_defer(pruned, weight_only)
 
         role = {**sources, **produced}
         bindings = _Bindings(role, {}, {}, plan_alignment(tgt.limits.buffer_alignment))
@@ -414,10 +426,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         kept = [_read_as_images(k, images) for k in kept]
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
         compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add)
-        # weight-only work (the folds first: the scheduled kernels may read them) compiles while the compiler
-        # builds the kept kernels; its outputs become weights, bound below
-        run_schedule(folds)
-        run_schedule(pruned)
+        for group in weight_only:  # in order: the scheduled kernels may read the folds
+            run_schedule(group)
     written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}
     kept, compiled = _states_in_place(kept, compiled, written_back, tgt)
     users = _arena_buffers(kept, role)

@@ -112,9 +112,11 @@ class Runtime(abc.ABC):
         """Compile several kernels; targets with a costly compiler start override this to batch them."""
         return [self.compile(name, source, meta) for name, source, meta in items]
 
-    def compile_ahead(self, items: list[tuple[str, str, dict[str, Any]]]) -> None:  # noqa: B027 (optional hook)
-        """Start compiling what a later ``compile_many(items)`` compiles, in the background where the target can
-        (nothing by default); that call then waits for it. Only for kernels this process rendered."""
+    def compile_ahead(self, items: list[tuple[str, str, dict[str, Any]]]) -> int:
+        """Start compiling what a later ``compile_many(items)`` compiles, in the background where the target can;
+        that call then waits for it. Returns the compilers started: none by default (and none where all is
+        cached). Only for kernels this process rendered."""
+        return 0
 
     @abc.abstractmethod
     def allocate(self, nbytes: int) -> Buffer: ...

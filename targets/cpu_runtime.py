@@ -392,12 +392,12 @@ class CPURuntime(Runtime):
                 paths[i] = path
         return [self._load(name, source, meta, path) for (name, source, meta), path in zip(items, paths, strict=True)]
 
-    def compile_ahead(self, items: list[tuple[str, str, dict[str, Any]]]) -> None:
+    def compile_ahead(self, items: list[tuple[str, str, dict[str, Any]]]) -> int:
         # the thread pool too, which the first parallel kernel's launch loads
+        started = 0
         if not _pool and any(meta.get("parallel") for _, _, meta in items):
-            compile_shared_ahead([cpu_pool.POOL_SOURCE], flags=(*CFLAGS, *cpu_pool.POOL_FLAGS))
-        for _, sources, flags in self._batches(items):
-            compile_shared_ahead(sources, flags=flags)
+            started += compile_shared_ahead([cpu_pool.POOL_SOURCE], flags=(*CFLAGS, *cpu_pool.POOL_FLAGS))
+        return started + sum(compile_shared_ahead(sources, flags=flags) for _, sources, flags in self._batches(items))
 
     def _load(self, name: str, source: str, meta: dict[str, Any], path: Path) -> Program:
         ffi = cffi.FFI()

@@ -31,13 +31,21 @@ def test_kernels_compiled_soon_are_run_without_another_compiler(monkeypatch: pyt
     folded = Tensor(w) * scale + 1
     kernels, becomes = create_schedule([folded.uop], "CPU")
     before = cpu.cc_invocations
-    compile_soon(kernels)
+    assert compile_soon(kernels)
     started = cpu.cc_invocations - before
     assert started >= 1  # the kernels' compiler (and the thread pool's, if a kernel is parallel and it is new)
     run_schedule(kernels)
     assert cpu.cc_invocations - before == started  # waited for, not compiled again
     got = copy_from_device(becomes[folded.uop].base).view(np.float32)[:w.size].reshape(w.shape)
     np.testing.assert_allclose(got, w * np.float32(scale) + 1, rtol=1e-6, atol=1e-6)  # a fused multiply-add
+    assert not compile_soon(kernels)  # compiled: nothing to start (a capture then runs such kernels at once)
+
+
+def test_a_target_that_queues_launches_compiles_nothing_soon() -> None:
+    """OpenCL compiles when asked: a capture runs its weight-only kernels at once, and the queue computes them
+    while the kept kernels are rendered."""
+    kernels, _ = create_schedule([(Tensor(_fresh_weight(), device="OPENCL") * 2).uop], "OPENCL")
+    assert kernels and not compile_soon(kernels)
 
 
 def test_a_capture_failing_after_folding_forgets_the_folds(monkeypatch: pytest.MonkeyPatch) -> None:
