@@ -49,7 +49,8 @@ DRIVER_HEADER = """#include <stdint.h>
 """
 # flags added to the kernels' own: symbols stay local to the object, calls between them direct
 DRIVER_FLAGS = ("-fvisibility=hidden",)
-# below this many kernels in all a parallel build costs more compiler starts than it saves
+# a command buffer of fewer than twice this many kernels is one unit: a parallel build would cost more compiler
+# starts than it saves
 MIN_KERNELS_PER_PART = 8
 # kernel source per translation unit: enough that a compiler start is a small share of its work, little enough
 # that a capture starts compiling its first units while it still renders the rest (``CPUAheadBuild``)
@@ -378,6 +379,28 @@ def _object_wide(source: str) -> bool:
     return "#ifndef DP_IPOW" in source or f"int {cpu.OMP_THREADS_SYMBOL}" in source
 
 
+class _UnitBuilder:
+    """Kernel sources gathered, in order, into translation units closed once they hold ``UNIT_BYTES``."""
+
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+        self._open: list[str] = []
+        self._size = 0
+
+    def add(self, source: str) -> str | None:
+        """Adds a kernel's source; returns the unit it closed, if it closed one."""
+        self._open.append(source)
+        self._size += len(source)
+        if self._size < UNIT_BYTES:
+            return None
+        self.closed.append("\n".join(self._open))
+        self._open, self._size = [], 0
+        return self.closed[-1]
+
+    def units(self) -> list[str]:
+        return [*self.closed, "\n".join(self._open)] if self._open else self.closed
+
+
 def _kernel_units(kernels: Sequence[KernelSpec], jobs: int) -> tuple[list[str], list[KernelSpec]] | None:
     """The kernels of ``driver_parts``' units but the glue's: consecutive kernels in command-buffer order, each
     unit closed once it holds ``UNIT_BYTES`` of source (so a unit is known before the kernels after it are
@@ -385,24 +408,18 @@ def _kernel_units(kernels: Sequence[KernelSpec], jobs: int) -> tuple[list[str], 
     if jobs < 2 or len(kernels) < 2 * MIN_KERNELS_PER_PART:
         return None
     shared = [k for k in kernels if _object_wide(k.source)]
-    units: list[str] = []
-    unit: list[str] = []
-    size = 0
+    builder = _UnitBuilder()
     for k in kernels:
         if k not in shared:
-            unit.append(k.source)
-            size += len(k.source)
-            if size >= UNIT_BYTES:
-                units.append("\n".join(unit))
-                unit, size = [], 0
-    return [*units, "\n".join(unit)] if unit else units, shared
+            builder.add(k.source)
+    return builder.units(), shared
 
 
 def driver_parts(cmdbuf: CommandBuffer, slots: dict[str, int], jobs: int) -> list[str]:
-    """``driver_source`` as up to ``jobs`` translation units to compile side by side: the kernels in groups of
-    about equal source size, and the glue, which declares them. Kernels defining an object-wide symbol (integer
-    power helpers, the OpenMP team size: defined once per object) stay in the glue's unit, and a command buffer
-    of fewer than ``MIN_KERNELS_PER_PART`` kernels per unit is one unit."""
+    """``driver_source`` as translation units to compile side by side (``jobs`` of 2 or more): the kernels in
+    units of about ``UNIT_BYTES`` (``_kernel_units``), and the glue, which declares them. Kernels defining an
+    object-wide symbol (integer power helpers, the OpenMP team size: defined once per object) stay in the glue's
+    unit, and a command buffer of fewer than 2 * ``MIN_KERNELS_PER_PART`` kernels is one unit."""
     units = _kernel_units(cmdbuf.kernels, jobs)
     if units is None:
         return [driver_source(cmdbuf, slots)]
@@ -422,24 +439,19 @@ class CPUAheadBuild(AheadBuild):
     def __init__(self) -> None:
         self._flags = (*cpu.CFLAGS, *DRIVER_FLAGS)  # what ``_flags`` gives kernels of this renderer
         self._names: set[str] = set()
-        self._unit: list[str] = []
-        self._size = 0
-        self._started: list[str] = []
+        self._units = _UnitBuilder()
 
     def add(self, name: str, source: str) -> None:
         if name in self._names or _object_wide(source):
             return
         self._names.add(name)
-        self._unit.append(source)
-        self._size += len(source)
-        if self._size >= UNIT_BYTES and cpu.compile_jobs() >= 2:
-            self._started.append("\n".join(self._unit))
-            self._unit, self._size = [], 0
-            cpu.compile_ahead(self._started[-1:], flags=self._flags)
+        closed = self._units.add(source)
+        if closed is not None and cpu.compile_jobs() >= 2:
+            cpu.compile_ahead([closed], flags=self._flags)
 
     def finish(self, kernels: Sequence[KernelSpec]) -> int:
         units = _kernel_units(kernels, cpu.compile_jobs())
         flags = (*_flags(kernels), *DRIVER_FLAGS)
         made = set(units[0]) if units is not None and flags == self._flags else set()
-        cpu.abandon_ahead([part for part in self._started if part not in made], flags=self._flags)
+        cpu.abandon_ahead([part for part in self._units.closed if part not in made], flags=self._flags)
         return 0 if units is None else cpu.compile_ahead(units[0], flags=flags)
