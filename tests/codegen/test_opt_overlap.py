@@ -66,18 +66,20 @@ def test_the_width_is_the_cheapest_tile(vector_width: int, width: int) -> None:
     assert overlapped.upcasts[0][1] == width
 
 
-def test_a_tile_with_shared_rows_takes_two_vectors_a_row() -> None:
+def test_a_tile_with_shared_rows_takes_the_vectors_its_registers_hold() -> None:
     # squeezenet's classifier, a 512 -> 1000 1x1 conv over 13x13: its 169 outputs a channel are one merged row,
-    # tiled 32 wide (two 16-lane vectors) by 8 channels: 16 multiply-adds to 10 loads a step (16 wide: 8 to 9)
+    # tiled by 8 channels; on 32 registers 48 wide (three 16-lane vectors: 24 multiply-adds to 11 loads a step, where
+    # two vectors did 16 to 10); on 16 registers (8 lanes) one vector by the 8 rows, as before
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((1, 512, 13, 13), np.float32), rng.standard_normal((1000, 512, 1, 1), np.float32)
     y = Tensor(x).conv2d(Tensor(w))
     ast = _ast(y)
-    sink = optimize_kernel(ast, WIDE, vector_width=16)
-    vectors = [u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "vector"]
-    assert [int(v.src[0].arg) for v in vectors] == [16]
-    assert any(u.op is Ops.MIN and u.src[1].op is Ops.CONST and int(u.src[1].arg) == 169 - 32
-               for u in toposort([sink]))
+    for vector_width, width in ((16, 48), (8, 8)):
+        sink = optimize_kernel(ast, WIDE, vector_width=vector_width)
+        vectors = [u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "vector"]
+        assert [int(v.src[0].arg) for v in vectors] == [vector_width]
+        assert any(u.op is Ops.MIN and u.src[1].op is Ops.CONST and int(u.src[1].arg) == 169 - width
+                   for u in toposort([sink])), vector_width
     np.testing.assert_allclose(y.numpy()[0, :, 6, 6], w[:, :, 0, 0] @ x[0, :, 6, 6], rtol=1e-4, atol=1e-4)
     # where 8-lane channel vectors are the target's full width, they stay: no overlap
     plan = plan_tiles(ast, OptOptions())

