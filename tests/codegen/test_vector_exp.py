@@ -61,3 +61,22 @@ def test_vector_exp_is_within_one_ulp_where_its_reduction_rounds_a_tie() -> None
     finite = np.isfinite(rounded) & (rounded > np.finfo(np.float32).tiny)
     ulps = np.abs(got[finite] - exact[finite]) / np.spacing(rounded[finite]).astype(np.float64)
     assert ulps.max() <= 1.0
+
+
+def test_one_plus_exp_on_vectors_is_bit_for_bit_one_plus_the_exp_with_one_power_of_two() -> None:
+    """A sigmoid's ``1 + e^x`` takes one power of two (the exponent field set once, 2**23 as its shift) instead of
+    the exp's two, and rounds to exactly what ``1 + exp(x)`` does, over the whole range and at the specials."""
+    rng = np.random.default_rng(2)
+    specials = [0, -0.0, np.inf, -np.inf, np.nan, 88.72, 88.73, 89.5, -85.9, -86.0, -86.1, -87.3, -103.9, -104.5, 1e-30]
+    x = np.concatenate([rng.uniform(-110, 95, 60000), rng.standard_normal(4000) * 3, specials]).astype(np.float32)
+    x = np.concatenate([x, np.zeros(-len(x) % 64, np.float32)])
+    one_plus = 1 + Tensor(x).exp()
+    exp_alone = Tensor(x).exp()
+    assert _source(one_plus).count("8388608") == 1 and _source(exp_alone).count("8388608") == 2
+    with np.errstate(over="ignore"):
+        want = np.float32(1) + exp_alone.numpy()
+    np.testing.assert_array_equal(one_plus.numpy(), want)  # NaN where want has NaN, every other bit the same
+    silu = Tensor(x) * Tensor(x).sigmoid()  # x / (1 + e^-x): the same as with the exp alone
+    with np.errstate(over="ignore", invalid="ignore"):
+        want_silu = x * (np.float32(1) / (np.float32(1) + Tensor(-x).exp().numpy()))
+    np.testing.assert_array_equal(silu.numpy(), want_silu)
