@@ -55,6 +55,9 @@ class OptOptions:
       depthwise conv's 56) and the reduce is long, the row's widest divisor of whole 4-lane vectors up to
       ``max_upcast`` instead; ``()``: neither.
     * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
+    * ``fill_upcast``: the same cap where a tile's reuse height grows past its first choice (``fill_tile``'s
+      doublings, an overlapped reuse axis's height): rows of whole vectors over a shared reduce, which hold more
+      accumulators than a channel-vector tile or a wide row can without spilling; 0: ``max_upcast``.
     * ``fill_tile``: a tile of fewer elements than this doubles its reuse height (up to 8 rows) while the height
       divides the axis and the tile stays under ``max_upcast``: a one-vector row 4 high is 4 accumulators, too few
       to hide the FMA latency (resnet's 56-wide rows: 8 wide, now 8 high); 0: never.
@@ -105,6 +108,7 @@ class OptOptions:
     channel_vector: int = 8
     wide_channel_vector: int = 0
     max_upcast: int = 80
+    fill_upcast: int = 0
     fill_tile: int = 64
     window_tile: int = 0
     min_reduce_trips: int = 2
@@ -134,6 +138,7 @@ class OptOptions:
             raise OptOptionsError(f"OptOptions.strided_tile: expected () or (width, height), got {self.strided_tile!r}")
         _check_factors("local_size", self.local_size)
         _check_positive("max_upcast", self.max_upcast)
+        _check_positive("fill_upcast", self.fill_upcast, minimum=0)
         _check_positive("fill_tile", self.fill_tile, minimum=0)
         _check_positive("window_tile", self.window_tile, minimum=0)
         _check_positive("group_reduce", self.group_reduce, minimum=0)

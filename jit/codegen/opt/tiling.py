@@ -279,13 +279,14 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             return TilePlan(((across, lanes * nvec), (inner, u_row)), lanes)
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     heights = tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast)
+    fill_upcast = opts.fill_upcast or opts.max_upcast
     shared = [cand for cand in reversed(outs[:-1])  # innermost first: its loads are the nearest in memory
               if any(inner in deps[ld] and cand not in deps[ld] for ld in loads)]
     for cand in shared:
         u_reuse = _first_divisor(_size(cand), heights)
         if u_reuse is not None:
             while u_inner * u_reuse < opts.fill_tile and u_reuse < MAX_FILL_HEIGHT and \
-                    u_inner * u_reuse * 2 <= opts.max_upcast and _size(cand) % (u_reuse * 2) == 0:
+                    u_inner * u_reuse * 2 <= fill_upcast and _size(cand) % (u_reuse * 2) == 0:
                 u_reuse *= 2
             upcasts.append((cand, u_reuse))
             window = _window_axis([o for o in outs[:-1] if o is not cand], loads, reduces, deps)
@@ -294,7 +295,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
                 upcasts.append((window, WINDOW_HEIGHTS[-1]))  # opts.window_tile's two rows
             break
     if len(upcasts) == 1 and shared and opts.overlap_rows and not stores_read_back(nodes) and \
-            (height := overlap_height(_size(shared[0]), heights, opts.max_upcast // u_inner)) is not None:
+            (height := overlap_height(_size(shared[0]), heights, fill_upcast // u_inner)) is not None:
         return TilePlan(((inner, u_inner), (shared[0], height)), overlap_reuse=True)
     if len(upcasts) == 1:  # nothing to share across rows (a matrix-vector product): more independent accumulators
         wide = _first_divisor(_size(inner), tuple(u for u in opts.wide_upcasts if u_inner < u <= opts.max_upcast))
