@@ -23,7 +23,7 @@ from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geo
 from jit.frontend.tensor import Tensor
 from jit.frontend.weight_layout import TRANSPOSED_COPY_MIN, blocked_columns, weight_block_columns, weight_only
 from jit.frontend.winograd import pick_tile, winograd_conv2d  # WINO: 3x3 convs by Winograd
-from jit.ir.uop import GroupOp, Ops
+from jit.ir.uop import GroupOp, Ops, UOp
 from targets.registry import Device
 
 
@@ -39,6 +39,10 @@ def _sum_as(t: Tensor, axes: tuple[int, ...], out_dtype: DType) -> Tensor:
 
 
 # --- matmul ------------------------------------------------------------------------------------------
+# rows of ``a`` from which a product copies a transposed activation ``b`` first: the copy reads b once, the product
+# n times
+TRANSPOSED_ACTIVATION_MIN_ROWS = 8
+
 def matmul(self: Tensor, other: Tensor) -> Tensor:
     """numpy ``matmul``: 1-D operands, batch broadcasting; one fused multiply-reduce kernel."""
     if not isinstance(other, Tensor):
@@ -64,6 +68,12 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
     elif b.ndim == 2 and k * m >= TRANSPOSED_COPY_MIN and rows_across_memory(b) and weight_only(b):
         # a transposed weight (Gemm's transB, a 1x1 conv's (Cout, Cin)): read in place, a tile's row of b is a
         # gather, lane by lane; copied (k, m) once, a capture folds the copy into the stored weights
+        b = b.contiguous()
+    elif n >= TRANSPOSED_ACTIVATION_MIN_ROWS and b.numel() >= TRANSPOSED_COPY_MIN and \
+            rows_across_memory(b, through_constants=True):
+        # a transposed activation (attention's keys, q @ k^T): read in place, each output row is a sum of scalar
+        # products (a 25-token transformer's 4 x 25 x 25 x 64 scores: 77 us); copied once per call, a pass over b
+        # that the n rows reading it make up for, its rows are vectors
         b = b.contiguous()
     cols = cols or m
     # (..., n, 1, k) * (..., 1, m, k): both operands read along k contiguously, reduced in one kernel
@@ -253,11 +263,16 @@ def _producer_stores_padded(x: Tensor) -> bool:
     return False
 
 
-def rows_across_memory(x: Tensor) -> bool:
+def rows_across_memory(x: Tensor, through_constants: bool = False) -> bool:
     """Whether ``x`` is a transposed view whose last axis is not its source's last: read in place, consecutive
     elements of a row lie a whole plane apart (timm's LayerNorm2d, ``Transpose -> LayerNormalization ->
-    Transpose``, in front of every ConvNeXt 1x1 conv), and the conv's row vectors are gathered lane by lane."""
+    Transpose``, in front of every ConvNeXt 1x1 conv), and the conv's row vectors are gathered lane by lane.
+    ``through_constants``: also through elementwise ops whose other operands are constants (attention's keys
+    scaled after their transpose, ``k^T * sqrt(scale)``)."""
     node = x.uop
+    while through_constants and node.op in GroupOp.Elementwise and \
+            len(data := [s for s in node.src if not _constant(s)]) == 1:
+        node = data[0]
     while node.op in GroupOp.Movement:
         if node.op is Ops.PERMUTE:
             return node.arg[-1] != len(node.arg) - 1 and node.shape is not None and node.shape[-1] > 1
@@ -266,6 +281,13 @@ def rows_across_memory(x: Tensor) -> bool:
             return False  # a reshape that regroups the last axis, or a window/pad: its rows are its own business
         node = node.src[0]
     return False
+
+
+def _constant(u: UOp) -> bool:
+    """Whether ``u`` is a constant seen through movement ops (a broadcast scalar)."""
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u.op is Ops.CONST
 
 
 def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: IntOrTuple = 1,

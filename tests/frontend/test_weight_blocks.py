@@ -129,3 +129,24 @@ def test_a_pointwise_conv_over_one_pixel_is_a_matrix_vector_product() -> None:
     got = cap({"x": x})["y"]
     assert got.shape == (1, 144, 1, 1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tokens,copied", [(25, True), (4, False)])
+def test_a_transposed_activation_is_copied_for_enough_rows(tokens: int, copied: bool) -> None:
+    """Attention's scores ``q @ (k^T * s)`` (a 25-token transformer's four heads of 64): with 8 rows or more, k^T
+    is copied once per call (a kernel of its own), so the product's rows are vectors over the keys instead of
+    sums of scalar products (77 -> 7 us); with fewer rows the product reads it in place, one kernel."""
+    q, k = rand(4, tokens, 64, seed=11), rand(4, tokens, 64, seed=12)
+
+    def fn(q: Tensor, k: Tensor) -> dict[str, Tensor]:
+        return {"s": q @ (k.transpose(-1, -2) * 0.125)}
+
+    cap = capture(fn, {"q": q, "k": k})
+    names = [cap.cmdbuf.kernels[d.kernel].name for d in cap.cmdbuf.dispatches]
+    assert len(names) == (2 if copied else 1), names
+    product = cap.cmdbuf.kernels[cap.cmdbuf.dispatches[-1].kernel].source
+    assert ("__builtin_memcpy(&_v, data" in product) == copied, product  # vector loads of the copied keys
+    for seed in (13, 14):
+        q, k = rand(4, tokens, 64, seed=seed), rand(4, tokens, 64, seed=seed + 10)
+        want = q.astype(np.float64) @ (k.astype(np.float64).transpose(0, 2, 1) * 0.125)
+        np.testing.assert_allclose(cap({"q": q, "k": k})["s"], want, rtol=1e-5, atol=1e-5)
