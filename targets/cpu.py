@@ -61,7 +61,7 @@ CPU_LANGUAGE = CStyleLanguage(
 # (the default's caps count elements: a row of 2 vectors, 10 vectors of accumulators), short rows vectorized
 # across 16 channels, and 32 registers' room for a conv tile of two window rows (16 accumulators)
 WIDE_VECTOR_OPTS = replace(DEFAULT_OPTS, wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160,
-                           fill_upcast=256, fill_tile=256, window_tile=256)
+                           fill_upcast=320, fill_tile=256, window_tile=256)
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
     dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64})

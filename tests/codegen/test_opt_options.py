@@ -94,7 +94,7 @@ def test_one_vector_rows_fill_eight_high() -> None:
 def test_fill_upcast_lets_a_shared_row_grow_past_max_upcast() -> None:
     """openpilot-shaped resnet18's stem (7x7/2 over 12 channels, its column phases split): a 32-wide row of two
     16-lane vectors fills 8 output channels high only past max_upcast 160 (16 accumulators a phase instead of 8:
-    2.4 -> 1.95 ms hot); a transformer's 197-token product takes 8 rows the same way. Channel-vector tiles, whose
+    2.4 -> 1.95 ms hot); a ViT's 197-token product takes 8 rows the same way. Channel-vector tiles, whose
     broadcasts are live beside the accumulators, keep max_upcast's row (efficientnet's 672 -> 112 over 14 x 14)."""
     sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
     base = OptOptions(wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160, fill_tile=256)
@@ -106,6 +106,10 @@ def test_fill_upcast_lets_a_shared_row_grow_past_max_upcast() -> None:
     tokens = _ast_of(Tensor(np.ones((197, 192), np.float32)).matmul(Tensor(np.ones((192, 768), np.float32))))
     assert [f for _, f in plan_tiles(tokens, base).upcasts] == [32, 5]
     assert [f for _, f in plan_tiles(tokens, grown).upcasts] == [32, 8]
+    # a height that cannot double (25 tokens, 5 high): the row doubles instead, 2 vectors by 5 rows to 4 by 5
+    feed_forward = _ast_of(Tensor(np.ones((25, 256), np.float32)).matmul(Tensor(np.ones((256, 2048), np.float32))))
+    assert [f for _, f in plan_tiles(feed_forward, base).upcasts] == [32, 5]
+    assert [f for _, f in plan_tiles(feed_forward, dataclasses.replace(base, fill_upcast=320)).upcasts] == [64, 5]
     project = _ast_of(Tensor(np.ones((1, 672, 14, 14), np.float32)).conv2d(Tensor(np.ones((112, 672, 1, 1),
                                                                                            np.float32))))
     assert plan_tiles(project, grown) == plan_tiles(project, base)

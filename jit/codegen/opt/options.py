@@ -57,7 +57,9 @@ class OptOptions:
     * ``max_upcast``: cap on the product of the upcasts (number of accumulators per tile).
     * ``fill_upcast``: the same cap where a tile's reuse height grows past its first choice (``fill_tile``'s
       doublings, an overlapped reuse axis's height): rows of whole vectors over a shared reduce, which hold more
-      accumulators than a channel-vector tile or a wide row can without spilling; 0: ``max_upcast``.
+      accumulators than a channel-vector tile or a wide row can without spilling; where the height cannot double
+      (25 rows, 5 high), ``fill_tile`` doubles the row instead within this cap. 0: ``max_upcast``, rows never
+      doubled.
     * ``fill_tile``: a tile of fewer elements than this doubles its reuse height (up to 8 rows) while the height
       divides the axis and the tile stays under ``max_upcast``: a one-vector row 4 high is 4 accumulators, too few
       to hide the FMA latency (resnet's 56-wide rows: 8 wide, now 8 high); 0: never.

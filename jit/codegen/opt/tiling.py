@@ -288,6 +288,14 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             while u_inner * u_reuse < opts.fill_tile and u_reuse < MAX_FILL_HEIGHT and \
                     u_inner * u_reuse * 2 <= fill_upcast and _size(cand) % (u_reuse * 2) == 0:
                 u_reuse *= 2
+            while opts.fill_upcast and u_inner * u_reuse < opts.fill_tile and \
+                    not any((st or 0) > 1 for st in row_strides) and \
+                    u_inner * 2 * u_reuse <= opts.fill_upcast and _size(inner) % (u_inner * 2) == 0:
+                # a height that cannot double (a transformer's 25 tokens, 5 high): the row doubles instead, so
+                # the tile still holds enough accumulators (its 256 -> 2048 feed-forward: 2 vectors by 5 rows are
+                # 10, 4 by 5 are 20, 18% faster)
+                u_inner *= 2
+                upcasts[0] = (inner, u_inner)
             upcasts.append((cand, u_reuse))
             window = _window_axis([o for o in outs[:-1] if o is not cand], loads, reduces, deps)
             if window is not None and _size(window) % WINDOW_HEIGHTS[-1] == 0 and \
