@@ -43,6 +43,7 @@ def _sum_as(t: Tensor, axes: tuple[int, ...], out_dtype: DType) -> Tensor:
 # n times
 TRANSPOSED_ACTIVATION_MIN_ROWS = 8
 
+
 def matmul(self: Tensor, other: Tensor) -> Tensor:
     """numpy ``matmul``: 1-D operands, batch broadcasting; one fused multiply-reduce kernel."""
     if not isinstance(other, Tensor):
