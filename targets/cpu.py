@@ -61,7 +61,7 @@ CPU_LANGUAGE = CStyleLanguage(
 # (the default's caps count elements: a row of 2 vectors, 10 vectors of accumulators), short rows vectorized
 # across 16 channels, and 32 registers' room for a conv tile of two window rows (16 accumulators) and for rows of
 # whole vectors over a shared reduce filled to 16-20 accumulators (``fill_upcast``: openpilot-shaped resnet18's
-# stem 18% faster, a transformer's feed-forward 18%)
+# stem, a transformer's feed-forward)
 WIDE_VECTOR_OPTS = replace(DEFAULT_OPTS, wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160,
                            fill_upcast=320, fill_tile=256, window_tile=256)
 CPU_DTYPES: frozenset[DType] = frozenset({

@@ -72,9 +72,9 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
         b = b.contiguous()
     elif n >= TRANSPOSED_ACTIVATION_MIN_ROWS and b.numel() >= TRANSPOSED_COPY_MIN and \
             rows_across_memory(b, through_constants=True):
-        # a transposed activation (attention's keys, q @ k^T): read in place, each output row is a sum of scalar
-        # products (a 25-token transformer's 4 x 25 x 25 x 64 scores: 77 us); copied once per call, a pass over b
-        # that the n rows reading it make up for, its rows are vectors
+        # a transposed activation (attention's keys, q @ k^T): read in place, each output is a sum of scalar
+        # products (a 25-token transformer's 4 x 25 x 25 x 64 scores); copied once per call, a pass over b that
+        # the n rows reading it make up for, its rows are vectors
         b = b.contiguous()
     cols = cols or m
     # (..., n, 1, k) * (..., 1, m, k): both operands read along k contiguously, reduced in one kernel

@@ -40,7 +40,7 @@ from jit.ir.uop import Ops, UOp, toposort
 
 # registers an overlapped tile leaves free of accumulators: its row's vector loads and a broadcast live across a
 # reduce step (half of AVX2's 16; on AVX-512's 32, room for 24 accumulators: squeezenet's 512 -> 1000 classifier,
-# 169 outputs a channel by 8 channels, as three vectors a row instead of two, 12% faster)
+# 169 outputs a channel by 8 channels, as three vectors a row instead of two)
 OVERLAP_SPARE_REGISTERS = 8
 # whole vectors a tile row of several rows may take beyond ``inner_upcasts``: three 16-lane vectors by 8 rows are
 # the 24 accumulators AVX-512's registers hold

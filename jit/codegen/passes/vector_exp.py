@@ -7,7 +7,7 @@ lanes. After: every float32 EXP depending on such a range is replaced by the ran
 from ops the renderer spells as whole vectors (multiply-add, compare and select, float-int conversion, bitcast);
 EXP elsewhere (scalars, other dtypes) is left to the library. A sum ``1 + e^x`` on vector lanes (a sigmoid's
 denominator, so SiLU's and Swish's) is lowered first, as a whole, with one power of two (``vector_exp_plus_one``:
-the same bits, a quarter fewer operations in the epilogues of EfficientNet's depthwise convs). The same walk lowers
+the same bits, a quarter fewer operations in the epilogues of EfficientNet's convs). The same walk lowers
 float32 ERF on vector lanes (``jit.codegen.passes.vector_erf``: the same reason, the exact GELU's erf).
 
 The math (Cephes' ``expf``): ``x`` is clamped to [-104, 89] (beyond, the result is 0 or +inf anyway; NaN passes
