@@ -93,8 +93,8 @@ def test_one_vector_rows_fill_eight_high() -> None:
 
 def test_fill_upcast_lets_a_shared_row_grow_past_max_upcast() -> None:
     """openpilot-shaped resnet18's stem (7x7/2 over 12 channels, its column phases split): a 32-wide row of two
-    16-lane vectors fills 8 output channels high only past max_upcast 160 (16 accumulators a phase instead of 8:
-    2.4 -> 1.95 ms hot); a ViT's 197-token product takes 8 rows the same way. Channel-vector tiles, whose
+    16-lane vectors fills 8 output channels high only past max_upcast 160 (16 accumulators a phase instead of 8);
+    a ViT's 197-token product takes 8 rows the same way. Channel-vector tiles, whose
     broadcasts are live beside the accumulators, keep max_upcast's row (efficientnet's 672 -> 112 over 14 x 14)."""
     sizes = lambda p: [(int(r.src[0].arg), f) for r, f in p.upcasts]  # noqa: E731
     base = OptOptions(wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160, fill_tile=256)

@@ -135,7 +135,7 @@ def test_a_pointwise_conv_over_one_pixel_is_a_matrix_vector_product() -> None:
 def test_a_transposed_activation_is_copied_for_enough_rows(tokens: int, copied: bool) -> None:
     """Attention's scores ``q @ (k^T * s)`` (a 25-token transformer's four heads of 64): with 8 rows or more, k^T
     is copied once per call (a kernel of its own), so the product's rows are vectors over the keys instead of
-    sums of scalar products (77 -> 7 us); with fewer rows the product reads it in place, one kernel."""
+    sums of scalar products; with fewer rows the product reads it in place, one kernel."""
     q, k = rand(4, tokens, 64, seed=11), rand(4, tokens, 64, seed=12)
 
     def fn(q: Tensor, k: Tensor) -> dict[str, Tensor]:
