@@ -6,11 +6,10 @@ uses alone); CPUTarget adds the C flavour, the declared dtypes and ``render``.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
+from jit.codegen.opt.options import DEFAULT_OPTS, WIDE_VECTOR_OPTS, OptOptions
 from jit.common.dtype import DType, dtypes
 from jit.ir.uop import UOp
 from targets.base import Target, TargetLimits
@@ -57,13 +56,6 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_scatter=SCATTER_HELPERS if CPU_VECTOR_WIDTH == SCATTER_LANES else {},
     vector_scatter_lanes=SCATTER_LANES,
 )
-# a machine whose 16-lane FMAs do twice the work of 8-lane ones: the same tiles in registers, each vector 16 wide
-# (the default's caps count elements: a row of 2 vectors, 10 vectors of accumulators), short rows vectorized
-# across 16 channels, and 32 registers' room for a conv tile of two window rows (16 accumulators) and for rows of
-# whole vectors over a shared reduce filled to 16-20 accumulators (``fill_upcast``: openpilot-shaped resnet18's
-# stem, a transformer's feed-forward)
-WIDE_VECTOR_OPTS = replace(DEFAULT_OPTS, wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160,
-                           fill_upcast=320, fill_tile=256, window_tile=256)
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
     dtypes.uint32, dtypes.uint64, dtypes.float16, dtypes.float32, dtypes.float64})

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from jit.codegen.opt.options import OptOptions
+from jit.codegen.opt.options import WIDE_VECTOR_OPTS, OptOptions
 from jit.common.dtype import DType, dtypes
 from jit.ir.uop import UOp
 from targets.base import DEFAULT_L2, CacheLevel, Target, TargetLimits
 from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level
+from targets.cpu_fma import wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import global_launch_size, group_range, render_kernel
 from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime, group_local_size
@@ -63,6 +64,10 @@ GPU_GROUP_REDUCE = 32
 GPU_OPTS = OptOptions(group_reduce=GPU_GROUP_REDUCE, unroll_hints=True, hoist_base_pointers=True)
 # a CPU device's compiler (PoCL's LLVM) also spills live accumulators inside the next reduce loop
 CPU_DEVICE_OPTS = OptOptions(unroll_hints=True, hoist_base_pointers=True, park_accumulators=True)
+# a CPU device of 16-lane vectors on a machine whose 16-lane FMAs do twice the work of 8-lane ones: the CPU target's
+# tiles there (PoCL on such a machine ran squeezenet's 512 -> 1000 classifier at half the CPU target's speed with the
+# 8-lane tiles)
+WIDE_CPU_DEVICE_OPTS = replace(WIDE_VECTOR_OPTS, unroll_hints=True, hoist_base_pointers=True, park_accumulators=True)
 
 
 def opencl_vector_width(info: CLDeviceInfo) -> int:
@@ -101,12 +106,18 @@ class OpenCLTarget(OpenCLRuntime, Target):
                         if ext in info.extensions)
         # a CPU device's work-items are loops too; a GPU wants one work-item per element
         cpu_device = not info.device_type & CL_DEVICE_TYPE_GPU
-        # a CPU device's rint(floatN) and rounding conversions are library code (PoCL's), a GPU's one instruction
-        self.language = replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=opencl_vector_width(info),
-                                peel_launched_rows=cpu_device, vector_rint=not cpu_device)
+        # a CPU device's rint(floatN), exp(floatN), erf(floatN) and rounding conversions are library code (PoCL's),
+        # a GPU's a few instructions
+        lanes = opencl_vector_width(info)
+        self.language = replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=lanes, peel_launched_rows=cpu_device,
+                                vector_rint=not cpu_device, vector_exp=not cpu_device)
         # the optimizer's defaults for this device (jit/codegen/opt): a GPU shares long reduces across work-groups,
-        # a CPU device's compiler wants its accumulators parked
-        self.default_opts = CPU_DEVICE_OPTS if cpu_device else GPU_OPTS
+        # a CPU device's compiler wants its accumulators parked, and its 16-lane vectors the CPU target's wide tiles
+        # where they pay (a CPU device is the host: targets/cpu_fma.py probes it)
+        if not cpu_device:
+            self.default_opts = GPU_OPTS
+        else:
+            self.default_opts = WIDE_CPU_DEVICE_OPTS if wide_vectors_pay(lanes) else CPU_DEVICE_OPTS
 
     # --- declared capabilities -----------------------------------------------------------------------------
     def supported_dtypes(self) -> frozenset[DType]:

@@ -12,7 +12,8 @@
 4. ``cast_const``: the final commit of any weak constant still bare, including ones a decomposition built;
 5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/codegen/opt: register tiling of reduce kernels,
    unrolling of small loops in the rest), then symbolic again, then, for a target whose language has no vector
-   ``exp``, ``lower_vector_exp`` (float32 exp on vector lanes as arithmetic), and for one whose vector ``rint``
+   ``exp`` or a slow one, ``lower_vector_exp`` (float32 exp and erf on vector lanes as arithmetic), and for one whose
+   vector ``rint``
    is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds);
 6. ``finish_kernel``, under NOOPT too: the optimizer's steps that shape how the renderer spells loops, addresses
    and accumulators (unroll hints, base pointers, parked accumulators), where the kernel's options turn them on
@@ -94,7 +95,7 @@ def rewrite_kernel(sink: UOp, target: Target, default_opts: OptOptions | None = 
         if optimized is not sink:  # an unchanged kernel is already simplified: the walk would find nothing
             sink = graph_rewrite(optimized, pm_symbolic, name="symbolic after optimizing")
         language = getattr(target, "language", None)
-        if not getattr(language, "vector_math", True):
+        if not getattr(language, "vector_math", True) or not getattr(language, "vector_exp", True):
             sink = lower_vector_exp(sink)
         if not getattr(language, "vector_rint", True):
             sink = lower_vector_rint(sink)

@@ -118,9 +118,11 @@ class OnnxModel:
             env[name] = Value(host=arr, const=True, half=self.float16)
         for name, data in given.items():
             env[name] = self._demoted(_input_value(name, data))
-        with Device.default_as(self.device):  # op handlers create constants without naming a device
+        # a model loaded without a device computes where its inputs are (a capture's placeholders on its target)
+        device = self.device or next((t.device for t in given.values() if isinstance(t, Tensor)), None)
+        with Device.default_as(device):  # op handlers create constants without naming a device
             outputs = self.run_graph(self.proto.graph, env)
-            result = {n: v.as_tensor(self.device) for n, v in zip(self.output_names, outputs, strict=True)}
+            result = {n: v.as_tensor(device) for n, v in zip(self.output_names, outputs, strict=True)}
             if self.float16:
                 declared = {n: dt for n, (dt, _) in _value_specs(self.proto.graph.output).items()}
                 result = {n: t.cast(declared[n]) if declared.get(n) is not None and t.dtype != declared[n] else t

@@ -123,6 +123,10 @@ class CStyleLanguage:
     # whether a vector rint is as fast as the rest of the vector arithmetic: without, the codegen pipeline computes
     # float32 rint on vector lanes from adds (jit/codegen/passes/vector_rint.py)
     vector_rint: bool = True
+    # whether the vector exp and erf that ``vector_math`` offers are as fast as the codegen pipeline's own
+    # arithmetic for them (jit/codegen/passes/vector_exp.py): without, that arithmetic is used anyway. PoCL's float16
+    # erf took longer than the multiply-adds of the 1x1 conv whose GELU epilogue it was
+    vector_exp: bool = True
     # conversions from 8- or 16-bit lanes to 32-bit ones widen one step at a time (8 -> 16 -> 32 bits, then to
     # float): GCC 12 compiles a direct uint8x8 -> float32x8 convert (and the byte shuffle before it) lane by lane,
     # eight scalar converts per vector; through uint16x8 and int32x8 it is two zero-extends and one vcvtdq2ps

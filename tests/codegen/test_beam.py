@@ -24,6 +24,8 @@ from jit.codegen.opt.search import (
     beam_search,
     current_session,
     kernel_options,
+    launch_key,
+    local_size_choices,
     outputs_match,
     random_arrays,
     use_tuning,
@@ -317,7 +319,14 @@ def test_opencl_honours_a_tuned_local_size_and_falls_back_when_it_is_invalid() -
 
 def test_opencl_beam_search_tries_local_sizes() -> None:
     sink = _pre_opt_sink(_matmul("OPENCL"), "OPENCL")
-    result = beam_search(sink, Device["OPENCL"], beam=2, runs=3, max_rounds=1)
+    target = Device["OPENCL"]
+    result = beam_search(sink, target, beam=2, runs=3, max_rounds=1)
     assert result.time_s <= result.default_s
-    assert result.candidates > 6  # the one-knob moves include work-group sizes
+    # every work-group size is a launch of its own (regression: the search's dedupe of identical launches ignored
+    # the requested size, so moves that changed only it were never timed)
+    prog = compile_uops([_matmul("OPENCL").uop], "OPENCL")[-1].program
+    sizes = local_size_choices(tuple(prog.global_size), target.max_group, target.max_items)
+    meta = {"global_size": prog.global_size, "local_size": prog.local_size}
+    keys = {launch_key(prog.name, prog.source, {**meta, "local_request": size}) for size in sizes}
+    assert len(sizes) >= 2 and len(keys) == len(sizes)
     assert DEFAULT_OPTS.local_size == ()

@@ -22,7 +22,7 @@ from jit.schedule.kernels import create_schedule
 from targets.cl_binding import CL_DEVICE_TYPE_GPU
 from targets.cpu import CPU_VECTOR_WIDTH, WIDE_VECTOR_OPTS
 from targets.cpu_fma import wide_vectors_pay
-from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS
+from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS, WIDE_CPU_DEVICE_OPTS
 from targets.opencl_runtime import group_local_size
 
 pytestmark = pytest.mark.cpu_only  # the OPENCL device is chosen per test; nothing here runs per device
@@ -104,7 +104,9 @@ def test_only_targets_with_local_memory_group() -> None:
 def test_defaults_follow_the_device_type() -> None:
     cl = Device["OPENCL"]
     is_gpu = bool(cl.info.device_type & CL_DEVICE_TYPE_GPU)
-    assert target_default_opts(cl) == (GPU_OPTS if is_gpu else CPU_DEVICE_OPTS)
+    # a CPU device (PoCL) is the host: the CPU target's wide tiles where its 16-lane vectors pay there too
+    cpu_device_opts = WIDE_CPU_DEVICE_OPTS if wide_vectors_pay(cl.language.vector_width) else CPU_DEVICE_OPTS
+    assert target_default_opts(cl) == (GPU_OPTS if is_gpu else cpu_device_opts)
     assert target_default_opts(Device["QCOM"]) == GPU_OPTS  # an Adreno profile, whatever stands in for it
     # 16-lane channel vectors where this machine's probe finds they pay (targets/cpu_fma.py)
     wide = wide_vectors_pay(CPU_VECTOR_WIDTH)

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from jit.codegen.opt.hints import UNROLL_HINT_MAX_LOADS, UNROLL_HINT_TRIPS, hint
 from jit.codegen.opt.options import OptOptions, OptOptionsError
 from jit.ir.uop import toposort
 from jit.realize import CompiledKernel, clear_compiled_kernels, compile_uops
-from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS
+from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS, WIDE_CPU_DEVICE_OPTS
 
 RNG = np.random.default_rng(21)
 A, B = RNG.standard_normal((64, 96), dtype=np.float32), RNG.standard_normal((96, 128), dtype=np.float32)
@@ -32,7 +33,7 @@ ALL_OFF = {"unroll_hints": False, "hoist_base_pointers": False, "park_accumulato
 
 
 @contextlib.contextmanager
-def defaults(device: str, **changes: bool) -> Iterator[None]:
+def defaults(device: str, **changes: Any) -> Iterator[None]:
     """``device``'s target compiling with its default options changed (kernels compiled afresh inside)."""
     target = Device[device]
     had = "default_opts" in vars(target)
@@ -109,7 +110,8 @@ def test_unroll_hints_skip_a_reduce_of_many_loads() -> None:
         out = Tensor(x, device=device).conv2d(Tensor(w, device=device), padding=1, groups=240)
         return compile_uops([out.uop], device)[-1], out.numpy()
 
-    with defaults("OPENCL", unroll_hints=True):  # PoCL's 8-lane vectors: 16 loads a tap
+    # 8-lane tiles (PoCL's without 16-lane FMAs that pay): 16 loads a tap
+    with defaults("OPENCL", **dataclasses.asdict(CPU_DEVICE_OPTS)):
         wide, wide_out = depthwise("OPENCL")
         narrow, _ = _strided_conv("OPENCL")
     assert _loads_per_trip(wide) > UNROLL_HINT_MAX_LOADS >= _loads_per_trip(narrow)
@@ -153,9 +155,10 @@ def test_parked_accumulators_on_the_c_target_keep_every_bit() -> None:
 @pytest.mark.opencl
 def test_opencl_defaults_turn_the_steps_on_where_its_compilers_need_them() -> None:
     # a GPU keeps waiting accumulators in registers; a CPU device's LLVM (PoCL) spills them inside the next loop
-    assert Device["OPENCL"].default_opts in (GPU_OPTS, CPU_DEVICE_OPTS)
+    assert Device["OPENCL"].default_opts in (GPU_OPTS, CPU_DEVICE_OPTS, WIDE_CPU_DEVICE_OPTS)
     assert GPU_OPTS.unroll_hints and GPU_OPTS.hoist_base_pointers and not GPU_OPTS.park_accumulators
     assert CPU_DEVICE_OPTS == OptOptions(**ALL_ON)
+    assert all(getattr(WIDE_CPU_DEVICE_OPTS, name) for name in ALL_ON)
     assert Device["QCOM"].default_opts is GPU_OPTS  # an Adreno
 
 

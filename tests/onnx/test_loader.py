@@ -111,6 +111,29 @@ def test_constants_an_op_creates_live_on_the_model_device() -> None:
         np.testing.assert_array_equal(y.numpy(), x + 2.5)
 
 
+def test_a_model_loaded_without_a_device_captures_on_any_target() -> None:
+    """Regression: ``capture_onnx(load_onnx(path), inputs, target="OPENCL")`` left the weights on the default device
+    (CPU), and a weight-only kernel run at capture (a conv's weight re-layout) failed with a TypeError setting a
+    numpy array as an OpenCL kernel argument; such a model now computes where its inputs are."""
+    from jit import capture_onnx
+
+    rng = np.random.default_rng(1)
+    w, b = rng.standard_normal((16, 8, 3, 3)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 8, 12, 12)).astype(np.float32)}
+    want = capture_onnx(load_onnx(model, device="CPU"), feeds, target="CPU")(feeds)["y"]
+    loaded = load_onnx(model)
+    for target in ("OPENCL", "CPU"):
+        for fold in (False, True):
+            got = capture_onnx(loaded, feeds, target=target, fold_weights=fold)(feeds)["y"]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_one_element_initializers_are_inlined_as_constants() -> None:
     """The camera normalize ``x / 128 - 1`` reads its two scalars as immediates, not as weight buffers, so the
     symbolic pass can make the divide an exact multiply. Larger initializers stay buffers."""

@@ -25,7 +25,7 @@ from targets.opencl_runtime import valid_local_size
 from targets.registry import Device
 
 RNG = np.random.default_rng(3)
-X = RNG.standard_normal((1, 4, 12, 16), dtype=np.float32)
+X = RNG.standard_normal((1, 4, 24, 32), dtype=np.float32)  # many tiles, 8- or 16-lane ones
 W = RNG.standard_normal((8, 4, 3, 3), dtype=np.float32)
 
 
@@ -60,15 +60,17 @@ def test_counted_flops_do_not_depend_on_tiling_or_work_group_size() -> None:
         plain = compile_uops([_conv().uop], "OPENCL")[-1].stats
     default = compile_uops([_conv().uop], "OPENCL")[-1].stats
     stats = {}
-    for opts in (OptOptions(inner_upcasts=(4,), reuse_upcasts=(2,), min_outputs=1), OptOptions(local_size=(1, 2, 2)),
-                 OptOptions(local_size=(1, 1, 1))):
+    base = Device["OPENCL"].default_opts
+    tried = (dataclasses.replace(base, inner_upcasts=(4,), reuse_upcasts=(2,), min_outputs=1),
+             dataclasses.replace(base, local_size=(1, 2, 2)), dataclasses.replace(base, local_size=(1, 1, 1)))
+    for opts in tried:
         with use_tuning(_table_for(_conv(), opts)):
             stats[opts] = compile_uops([_conv().uop], "OPENCL")[-1].stats
-    flops = 2 * 8 * 12 * 16 * 4 * 9  # one multiply and one add per conv term
+    flops = 2 * 8 * 24 * 32 * 4 * 9  # one multiply and one add per conv term
     assert plain.flops >= flops and {s.flops for s in stats.values()} == {default.flops} == {plain.flops}
     # bytes count loads as executed: a tile reads a shared operand once, never more often than without tiling
     assert all(s.bytes <= plain.bytes for s in stats.values())
-    by_local = [stats[OptOptions(local_size=(1, 2, 2))], stats[OptOptions(local_size=(1, 1, 1))]]
+    by_local = [stats[tried[1]], stats[tried[2]]]
     assert by_local[0] == by_local[1] == default  # the work-group size changes no loop: same counts
 
 

@@ -11,7 +11,7 @@ options change loop structure and code size, never arithmetic order within one o
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from jit.common.errors import DrivepackError
@@ -169,3 +169,11 @@ class OptOptions:
 
 
 DEFAULT_OPTS = OptOptions()
+# a machine whose 16-lane FMAs do twice the work of 8-lane ones (targets/cpu_fma.py probes it; the CPU target and
+# OpenCL on a CPU device use these there): the same tiles in registers, each vector 16 wide (the default's caps
+# count elements: a row of 2 vectors, 10 vectors of accumulators), short rows vectorized across 16 channels, and 32
+# registers' room for a conv tile of two window rows (16 accumulators) and for rows of whole vectors over a shared
+# reduce filled to 16-20 accumulators (``fill_upcast``: openpilot-shaped resnet18's stem, a transformer's
+# feed-forward)
+WIDE_VECTOR_OPTS = replace(DEFAULT_OPTS, wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160,
+                           fill_upcast=320, fill_tile=256, window_tile=256)

@@ -213,6 +213,13 @@ def random_arrays(sink: UOp, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
+def launch_key(name: str, source: str, meta: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes a rendered candidate a launch of its own: its source (named alike), launch sizes and the
+    work-group size its options request (a move that changes only that renders the same source)."""
+    return (source.replace(name, "K"), tuple(meta.get("global_size", ())), meta.get("local_size"),
+            meta.get("local_request"))
+
+
 def _optimized(sink: UOp, opts: OptOptions, target: Target) -> UOp:
     # the same steps as the pipeline's optimizer stages (jit/codegen/pipeline.py)
     optimized = graph_rewrite(optimize_for_target(sink, opts, target), pm_symbolic, name="symbolic after optimizing")
@@ -279,7 +286,7 @@ class _Bench:
             self.counter += 1
             name = f"beam{self.counter}"
             source, meta = self.target.render(name, _optimized(self.sink, opts, self.target))
-            launch = (source.replace(name, "K"), tuple(meta.get("global_size", ())), meta.get("local_size"))
+            launch = launch_key(name, source, meta)
             if launch in self.seen:
                 continue
             self.seen.add(launch)
