@@ -178,15 +178,21 @@ DEPTHWISE_CHANNELS_LAST_MIN_MACS = 1 << 18
 
 
 def _channels_last_depthwise(row: int, kernel: tuple[int, ...], cin_per_group: int, cout_per_group: int, cout: int,
-                             macs: int) -> bool:
+                             macs: int, device: str) -> bool:
     """Whether a depthwise conv (one input and one output channel per group) reads its input and weights
     channels-last (``_depthwise_channels_last``): when its output rows do not split into vectors (the 14- and
     7-wide rows of a 224 input), a row-vector tile falls back to one scalar accumulator per output; channels-last,
     the optimizer's channel-vector tile (codegen/opt/tiling.py) runs its vectors across channels instead, which
     every tap's input and weights then read contiguously. Not for a 1x1 window (nothing to share across taps) nor
-    below ``DEPTHWISE_CHANNELS_LAST_MIN_MACS`` (the transposing copy would cost more than it saves)."""
+    below ``DEPTHWISE_CHANNELS_LAST_MIN_MACS`` (the transposing copy would cost more than it saves), nor for a row
+    of at least one of the device's wide vectors (``OptOptions.wide_channel_vector``: efficientnet_b0's 28-wide
+    rows over 16 lanes): such a row runs as overlapped row vectors (jit/codegen/opt/overlap.py) over the plain
+    layout, whose output stores stay whole vectors where channels-last ones scatter into the plain output, and
+    whose input the producer stores itself (jit/schedule/padded_stores.py) where a channels-last copy of its rows
+    gathers."""
+    wide = target_default_opts(Device[device]).wide_channel_vector
     return cin_per_group == 1 and cout_per_group == 1 and math.prod(kernel) > 1 and row % CHANNEL_VECTOR != 0 \
-        and cout % CHANNEL_VECTOR == 0 and macs >= DEPTHWISE_CHANNELS_LAST_MIN_MACS
+        and cout % CHANNEL_VECTOR == 0 and macs >= DEPTHWISE_CHANNELS_LAST_MIN_MACS and not (wide and row >= wide)
 
 
 def _depthwise_channels_last(x: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -323,7 +329,7 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
         # a strided 1x1 conv (resnet's projection shortcuts) over a subsampled copy: a stride-1 pointwise conv's
         # rows merge into one long vector row (jit/codegen/opt/merge.py) instead of 28- or 14-wide rows read at stride 2
         return conv2d(win.reshape(bs, cin, *out_sp).contiguous(), weight, bias, groups)
-    if _channels_last_depthwise(out_sp[-1], tuple(kernel), cin_g, cout // groups, cout, macs):
+    if _channels_last_depthwise(out_sp[-1], tuple(kernel), cin_g, cout // groups, cout, macs, self.device):
         x, weight = _depthwise_channels_last(x, weight)
         win = window(x, tuple(kernel), st, dl)
     elif _materialize_pad(pads, tuple(kernel), bs * cout * math.prod(out_sp), cin_g):

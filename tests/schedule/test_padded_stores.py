@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jit import Context, Tensor, capture
+from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
 from tests.codegen.test_opt_tiling_threads import _conv_reference
 
@@ -79,12 +80,29 @@ def test_a_stride_2_conv_of_an_input_keeps_its_phase_split_copy() -> None:
 
 def test_a_producer_tiled_along_long_rows_keeps_its_channels_last_copy() -> None:
     """A 1x1 conv over 28 x 28 outputs tiles its merged rows as vectors, which would scatter into a channels-last
-    copy: that copy stays a kernel reading the producer's own buffer."""
-    x, w1, w2 = _rand(1, 16, 28, 28), _rand(96, 16, 1, 1), _rand(96, 1, 3, 3)
-    out = _block(Tensor(x), w1, w2, 1, 1)
+    copy: the copy a stride-2 depthwise conv over it reads (14-wide output rows: channels-last on any machine)
+    stays a kernel reading the producer's own buffer."""
+    x, w1, w2 = _rand(1, 16, 28, 28), _rand(192, 16, 1, 1), _rand(192, 1, 3, 3)
+    out = _block(Tensor(x), w1, w2, 2, 1)
     kernels = _schedule(out)
+    assert any(kk.name == "E_30_30_192" for kk in kernels)  # the channels-last padded copy
     assert not any(kk.name.startswith("E_") and len(kk.buffers) == 1 for kk in kernels)
-    np.testing.assert_allclose(out.numpy(), _reference(x, w1, w2, 1, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.numpy(), _reference(x, w1, w2, 2, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("wide_vectors")
+def test_a_depthwise_conv_over_rows_of_a_wide_vector_keeps_the_plain_layout() -> None:
+    """Where 16-lane vectors pay, a depthwise conv over 28-wide rows (efficientnet_b0's 5x5 at 28 x 28) tiles them as
+    overlapped 16-lane row vectors over the plain layout: its producer writes the padded interior itself (no
+    channels-last copy gathering its rows) and its own stores are whole vectors (no scatter into the plain output)."""
+    x, w1, w2 = _rand(1, 16, 28, 28), _rand(96, 16, 1, 1), _rand(96, 1, 5, 5)
+    out = _block(Tensor(x), w1, w2, 1, 2)
+    kernels = _schedule(out)
+    assert [kk.name for kk in kernels if kk.name.startswith("E_")] == ["E_96_32_32"]  # the border, written alone
+    assert len(next(kk for kk in kernels if kk.name.startswith("E_")).buffers) == 1
+    source = compile_uops([out.uop], "CPU")[-1].program.source
+    assert "dp_scatter" not in source and "dp_float32x16" in source
+    np.testing.assert_allclose(out.numpy(), _reference(x, w1, w2, 1, (2, 2, 2, 2)), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", ["CPU", "OPENCL"])
