@@ -18,6 +18,7 @@ from jit.codegen.opt.tiling import VECTOR_LOAD_STRIDES
 from jit.common.dtype import DType, dtypes, least_upper_dtype
 from jit.common.errors import AxisError, ShapeError
 from jit.common.helpers import STORE_VIEWS
+from jit.frontend.channel_scale import channel_scaled
 from jit.frontend.movement import window
 from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, pool_geometry, spatial_pads
 from jit.frontend.tensor import Tensor
@@ -304,6 +305,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     ``padding`` is an int, one value per spatial dim, (begin, end) pairs, or flat ONNX pads
     (begin..., end...) for asymmetric padding. Conv and bias compute in one reduce kernel.
     """
+    if scaled := channel_scaled(self, weight, groups):  # squeeze-and-excitation's scale onto the weights
+        return conv2d(scaled[0], scaled[1], bias, groups, stride, dilation, padding)
     if tile := pick_tile(self, weight, groups, stride, dilation, padding):
         return winograd_conv2d(self, weight, bias, padding, tile, int_tuple(stride, 2, "conv stride")[0])
     nd = weight.ndim - 2
