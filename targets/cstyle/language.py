@@ -102,8 +102,11 @@ class CStyleLanguage:
     vector_scatter_lanes: int = 0
     vector_lane: str = "{x}[{i}]"
     # lanes of two vectors a, b picked by ``mask`` (indices into a's lanes then b's); ``it``/``ut``: the signed /
-    # unsigned int vector types of as many lanes as wide as a's; "" = no shuffles (strided loads are gathered)
+    # unsigned int vector types of as many lanes as wide as a's; "" = no shuffle function: where ``lane_shuffle``,
+    # the picked lanes are a ``vector_ctor`` of ``vector_lane``s (OpenCL's swizzles, which a compiler sees as one
+    # constant shuffle: PoCL's shuffle2 is library code, lane by lane), else strided loads are gathered
     vector_shuffle: str = ""
+    lane_shuffle: bool = False
     vector_ctor: str = "(({vt}){{{lanes}}})"
     # a comparison ``a op b`` of 32-bit lanes as 0/1 int32 lanes, and lanes of a where int32 lanes c are 1, else of
     # b (``vt``: a's vector type, ``it``: the int32 vector of as many lanes); "" = lane by lane. A select computed

@@ -144,13 +144,15 @@ class VectorExprs(ABC):
             return self.lang.vector_word_load.format(ptr=ptr, w=words, vt=vt)
         if stride == 1:
             return self.lang.vector_load.format(ptr=ptr, n=n, vt=vt)
-        if stride != 2 or not self.lang.vector_shuffle:
+        if stride != 2 or not (self.lang.vector_shuffle or self.lang.lane_shuffle):
             return None
         lo, hi = self.new_var("lo"), self.new_var("hi")
         self.line(f"{vt} {lo} = {self.lang.vector_load.format(ptr=ptr, n=n, vt=vt)};")
         self.line(f"{vt} {hi} = {self.lang.vector_load.format(ptr=f'{ptr}+{n - 1}', n=n, vt=vt)};")
         # lanes 0..n/2-1 are the even elements of lo; the rest are elements n, n+2, .. = hi's odd ones
         mask = [2 * i for i in range(n // 2)] + [n + 2 * i + 1 for i in range(n // 2)]
+        if not self.lang.vector_shuffle:
+            return self.ctor(d, [self.lane_text(lo, m) if m < n else self.lane_text(hi, m - n) for m in mask])
         signed, unsigned = _SAME_WIDTH_INTS[d.itemsize]  # a mask's lanes are as wide as the data's
         return self.lang.vector_shuffle.format(a=lo, b=hi, mask=", ".join(map(str, mask)), n=n,
                                                it=self.vtname(signed), ut=self.vtname(unsigned))
