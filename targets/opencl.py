@@ -65,8 +65,7 @@ GPU_OPTS = OptOptions(group_reduce=GPU_GROUP_REDUCE, unroll_hints=True, hoist_ba
 # a CPU device's compiler (PoCL's LLVM) also spills live accumulators inside the next reduce loop
 CPU_DEVICE_OPTS = OptOptions(unroll_hints=True, hoist_base_pointers=True, park_accumulators=True)
 # a CPU device of 16-lane vectors on a machine whose 16-lane FMAs do twice the work of 8-lane ones: the CPU target's
-# tiles there (PoCL on such a machine ran squeezenet's 512 -> 1000 classifier at half the CPU target's speed with the
-# 8-lane tiles)
+# tiles there (the 8-lane tiles' caps, counted in elements, leave too few 16-lane accumulators to keep the FMAs busy)
 WIDE_CPU_DEVICE_OPTS = replace(WIDE_VECTOR_OPTS, unroll_hints=True, hoist_base_pointers=True, park_accumulators=True)
 
 

@@ -13,8 +13,7 @@
 5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/codegen/opt: register tiling of reduce kernels,
    unrolling of small loops in the rest), then symbolic again, then, for a target whose language has no vector
    ``exp`` or a slow one, ``lower_vector_exp`` (float32 exp and erf on vector lanes as arithmetic), and for one whose
-   vector ``rint``
-   is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds);
+   vector ``rint`` is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds);
 6. ``finish_kernel``, under NOOPT too: the optimizer's steps that shape how the renderer spells loops, addresses
    and accumulators (unroll hints, base pointers, parked accumulators), where the kernel's options turn them on
    (the target's ``default_opts`` when no tuning chose any).
