@@ -39,6 +39,7 @@ import numpy as np
 import targets.cpu_runtime as cpu
 from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
+from targets.cpu_split import ROUNDS, keep_choice, probe_wanted, split_choice
 from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
 from targets.replay import AheadBuild, Replay, ReplayError
@@ -99,10 +100,16 @@ class CPUReplay(Replay):
             cpu.pin_openmp_runtime()
         self._ffi = cffi.FFI()
         self._ffi.cdef("void drivepack_run(void **p); int drivepack_dispatch(void **p, int i); "
-                       f"void {_THREADS_SETTER}(int n); void drivepack_set_pool(void *f);")
+                       f"void {_THREADS_SETTER}(int n); void drivepack_set_pool(void *f); "
+                       "int drivepack_set_inline(int i, int on);")
         self._lib = self._ffi.dlopen(str(path))
         self._run_fn, self._dispatch_fn = self._lib.drivepack_run, self._lib.drivepack_dispatch
         self.threads = 1
+        ranged = _ranged(cmdbuf)
+        self._parallel = [ranged[d.kernel] for d in cmdbuf.dispatches]
+        # per thread count: which parallel dispatches run inline (targets/cpu_split.py), measured on its first call
+        self._inline: dict[int, list[bool]] = {}
+        self._inline_set = [False] * len(cmdbuf.dispatches)
         self._pool: Any = None
         if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
             pool = cpu.thread_pool()
@@ -177,6 +184,7 @@ class CPUReplay(Replay):
         return _PoolHold(self._pool if self.threads > 1 else None)
 
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self._split_for_threads(inputs)
         with self._pool_held():
             outputs = self.new_outputs()
             keep = self._bind(inputs, outputs)
@@ -184,7 +192,62 @@ class CPUReplay(Replay):
             del keep
         return outputs
 
+    @property
+    def inline_dispatches(self) -> dict[int, tuple[int, ...]]:
+        """Per thread count measured so far: the parallel dispatches that run on the caller alone
+        (targets/cpu_split.py)."""
+        return {threads: tuple(i for i, on in enumerate(choice) if on) for threads, choice in self._inline.items()}
+
+    def _set_inline(self, choice: Sequence[bool]) -> None:
+        for i, (now, want) in enumerate(zip(self._inline_set, choice, strict=True)):
+            if now != want:
+                self._lib.drivepack_set_inline(i, int(want))
+        self._inline_set = list(choice)
+
+    def _split_for_threads(self, inputs: list[np.ndarray]) -> None:
+        """Apply this thread count's choice of dispatches run inline, measuring it first on its first call
+        (targets/cpu_split.py); nothing to choose on one thread, without parallel dispatches, or with the probe
+        off."""
+        if self.threads == 1 or not any(self._parallel):
+            return
+        if self.threads not in self._inline:
+            self._inline[self.threads] = self._measure_split(inputs) if probe_wanted() else \
+                [False] * self.n_dispatches
+        self._set_inline(self._inline[self.threads])
+
+    def _measure_split(self, inputs: list[np.ndarray]) -> list[bool]:
+        """Every dispatch timed split and inline (``ROUNDS`` times each, in order), then the whole call with the
+        resulting choice against every dispatch split; the states are restored afterwards, so the call that
+        measured computes from the states it was given."""
+        n = self.n_dispatches
+        saved = {spec.binding: self._keep[spec.binding].copy() for spec in self.cmdbuf.states}
+        best = {False: [float("inf")] * n, True: [float("inf")] * n}
+        whole = {False: float("inf"), True: float("inf")}
+        with self._pool_held():
+            outputs = self.new_outputs()
+            keep = self._bind(inputs, outputs)
+            for _ in range(ROUNDS):
+                for inline in (False, True):
+                    self._set_inline([inline and p for p in self._parallel])
+                    times = best[inline]
+                    for i in range(n):
+                        start = time.perf_counter()
+                        self._dispatch_fn(self._table, i)
+                        times[i] = min(times[i], time.perf_counter() - start)
+            choice = split_choice(best[False], best[True], self._parallel)
+            for _ in range(ROUNDS if any(choice) else 0):
+                for chosen in (False, True):
+                    self._set_inline(choice if chosen else [False] * n)
+                    start = time.perf_counter()
+                    self._run_fn(self._table)
+                    whole[chosen] = min(whole[chosen], time.perf_counter() - start)
+            del keep
+        for binding, data in saved.items():
+            self._keep[binding][:] = data
+        return choice if any(choice) and keep_choice(whole[False], whole[True]) else [False] * n
+
     def _profile(self, inputs: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
+        self._split_for_threads(inputs)
         with self._pool_held():
             outputs = self.new_outputs()
             keep = self._bind(inputs, outputs)
@@ -288,10 +351,17 @@ DRIVER_POOL = """typedef void (*dp_job_fn)(void *ctx, int lo, int hi);
 typedef void (*dp_parallel_fn)(int threads, int n, int chunks, dp_job_fn fn, void *ctx);
 static dp_parallel_fn dp_parallel;
 static int dp_threads = 1;
-static void dp_split(int n, int chunks, dp_job_fn fn, void *ctx) {
-  if (dp_parallel && dp_threads > 1) dp_parallel(dp_threads, n, chunks, fn, ctx); else fn(ctx, 0, n);
+static unsigned char dp_inline[DP_DISPATCHES];  /* dispatches run on the caller alone (targets/cpu_split.py) */
+static void dp_split(int i, int n, int chunks, dp_job_fn fn, void *ctx) {
+  if (dp_parallel && dp_threads > 1 && (i < 0 || !dp_inline[i])) dp_parallel(dp_threads, n, chunks, fn, ctx);
+  else fn(ctx, 0, n);
 }
 DP_EXPORT void drivepack_set_pool(void *f) { dp_parallel = (dp_parallel_fn)f; }
+DP_EXPORT int drivepack_set_inline(int i, int on) {
+  if (i < 0 || i >= DP_DISPATCHES) return -1;
+  dp_inline[i] = on != 0;
+  return 0;
+}
 """
 
 
@@ -306,7 +376,7 @@ def _statements(cmdbuf: CommandBuffer, slots: dict[str, int]) -> tuple[list[str]
             continue
         jobs.append(f"static void dp_job{i}(void *ctx, int lo, int hi) {{ void **p = ctx; "
                     f"{_call(cmdbuf, d, slots, 'lo, hi')} }}")
-        calls.append(f"dp_split({d.global_size[0]}, 0, dp_job{i}, p);")
+        calls.append(f"dp_split({i}, {d.global_size[0]}, 0, dp_job{i}, p);")
     return calls, jobs
 
 
@@ -324,7 +394,7 @@ def _lanes(cmdbuf: CommandBuffer, calls: list[str]) -> tuple[dict[int, str], lis
             body += [f"      {calls[j]}" for j in range(seg.start, seg.end) if seg.lanes[j - seg.start] == lane]
             body.append("      break;")
         fns.append("\n".join([*body, "    }", "  }", "}"]))
-        starts[seg.start] = f"dp_split({n_lanes}, {n_lanes}, dp_lanes{k}, p);"
+        starts[seg.start] = f"dp_split(-1, {n_lanes}, {n_lanes}, dp_lanes{k}, p);"
     return starts, fns
 
 
@@ -350,7 +420,8 @@ def _glue(cmdbuf: CommandBuffer, slots: dict[str, int]) -> list[str]:
     built with the pragma, in command buffers of earlier versions): what follows the kernels."""
     calls, jobs = _statements(cmdbuf, slots)
     lanes, lane_fns = _lanes(cmdbuf, calls)
-    lines = [GLUE_OPTIMIZE, DRIVER_POOL, *jobs, *lane_fns, ""]
+    lines = [GLUE_OPTIMIZE, f"#define DP_DISPATCHES {max(len(cmdbuf.dispatches), 1)}", DRIVER_POOL, *jobs, *lane_fns,
+             ""]
     symbol = cpu.OMP_THREADS_SYMBOL
     omp = f" {symbol} = n;" if any(f"int {symbol}" in k.source for k in cmdbuf.kernels) else ""
     lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ dp_threads = n;{omp} }}", ""]

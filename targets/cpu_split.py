@@ -1,0 +1,42 @@
+"""Which parallel dispatches of a CPU replay run on the calling thread alone: measured, not guessed.
+
+A dispatch split over the thread pool (targets/cpu_pool.py) pays for the split: the workers must see the region,
+each thread reads the part of its input the other core wrote, and the last chunk decides when the region ends. For
+a kernel of a few microseconds (a squeeze-and-excitation's pool and products, a padded copy's border, most of a
+small model's kernels) that costs more than the second core saves: such kernels ran several times slower split
+than on the caller alone. How much is machine- and kernel-dependent (core count, caches, the VM's wake-up cost),
+so the replay measures it (targets/replay_cpu.py ``CPUReplay``): on its first call at a thread count it times
+every dispatch both ways, in order, ``ROUNDS`` times, and ``split_choice`` picks those that run inline; the whole
+call with that choice must then beat every dispatch split (``keep_choice``), else nothing runs inline.
+``$DRIVEPACK_CPU_SPLIT_PROBE=0`` turns the measurement off (every parallel dispatch split, as before).
+
+What holds: the choice changes only which threads run a dispatch's chunks, never what a chunk computes, so results
+are the same bit for bit either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+PROBE_ENV = "DRIVEPACK_CPU_SPLIT_PROBE"  # "0": no measurement, every parallel dispatch split
+ROUNDS = 3  # timings of each dispatch each way; the fastest counts (a preempted run only ever adds time)
+# a dispatch runs inline only when that is faster by this share: noise in a few-microsecond timing must not flip it
+INLINE_MARGIN = 0.1
+
+
+def probe_wanted() -> bool:
+    return os.environ.get(PROBE_ENV, "1").strip() != "0"
+
+
+def split_choice(split_s: Sequence[float], inline_s: Sequence[float], parallel: Sequence[bool]) -> list[bool]:
+    """Per dispatch: run it inline (True) where it is parallel and its fastest inline time beats its fastest split
+    time by ``INLINE_MARGIN``."""
+    return [p and i < s * (1 - INLINE_MARGIN) for s, i, p in zip(split_s, inline_s, parallel, strict=True)]
+
+
+def keep_choice(all_split_s: float, chosen_s: float) -> bool:
+    """Whether the whole call with the chosen dispatches inline (its fastest time) beats every dispatch split: each
+    dispatch was timed after neighbours that ran its own way, and a consumer may read its producer's output from
+    the other core's cache, so the choice is checked as a whole."""
+    return chosen_s < all_split_s

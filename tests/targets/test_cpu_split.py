@@ -1,0 +1,56 @@
+"""The CPU replay's measured choice of parallel dispatches run on the caller alone (targets/cpu_split.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jit import Tensor, capture
+from targets.cpu_split import INLINE_MARGIN, PROBE_ENV, keep_choice, split_choice
+
+RNG = np.random.default_rng(8)
+W = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32)
+
+
+def _model(x: Tensor, total: Tensor) -> dict[str, Tensor]:
+    """Parallel kernels of several sizes (a conv, its pool, a small product) and a state every call adds to."""
+    y = x.conv2d(Tensor(W), padding=1).relu()
+    pooled = y.mean(axis=(2, 3))
+    return {"y": y, "p": pooled @ Tensor(RNG.standard_normal((32, 8)).astype(np.float32)), "total": total + pooled}
+
+
+def _captured():
+    x = RNG.standard_normal((1, 16, 48, 48)).astype(np.float32)
+    cap = capture(_model, {"x": x}, target="CPU", state={"total": np.zeros((1, 32), np.float32)})
+    return cap, x
+
+
+def test_split_choice_takes_parallel_dispatches_clearly_faster_inline() -> None:
+    split, inline = [10e-6, 10e-6, 10e-6, 10e-6], [5e-6, 10e-6 * (1 - INLINE_MARGIN / 2), 2e-6, 30e-6]
+    assert split_choice(split, inline, [True, True, False, True]) == [True, False, False, False]
+    assert keep_choice(1.0e-3, 0.9e-3) and not keep_choice(1.0e-3, 1.0e-3)
+
+
+def test_the_first_call_on_two_threads_measures_and_keeps_results_and_states() -> None:
+    cap, x = _captured()
+    replay = cap.replay
+    want = replay.run({"x": x}, threads=1)
+    pooled = cap.read_state("total").copy()  # one update
+    assert replay.inline_dispatches == {}  # one thread: nothing to choose
+    got = replay.run({"x": x}, threads=2)  # the measured call: every dispatch ran several times
+    assert set(replay.inline_dispatches) == {2}
+    parallel = {i for i, d in enumerate(replay.cmdbuf.dispatches) if d.global_size[0] > 1}
+    assert set(replay.inline_dispatches[2]) <= parallel
+    for name in ("y", "p"):
+        np.testing.assert_array_equal(got[name], want[name])  # the same chunks, whoever runs them
+    np.testing.assert_allclose(cap.read_state("total"), 2 * pooled, rtol=1e-6)  # one update per call, not per run
+    again = replay.run({"x": x}, threads=2)
+    np.testing.assert_array_equal(again["y"], want["y"])
+    np.testing.assert_allclose(cap.read_state("total"), 3 * pooled, rtol=1e-6)
+
+
+def test_the_probe_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PROBE_ENV, "0")
+    cap, x = _captured()
+    cap.replay.run({"x": x}, threads=2)
+    assert cap.replay.inline_dispatches == {2: ()}
