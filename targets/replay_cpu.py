@@ -109,7 +109,8 @@ class CPUReplay(Replay):
         self._parallel = [ranged[d.kernel] for d in cmdbuf.dispatches]
         # per thread count: which parallel dispatches run inline (targets/cpu_split.py), measured on its first call
         self._inline: dict[int, list[bool]] = {}
-        self._inline_set = [False] * len(cmdbuf.dispatches)
+        self._inline_set = [False] * len(cmdbuf.dispatches)  # what the driver holds now
+        self._inline_for = 1 if any(self._parallel) else 0  # the thread count whose choice it holds (0: no choices)
         self._pool: Any = None
         if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
             pool = cpu.thread_pool()
@@ -208,12 +209,13 @@ class CPUReplay(Replay):
         """Apply this thread count's choice of dispatches run inline, measuring it first on its first call
         (targets/cpu_split.py); nothing to choose on one thread, without parallel dispatches, or with the probe
         off."""
-        if self.threads == 1 or not any(self._parallel):
-            return
+        if self.threads in (1, self._inline_for) or not self._inline_for:
+            return  # one thread splits nothing; the choice in force (checked first: this runs every call)
         if self.threads not in self._inline:
             self._inline[self.threads] = self._measure_split(inputs) if probe_wanted() else \
                 [False] * self.n_dispatches
         self._set_inline(self._inline[self.threads])
+        self._inline_for = self.threads
 
     def _measure_split(self, inputs: list[np.ndarray]) -> list[bool]:
         """Every dispatch timed split and inline (``ROUNDS`` times each, in order), then the whole call with the
