@@ -177,5 +177,22 @@ def test_a_3x3_conv_tile_takes_two_window_rows_where_32_registers_hold_them() ->
     np.testing.assert_allclose(out.numpy(), _conv_reference(x, w, b, 1), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.usefixtures("wide_vectors")
+def test_a_strided_conv_tile_takes_two_output_rows_sharing_its_weights() -> None:
+    """A stride-2 conv's rows share no sliding window (output row y reads input rows 2y + ky), but every output row
+    reads the same weight at a reduce step: a tile two rows high loads each broadcast weight once for both
+    (``_broadcast_sharing_axis``). resnet18's 7x7 stem over 112-wide rows (no 32-wide row divides them): 16 lanes x
+    8 channels x 2 rows for each of the phase-split conv's two column phases, where one row loaded 9 values for 8
+    multiply-adds."""
+    x, w = _rand(1, 3, 224, 224), _rand(64, 3, 7, 7, seed=1)
+    out = Tensor(x).conv2d(Tensor(w), stride=2, padding=3)
+    conv = next(k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_"))
+    assert float_accumulators(conv.program.source) == 16 * 8 * 2 * 2
+    xp = np.pad(x, ((0, 0), (0, 0), (3, 3), (3, 3)))
+    want = sum(np.einsum("oc,nchw->nohw", w[:, :, ky, kx], xp[:, :, ky:ky + 224:2, kx:kx + 224:2])
+               for ky in range(7) for kx in range(7))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
 def _size_of(rng: UOp) -> int:
     return int(rng.src[0].arg)

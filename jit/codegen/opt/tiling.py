@@ -192,6 +192,10 @@ def vector_registers(vector_width: int) -> int:
     return 32 if vector_width >= 16 else DEFAULT_VECTOR_REGISTERS
 
 
+# a reduce at least this long takes a second output row sharing its broadcast loads (``_broadcast_sharing_axis``):
+# there the loads per multiply-add bind; a shorter one's stores and epilogue weigh as much, and the second row's
+# input streams cost more than the loads it saves (a 1x1 conv of 32 input channels over 112-wide rows)
+BROADCAST_SHARING_MIN_TRIPS = 48
 # rows of a tile over a sliding window's axis (``_window_axis``): h output rows of a 3-tap window load h + 2 input
 # rows instead of 3h, and h x the row's vectors are accumulators
 WINDOW_HEIGHTS = (4, 2)
@@ -209,6 +213,21 @@ def _window_axis(outer: list[UOp], loads: list[UOp], reduces: list[UOp],
             step = row_stride(idx, cand, deps) if cand in deps[ld] else None
             if step and any(row_stride(idx, r, deps) == step for r in red_ranges if r in deps[ld]):
                 return cand
+    return None
+
+
+def _broadcast_sharing_axis(outer: list[UOp], loads: list[UOp], reduces: list[UOp],
+                            deps: dict[UOp, frozenset[UOp]]) -> UOp | None:
+    """The innermost of the ``outer`` output axes that a load moving with the reduce does not depend on while another
+    load does: two outputs along it read the same value of the first (a conv's weight, broadcast to the tile row)
+    at each reduce step, so a tile two high along it loads that value once for twice the multiply-adds. Where no
+    sliding window shares the input (``_window_axis``: a strided conv's rows, Winograd's batched products over tile
+    positions), a tile of one row loads a broadcast weight for every vector it multiplies, and the loads bind."""
+    red_ranges = [r for red in reduces for r in red.src[1:]]
+    for cand in reversed(outer):
+        if any(cand in deps[ld] for ld in loads) and \
+                any(cand not in deps[ld] and any(r in deps[ld] for r in red_ranges) for ld in loads):
+            return cand
     return None
 
 
@@ -297,7 +316,10 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
                 u_inner *= 2
                 upcasts[0] = (inner, u_inner)
             upcasts.append((cand, u_reuse))
-            window = _window_axis([o for o in outs[:-1] if o is not cand], loads, reduces, deps)
+            others = [o for o in outs[:-1] if o is not cand]
+            window = _window_axis(others, loads, reduces, deps)
+            if window is None and trips >= BROADCAST_SHARING_MIN_TRIPS:
+                window = _broadcast_sharing_axis(others, loads, reduces, deps)
             if window is not None and _size(window) % WINDOW_HEIGHTS[-1] == 0 and \
                     u_inner * u_reuse * WINDOW_HEIGHTS[-1] <= opts.window_tile:
                 upcasts.append((window, WINDOW_HEIGHTS[-1]))  # opts.window_tile's two rows
