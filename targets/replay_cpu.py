@@ -2,7 +2,8 @@
 call with no Python per kernel.
 
 The driver takes one pointer table ``p``: ``p[0]`` is the arena, then one slot per weight, state, input and
-output, in command-buffer order. Arena bindings are ``p[0]`` plus a constant offset baked into the source; the
+output, in command-buffer order, and last the replay's flag per dispatch, set where a parallel dispatch runs on the
+calling thread alone (targets/cpu_split.py). Arena bindings are ``p[0]`` plus a constant offset baked into the source; the
 replay fills the input and output slots with the caller's arrays (no copy in, outputs written in place into
 fresh arrays) and calls ``drivepack_run(p)``. ``drivepack_dispatch(p, i)`` runs dispatch ``i`` alone, for
 per-kernel timing. Kernels and driver are one translation unit built through the CPU target's cached compile
@@ -100,8 +101,7 @@ class CPUReplay(Replay):
             cpu.pin_openmp_runtime()
         self._ffi = cffi.FFI()
         self._ffi.cdef("void drivepack_run(void **p); int drivepack_dispatch(void **p, int i); "
-                       f"void {_THREADS_SETTER}(int n); void drivepack_set_pool(void *f); "
-                       "int drivepack_set_inline(int i, int on);")
+                       f"void {_THREADS_SETTER}(int n); void drivepack_set_pool(void *f);")
         self._lib = self._ffi.dlopen(str(path))
         self._run_fn, self._dispatch_fn = self._lib.drivepack_run, self._lib.drivepack_dispatch
         self.threads = 1
@@ -109,8 +109,8 @@ class CPUReplay(Replay):
         self._parallel = [ranged[d.kernel] for d in cmdbuf.dispatches]
         # per thread count: which parallel dispatches run inline (targets/cpu_split.py), measured on its first call
         self._inline: dict[int, list[bool]] = {}
-        self._inline_set = [False] * len(cmdbuf.dispatches)  # what the driver holds now
-        self._inline_for = 1 if any(self._parallel) else 0  # the thread count whose choice it holds (0: no choices)
+        self._inline_flags = np.zeros(max(len(cmdbuf.dispatches), 1), np.uint8)  # the driver reads them per call
+        self._inline_for = 1 if any(self._parallel) else 0  # the thread count whose choice they hold (0: no choices)
         self._pool: Any = None
         if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
             pool = cpu.thread_pool()
@@ -133,7 +133,8 @@ class CPUReplay(Replay):
                 self._keep[spec.binding] = share_states_with.state_array(spec.name)
             else:
                 self._keep[spec.binding] = target.allocate(spec.nbytes).handle
-        self._table = self._ffi.new("void*[]", max(len(self.slots), 1))
+        self._table = self._ffi.new("void*[]", len(self.slots) + 1)
+        self._table[len(self.slots)] = self._ffi.cast("void*", self._inline_flags.ctypes.data)
         for binding, slot in self.slots.items():
             if binding in self._keep:
                 self._table[slot] = self._ffi.cast("void*", self._keep[binding].ctypes.data)
@@ -200,17 +201,14 @@ class CPUReplay(Replay):
         return {threads: tuple(i for i, on in enumerate(choice) if on) for threads, choice in self._inline.items()}
 
     def _set_inline(self, choice: Sequence[bool]) -> None:
-        for i, (now, want) in enumerate(zip(self._inline_set, choice, strict=True)):
-            if now != want:
-                self._lib.drivepack_set_inline(i, int(want))
-        self._inline_set = list(choice)
+        self._inline_flags[:len(choice)] = choice
 
     def _split_for_threads(self, inputs: list[np.ndarray]) -> None:
         """Apply this thread count's choice of dispatches run inline, measuring it first on its first call
         (targets/cpu_split.py); nothing to choose on one thread, without parallel dispatches, or with the probe
         off."""
-        if self.threads in (1, self._inline_for) or not self._inline_for:
-            return  # one thread splits nothing; the choice in force (checked first: this runs every call)
+        if not self._inline_for or self.threads in (1, self._inline_for):
+            return  # nothing to choose, one thread splits nothing, or the choice is in force: every call checks
         if self.threads not in self._inline:
             self._inline[self.threads] = self._measure_split(inputs) if probe_wanted() else \
                 [False] * self.n_dispatches
@@ -353,17 +351,14 @@ DRIVER_POOL = """typedef void (*dp_job_fn)(void *ctx, int lo, int hi);
 typedef void (*dp_parallel_fn)(int threads, int n, int chunks, dp_job_fn fn, void *ctx);
 static dp_parallel_fn dp_parallel;
 static int dp_threads = 1;
-static unsigned char dp_inline[DP_DISPATCHES];  /* dispatches run on the caller alone (targets/cpu_split.py) */
+/* ctx is the replay's table; its last slot, the replay's flag per dispatch: run on the caller alone
+   (targets/cpu_split.py). i < 0: a segment's lanes, always split */
 static void dp_split(int i, int n, int chunks, dp_job_fn fn, void *ctx) {
-  if (dp_parallel && dp_threads > 1 && (i < 0 || !dp_inline[i])) dp_parallel(dp_threads, n, chunks, fn, ctx);
+  const unsigned char *inline_flags = ((void **)ctx)[DP_INLINE_SLOT];
+  if (dp_parallel && dp_threads > 1 && (i < 0 || !inline_flags[i])) dp_parallel(dp_threads, n, chunks, fn, ctx);
   else fn(ctx, 0, n);
 }
 DP_EXPORT void drivepack_set_pool(void *f) { dp_parallel = (dp_parallel_fn)f; }
-DP_EXPORT int drivepack_set_inline(int i, int on) {
-  if (i < 0 || i >= DP_DISPATCHES) return -1;
-  dp_inline[i] = on != 0;
-  return 0;
-}
 """
 
 
@@ -422,8 +417,7 @@ def _glue(cmdbuf: CommandBuffer, slots: dict[str, int]) -> list[str]:
     built with the pragma, in command buffers of earlier versions): what follows the kernels."""
     calls, jobs = _statements(cmdbuf, slots)
     lanes, lane_fns = _lanes(cmdbuf, calls)
-    lines = [GLUE_OPTIMIZE, f"#define DP_DISPATCHES {max(len(cmdbuf.dispatches), 1)}", DRIVER_POOL, *jobs, *lane_fns,
-             ""]
+    lines = [GLUE_OPTIMIZE, f"#define DP_INLINE_SLOT {len(slots)}", DRIVER_POOL, *jobs, *lane_fns, ""]
     symbol = cpu.OMP_THREADS_SYMBOL
     omp = f" {symbol} = n;" if any(f"int {symbol}" in k.source for k in cmdbuf.kernels) else ""
     lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ dp_threads = n;{omp} }}", ""]
