@@ -3,8 +3,8 @@ call with no Python per kernel.
 
 The driver takes one pointer table ``p``: ``p[0]`` is the arena, then one slot per weight, state, input and
 output, in command-buffer order, and last the replay's flag per dispatch, set where a parallel dispatch runs on the
-calling thread alone (targets/cpu_split.py). Arena bindings are ``p[0]`` plus a constant offset baked into the source; the
-replay fills the input and output slots with the caller's arrays (no copy in, outputs written in place into
+calling thread alone (targets/cpu_split.py). Arena bindings are ``p[0]`` plus a constant offset baked into the
+source; the replay fills the input and output slots with the caller's arrays (no copy in, outputs written in place into
 fresh arrays) and calls ``drivepack_run(p)``. ``drivepack_dispatch(p, i)`` runs dispatch ``i`` alone, for
 per-kernel timing. Kernels and driver are one translation unit built through the CPU target's cached compile
 (keyed by source hash, so a second process compiles nothing); kernels get hidden visibility so they never bind to
