@@ -112,7 +112,7 @@ class CPUReplay(Replay):
         self._inline_flags = np.zeros(max(len(cmdbuf.dispatches), 1), np.uint8)  # the driver reads them per call
         self._inline_for = 1 if any(self._parallel) else 0  # the thread count whose choice they hold (0: no choices)
         self._pool: Any = None
-        if cmdbuf.segments or any(_ranged(cmdbuf)):  # parallel kernels, lanes: on the pool (one per process)
+        if cmdbuf.segments or any(ranged):  # parallel kernels, lanes: on the pool (one per process)
             pool = cpu.thread_pool()
             self._pool = pool.lib
             self._lib.drivepack_set_pool(self._ffi.cast("void*", pool.parallel_for_address))
