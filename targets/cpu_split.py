@@ -6,8 +6,10 @@ a kernel of a few microseconds (a squeeze-and-excitation's pool and products, a 
 small model's kernels) that costs more than the second core saves: such kernels ran several times slower split
 than on the caller alone. How much is machine- and kernel-dependent (core count, caches, the VM's wake-up cost),
 so the replay measures it (targets/replay_cpu.py ``CPUReplay``): on its first call at a thread count it times
-every dispatch both ways, in order, ``ROUNDS`` times, and ``split_choice`` picks those that run inline; the whole
-call with that choice must then beat every dispatch split (``keep_choice``), else nothing runs inline.
+every dispatch both ways, in order, then ``ROUNDS - 1`` more times those that could run inline (``candidates``: a
+convolution taking twice as long inline is not timed again, so a large model's first call does not last several
+calls), and ``split_choice`` picks those that run inline; the whole call with that choice must then beat every
+dispatch split (``keep_choice``), else nothing runs inline.
 ``$DRIVEPACK_CPU_SPLIT_PROBE=0`` turns the measurement off (every parallel dispatch split, as before).
 
 What holds: the choice changes only which threads run a dispatch's chunks, never what a chunk computes, so results
@@ -23,10 +25,20 @@ PROBE_ENV = "DRIVEPACK_CPU_SPLIT_PROBE"  # "0": no measurement, every parallel d
 ROUNDS = 3  # timings of each dispatch each way; the fastest counts (a preempted run only ever adds time)
 # a dispatch runs inline only when that is faster by this share: noise in a few-microsecond timing must not flip it
 INLINE_MARGIN = 0.1
+# timed again after the first round where inline took less than this many times its split time: a first timing
+# preempted only ever adds time, so a dispatch past this is not one a second look would pick
+CANDIDATE_SLACK = 1.5
 
 
 def probe_wanted() -> bool:
     return os.environ.get(PROBE_ENV, "1").strip() != "0"
+
+
+def candidates(split_s: Sequence[float], inline_s: Sequence[float], parallel: Sequence[bool]) -> list[int]:
+    """The parallel dispatches whose inline time is within ``CANDIDATE_SLACK`` of their split time: those worth
+    timing again."""
+    pairs = enumerate(zip(split_s, inline_s, parallel, strict=True))
+    return [i for i, (split, inline, par) in pairs if par and inline < split * CANDIDATE_SLACK]
 
 
 def split_choice(split_s: Sequence[float], inline_s: Sequence[float], parallel: Sequence[bool]) -> list[bool]:

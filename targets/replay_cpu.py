@@ -40,7 +40,7 @@ import numpy as np
 import targets.cpu_runtime as cpu
 from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
-from targets.cpu_split import ROUNDS, keep_choice, probe_wanted, split_choice
+from targets.cpu_split import ROUNDS, candidates, keep_choice, probe_wanted, split_choice
 from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
 from targets.replay import AheadBuild, Replay, ReplayError
@@ -216,9 +216,9 @@ class CPUReplay(Replay):
         self._inline_for = self.threads
 
     def _measure_split(self, inputs: list[np.ndarray]) -> list[bool]:
-        """Every dispatch timed split and inline (``ROUNDS`` times each, in order), then the whole call with the
-        resulting choice against every dispatch split; the states are restored afterwards, so the call that
-        measured computes from the states it was given."""
+        """Every dispatch timed split and inline, in order, then the candidates (targets/cpu_split.py) again
+        ``ROUNDS - 1`` times, then the whole call with the resulting choice against every dispatch split; the states
+        are restored afterwards, so the call that measured computes from the states it was given."""
         n = self.n_dispatches
         saved = {spec.binding: self._keep[spec.binding].copy() for spec in self.cmdbuf.states}
         best = {False: [float("inf")] * n, True: [float("inf")] * n}
@@ -226,14 +226,16 @@ class CPUReplay(Replay):
         with self._pool_held():
             outputs = self.new_outputs()
             keep = self._bind(inputs, outputs)
+            timed: Sequence[int] = range(n)
             for _ in range(ROUNDS):
                 for inline in (False, True):
                     self._set_inline([inline and p for p in self._parallel])
                     times = best[inline]
-                    for i in range(n):
+                    for i in timed:
                         start = time.perf_counter()
                         self._dispatch_fn(self._table, i)
                         times[i] = min(times[i], time.perf_counter() - start)
+                timed = candidates(best[False], best[True], self._parallel)
             choice = split_choice(best[False], best[True], self._parallel)
             for _ in range(ROUNDS if any(choice) else 0):
                 for chosen in (False, True):

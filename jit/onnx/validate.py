@@ -72,7 +72,7 @@ def read_model(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, Path]:
     except OSError as e:
         raise OnnxError(f"model: expected a readable .onnx file, got {str(p)!r}: {e.strerror}") from None
     model = parse_model(data, str(p))
-    validate_model(model, p.parent, str(p))
+    validate_model(model, p.parent, str(p), serialized=data)
     return model, p.parent
 
 
@@ -81,7 +81,7 @@ def checked_model(data: bytes, path: str | os.PathLike[str]) -> onnx.ModelProto:
     directory into the proto, so that the result no longer depends on any file or on the current directory."""
     model = parse_model(data, str(path))
     base = Path(path).parent
-    validate_model(model, base, str(path))
+    validate_model(model, base, str(path), serialized=data)
     for t in _all_initializers(model.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             raw = external_tensor_bytes(t, base)
@@ -91,13 +91,16 @@ def checked_model(data: bytes, path: str | os.PathLike[str]) -> onnx.ModelProto:
     return model
 
 
-def validate_model(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | None, where: str = "model") -> None:
+def validate_model(model: onnx.ModelProto, base_dir: str | os.PathLike[str] | None, where: str = "model",
+                   serialized: bytes | None = None) -> None:
     """Every check of the module docstring; ``base_dir`` is the model file's directory (None: the model came
-    from memory, so it may not name external data)."""
+    from memory, so it may not name external data); ``serialized``: the bytes ``model`` was parsed from, which
+    the checker reads instead of serializing the model again (a large model's weights)."""
     opsets = _check_opsets(model, where)
     _check_graph(model.graph, opsets, set(), "graph", where, 0)
+    judged = _for_checker(model)
     try:
-        onnx.checker.check_model(_for_checker(model))
+        onnx.checker.check_model(serialized if judged is model and serialized is not None else judged)
     except Exception as e:  # ValidationError: one multi-line message naming the node
         raise OnnxError(f"{where}: onnx.checker: {_first_line(e)}") from None
     for t in _all_initializers(model.graph):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jit import Tensor, capture
-from targets.cpu_split import INLINE_MARGIN, PROBE_ENV, keep_choice, split_choice
+from targets.cpu_split import CANDIDATE_SLACK, INLINE_MARGIN, PROBE_ENV, candidates, keep_choice, split_choice
 
 RNG = np.random.default_rng(8)
 W = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32)
@@ -29,6 +29,12 @@ def test_split_choice_takes_parallel_dispatches_clearly_faster_inline() -> None:
     split, inline = [10e-6, 10e-6, 10e-6, 10e-6], [5e-6, 10e-6 * (1 - INLINE_MARGIN / 2), 2e-6, 30e-6]
     assert split_choice(split, inline, [True, True, False, True]) == [True, False, False, False]
     assert keep_choice(1.0e-3, 0.9e-3) and not keep_choice(1.0e-3, 1.0e-3)
+
+
+def test_only_dispatches_near_their_split_time_inline_are_timed_again() -> None:
+    split = [10e-6, 10e-6, 10e-6, 1e-3]
+    inline = [9e-6, 10e-6 * CANDIDATE_SLACK * 0.99, 5e-6, 1e-3 * CANDIDATE_SLACK]  # the last: a big conv's 2x
+    assert candidates(split, inline, [True, True, False, True]) == [0, 1]
 
 
 def test_the_first_call_on_two_threads_measures_and_keeps_results_and_states() -> None:
