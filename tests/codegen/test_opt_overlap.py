@@ -126,6 +126,23 @@ def test_a_channel_tile_too_small_for_both_fma_units_gives_way_to_row_vectors() 
     assert wide_plan is not None and wide_plan.max_lanes == 16
 
 
+def test_a_channel_tile_of_one_vector_gives_way_to_row_vectors() -> None:
+    # squeezenet's 256 -> 32 squeeze over 27x27 = 729 outputs (3^6): across channels the tile is one vector of 16 by
+    # 9 outputs, enough accumulators, but each multiply-add loads a broadcast input of its own (10 loads a step for
+    # 9 multiply-adds); row vectors share each broadcast weight across the row, so the merged row overlaps
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((1, 256, 27, 27), np.float32), rng.standard_normal((32, 256, 1, 1), np.float32)
+    y = Tensor(x).conv2d(Tensor(w))
+    plan = plan_tiles(merge_output_dims(_ast(y)), WIDE, registers=32)
+    assert plan is not None and not plan.max_lanes and int(plan.upcasts[0][0].src[0].arg) == 729
+    np.testing.assert_allclose(y.numpy()[0], np.einsum("oc,cyx->oyx", w[:, :, 0, 0], x[0]), rtol=1e-4, atol=1e-4)
+    # a row short enough for several channel vectors keeps them (resnet's 7x7: 7 outputs by 4 vectors)
+    short = Tensor(rng.standard_normal((1, 256, 7, 7), np.float32)).conv2d(
+        Tensor(rng.standard_normal((64, 256, 1, 1), np.float32)))
+    short_plan = plan_tiles(merge_output_dims(_ast(short)), WIDE, registers=32)
+    assert short_plan is not None and short_plan.max_lanes == 16
+
+
 def test_the_last_tile_starts_where_it_ends_the_row() -> None:
     x = np.zeros((8, 27, 27), np.float32)
     sink = optimize_kernel(_ast(Tensor(x).max_pool2d(3, 1)), OptOptions(), vector_width=8)  # 25 outputs a row

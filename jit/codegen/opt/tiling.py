@@ -153,14 +153,16 @@ def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, fro
 
 
 def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: int, row_strides: set[int | None],
-                       trips: int, accumulators: int) -> bool:
+                       trips: int, tile: tuple[int, int]) -> bool:
     """Whether a long row that no wide vector divides tiles as whole vectors with an overlapped last one
     (jit/codegen/opt/overlap.py) instead of across output channels in a tile of ``accumulators`` vectors:
     * where the row's loads are contiguous and either the channels take vectors narrower than the target's wide
       ones (squeezenet's 512 -> 1000 classifier over 13x13 = 169 outputs: 1000 channels are no multiple of 16), so
-      each FMA would do half the work the row's full-width vectors do, or the channel tile has too few accumulators
-      to keep every FMA unit busy (its 128 -> 16 squeezes over 55x55 = 3025 outputs: one channel vector by 5
-      outputs);
+      each FMA would do half the work the row's full-width vectors do, or the channel tile (``tile``: outputs by
+      channel vectors) has too few accumulators to keep every FMA unit busy (its 128 -> 16 squeezes over 55x55 =
+      3025 outputs: one channel vector by 5 outputs), or holds one channel vector: each of its multiply-adds then
+      loads a broadcast input of its own, where the row's vectors share one broadcast weight (its 256 -> 32
+      squeezes over 27x27 = 729 outputs, one vector by 9);
     * where the row's loads are vectors (``VECTOR_LOAD_STRIDES``) and the reduce is shorter than
       ``CHANNEL_MIN_TRIPS``: the channel tile's lane-by-lane stores cost more than its multiply-adds (squeezenet's
       first conv, 64 channels over a 111-wide row at stride 2 from 27 taps). A strided row over a longer reduce
@@ -168,8 +170,9 @@ def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: 
     wide = opts.wide_channel_vector
     if not (opts.overlap_rows and wide and row >= OVERLAP_ROW_MIN and u_inner % wide):
         return False
-    if row_strides <= {0, 1} and (channel_lanes < wide or
-                                  accumulators < FMA_UNITS * MIN_VECTOR_ACCUMULATORS):
+    outputs, vectors = tile
+    if row_strides <= {0, 1} and (channel_lanes < wide or vectors == 1 or
+                                  outputs * vectors < FMA_UNITS * MIN_VECTOR_ACCUMULATORS):
         return True
     return trips < CHANNEL_MIN_TRIPS and row_strides <= set(VECTOR_LOAD_STRIDES)
 
@@ -292,7 +295,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             u_row = max(d for d in range(1, DEFAULT_VECTOR_REGISTERS - SPARE_VECTOR_REGISTERS + 1)
                         if _size(inner) % d == 0)
             nvec = vectors(u_row)
-        if not _overlap_row_first(opts, lanes, _size(inner), u_inner, row_strides, trips, u_row * nvec):
+        if not _overlap_row_first(opts, lanes, _size(inner), u_inner, row_strides, trips, (u_row, nvec)):
             # no wider than the runs the loads read contiguously (the weights' channel block): a wider vector would
             # gather every tap's weights lane by lane
             return TilePlan(((across, lanes * nvec), (inner, u_row)), lanes)
