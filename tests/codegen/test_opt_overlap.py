@@ -9,6 +9,7 @@ import pytest
 from jit import Ops, Tensor, UOp
 from jit.codegen.opt import OptOptions, optimize_kernel, plan_tiles
 from jit.codegen.opt.merge import merge_output_dims
+from jit.codegen.opt.options import WIDE_VECTOR_OPTS
 from jit.codegen.opt.overlap import SCALAR_OVERLAP_WIDTH, plan_overlap, plan_overlapped_row, plan_scalar_overlap
 from jit.codegen.opt.tiling import overlap_height
 from jit.codegen.pipeline import commit_dtypes
@@ -143,6 +144,34 @@ def test_a_channel_tile_of_one_vector_gives_way_to_row_vectors() -> None:
     assert short_plan is not None and short_plan.max_lanes == 16
 
 
+def test_a_product_over_a_prime_token_count_fills_32_registers_with_whole_weight_block_rows() -> None:
+    # a ViT's 197 tokens by 192 -> 768: no height divides 197, so the rows overlap; on 32 registers the tile is 4
+    # vectors (one 64-wide row of the blocked weights) by 6 tokens, 24 accumulators, where 2 by 8 were 16
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((197, 192), np.float32), rng.standard_normal((192, 768), np.float32)
+    y = Tensor(x) @ Tensor(w)
+    ast = _ast(y)
+    plan = plan_tiles(ast, WIDE_VECTOR_OPTS, registers=32)
+    assert plan is not None and plan.overlap_reuse and [u for _, u in plan.upcasts] == [64, 6]
+    narrow = plan_tiles(ast, WIDE_VECTOR_OPTS, registers=16)
+    assert narrow is not None and [u for _, u in narrow.upcasts] == [32, 8]
+    np.testing.assert_allclose(y.numpy(), x @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_1x1_conv_row_tile_widens_to_fill_32_registers() -> None:
+    # efficientnet's 144 -> 24 projection over 56x56: 2 vectors of its merged row by 8 channels (16 accumulators)
+    # become 4 vectors by 6 channels (24) where the registers hold them
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((1, 144, 56, 56), np.float32), rng.standard_normal((24, 144, 1, 1), np.float32)
+    y = Tensor(x).conv2d(Tensor(w))
+    ast = merge_output_dims(_ast(y))
+    plan = plan_tiles(ast, WIDE_VECTOR_OPTS, registers=32)
+    assert plan is not None and [u for _, u in plan.upcasts] == [64, 6]
+    narrow = plan_tiles(ast, WIDE_VECTOR_OPTS, registers=16)
+    assert narrow is not None and [u for _, u in narrow.upcasts] == [32, 8]
+    np.testing.assert_allclose(y.numpy()[0], np.einsum("oc,cyx->oyx", w[:, :, 0, 0], x[0]), rtol=1e-4, atol=1e-4)
+
+
 def test_the_last_tile_starts_where_it_ends_the_row() -> None:
     x = np.zeros((8, 27, 27), np.float32)
     sink = optimize_kernel(_ast(Tensor(x).max_pool2d(3, 1)), OptOptions(), vector_width=8)  # 25 outputs a row
@@ -188,10 +217,14 @@ def test_a_prime_row_count_tiles_overlapped_within_the_waste_bound() -> None:
     plan = plan_tiles(ast, WIDE, registers=32)
     assert plan is not None and plan.overlap_reuse and not plan.overlap
     (_, width), (rows, height) = plan.upcasts
-    assert int(rows.src[0].arg) == 197 and height == 5 and width * height <= WIDE.max_upcast  # 40 tiles: 200 rows
+    # 4 vectors (a whole row of the 64-wide weight blocks) by 6 rows on 32 registers: 33 tiles, 198 rows
+    assert int(rows.src[0].arg) == 197 and (width, height) == (64, 6)
     sink = optimize_kernel(ast, WIDE, vector_width=16)
-    assert any(u.op is Ops.MIN and u.src[1].op is Ops.CONST and int(u.src[1].arg) == 197 - 5
+    assert any(u.op is Ops.MIN and u.src[1].op is Ops.CONST and int(u.src[1].arg) == 197 - 6
                for u in toposort([sink]))
+    # on 16 registers the row keeps its 32 by the tallest height within max_upcast: 40 tiles, 200 rows
+    narrow = plan_tiles(ast, WIDE, registers=16)
+    assert narrow is not None and [u for _, u in narrow.upcasts] == [32, 5]
 
 
 def test_rows_whose_overlap_would_waste_too_much_stay_untiled() -> None:

@@ -64,6 +64,9 @@ OVERLAP_ROW_MIN = 64
 # and at least this high: a tile of 2 or 3 rows shares each load too little to beat one wide row's accumulators
 OVERLAP_MAX_WASTE = 1 / 16
 OVERLAP_MIN_HEIGHT = 4
+# registers a wide row tile over an overlapped reuse axis leaves free of accumulators: its row's vectors and a
+# broadcast live across a reduce step
+OVERLAP_TILE_SPARE_REGISTERS = 8
 # the narrowest vector (jit.codegen.opt.vectorize.MIN_LANES, which imports this module)
 WIDE_MIN_LANES = 4
 # a channel-vector tile stores lane by lane (the channels of one pixel are a plane apart): below this many reduce
@@ -126,6 +129,47 @@ def overlap_height(n: int, heights: tuple[int, ...], tallest: int) -> int | None
     cands = {h << i for h in heights for i in range(4) if h << i <= min(tallest, MAX_FILL_HEIGHT)}
     fits = [h for h in cands if OVERLAP_MIN_HEIGHT <= h <= n and -(-n // h) * h - n <= n * OVERLAP_MAX_WASTE]
     return max(fits, default=None)
+
+
+def _wider_row_tile(row: int, width: int, n: int, height: int, opts: OptOptions,
+                    registers: int) -> tuple[int, int] | None:
+    """A row tile ``width`` wide and ``height`` high over a reuse axis of ``n`` (a 1x1 conv's rows by its output
+    channels) made wider and as tall as the registers leave room for (``OVERLAP_TILE_SPARE_REGISTERS``), where that
+    holds more accumulators: the widest of ``opts.wide_upcasts`` that divides the row, by the tallest divisor of
+    ``n`` among the reuse heights and their doublings. On 32 registers (AVX-512) a 144 -> 24 1x1 conv over 56x56
+    takes 4 vectors by 6 channels, 24 accumulators, where 2 vectors by 8 were 16; None where nothing wider fits."""
+    lanes = opts.wide_channel_vector
+    if not lanes or registers <= DEFAULT_VECTOR_REGISTERS:
+        return None
+    wider = [w for w in opts.wide_upcasts if w > width and row % w == 0 and w % lanes == 0]
+    if not wider:
+        return None
+    vectors = wider[0] // lanes
+    room = (registers - OVERLAP_TILE_SPARE_REGISTERS) // vectors
+    tall = [h << i for h in opts.reuse_upcasts for i in range(4) if (h << i) <= room and n % (h << i) == 0]
+    if not tall or vectors * max(tall) <= max(1, width // lanes) * height:
+        return None
+    return wider[0], max(tall)
+
+
+def _overlap_reuse_tile(row: int, u_inner: int, n: int, heights: tuple[int, ...], opts: OptOptions,
+                        registers: int) -> tuple[int, int] | None:
+    """(width, height) of a row tile over a reuse axis of ``n`` that none of ``heights`` divides (``overlap_height``):
+    the row's ``u_inner`` by the tallest height up to ``opts.fill_upcast`` elements; or, where the registers hold
+    more accumulators than that tile (32 on AVX-512), the widest of ``opts.wide_upcasts`` that divides the row,
+    as tall as the registers leave room for (``OVERLAP_TILE_SPARE_REGISTERS``): a ViT's 197-token products were 2
+    vectors by 8 rows, 16 accumulators, each step's two vectors half a row of the weights' 64-wide blocks
+    (jit/frontend/weight_layout.py); 4 vectors by 6 rows are 24, over whole block rows. None where no height fits."""
+    height = overlap_height(n, heights, (opts.fill_upcast or opts.max_upcast) // u_inner)
+    best = (u_inner, height) if height is not None else None
+    lanes = opts.wide_channel_vector
+    wider = [w for w in opts.wide_upcasts if w > u_inner and row % w == 0 and w % lanes == 0] if lanes else []
+    if wider and registers > DEFAULT_VECTOR_REGISTERS:
+        vectors = wider[0] // lanes
+        tall = overlap_height(n, opts.reuse_upcasts, (registers - OVERLAP_TILE_SPARE_REGISTERS) // vectors)
+        if tall is not None and (best is None or vectors * tall > best[0] // lanes * best[1]):
+            best = (wider[0], tall)
+    return best
 
 
 def _reads_lanes_contiguously(idx: UOp, axis: UOp, lanes: int) -> bool:
@@ -326,10 +370,13 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             if window is not None and _size(window) % WINDOW_HEIGHTS[-1] == 0 and \
                     u_inner * u_reuse * WINDOW_HEIGHTS[-1] <= opts.window_tile:
                 upcasts.append((window, WINDOW_HEIGHTS[-1]))  # opts.window_tile's two rows
+            elif row_contiguous and (wider := _wider_row_tile(_size(inner), u_inner, _size(cand), u_reuse, opts,
+                                                              registers)) is not None:
+                upcasts = [(inner, wider[0]), (cand, wider[1])]
             break
     if len(upcasts) == 1 and shared and opts.overlap_rows and not stores_read_back(nodes) and \
-            (height := overlap_height(_size(shared[0]), heights, fill_upcast // u_inner)) is not None:
-        return TilePlan(((inner, u_inner), (shared[0], height)), overlap_reuse=True)
+            (tile := _overlap_reuse_tile(_size(inner), u_inner, _size(shared[0]), heights, opts, registers)):
+        return TilePlan(((inner, tile[0]), (shared[0], tile[1])), overlap_reuse=True)
     if len(upcasts) == 1:  # nothing to share across rows (a matrix-vector product): more independent accumulators
         wide = _first_divisor(_size(inner), tuple(u for u in opts.wide_upcasts if u_inner < u <= opts.max_upcast))
         if wide is None and opts.wide_upcasts and trips >= WIDE_MIN_TRIPS:
