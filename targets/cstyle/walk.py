@@ -447,7 +447,10 @@ class KernelRenderer(VectorExprs):
 
     def parallel_depth(self, loops: list[UOp]) -> int:
         """How many of the outermost output ``loops`` the thread pragma collapses (0: no pragma): the fewest
-        whose trip count reaches ``parallel_min_trips``, when the kernel has enough work to share.
+        whose trip count reaches ``parallel_min_trips``, when the kernel has enough work to share or loads
+        nothing (a padded copy's border, jit/schedule/lower.py ``lower_border``: its few stores land on lines its
+        producer's threads just wrote, one per row side, which a single thread would fetch from the other cores'
+        caches line by line).
 
         The output loops are opened back to back with nothing between them (perfectly nested, as ``collapse``
         requires), and each iteration of them stores to its own output elements, so iterations are independent.
@@ -455,8 +458,9 @@ class KernelRenderer(VectorExprs):
         if not (self.lang.parallel_for or self.lang.parallel_range) or not loops:
             return 0
         # unrolled copies of the stores (tiles, stacks) are work the ranges no longer count
-        work = math.prod(int(u.src[0].arg) for u in toposort([self.sink]) if u.op is Ops.RANGE) * len(self.sink.src)
-        if work < self.lang.parallel_min_work:
+        nodes = toposort([self.sink])
+        work = math.prod(int(u.src[0].arg) for u in nodes if u.op is Ops.RANGE) * len(self.sink.src)
+        if work < self.lang.parallel_min_work and any(u.op is Ops.LOAD for u in nodes):
             return 0
         trips = 1
         for depth, rng in enumerate(loops, 1):

@@ -120,3 +120,26 @@ def test_a_capture_runs_the_border_kernel_every_call(target: str) -> None:
     for x in (first, second, first):
         np.testing.assert_allclose(run({"x": x})["y"], _reference(x, w1, w2, 2, (1, 1, 1, 1)), rtol=1e-4,
                                    atol=1e-4)
+
+
+def test_a_small_border_kernel_is_split_over_threads_like_its_producer() -> None:
+    """Its stores land on the lines its producer's threads just wrote (one per row side): run on one thread it
+    fetched them from the other core's cache line by line (mobilenet_v3_small's 72 x 58 x 58 border: the
+    slowest of its small kernels). A kernel as small that loads something keeps one thread."""
+    w1, w2 = _rand(72, 16, 1, 1), _rand(72, 1, 3, 3)
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": _block(x, w1, w2, 2, 1), "small": x[:, :4] + 1.0}
+
+    x = _rand(1, 16, 56, 56)
+    run = capture(model, {"x": x}, target="CPU")
+    kernels = {k.name: k for k in run.cmdbuf.kernels}
+    borders = [d for d in run.cmdbuf.dispatches if len(d.bindings) == 1]
+    assert len(borders) == 1
+    border = run.cmdbuf.kernels[borders[0].kernel]
+    assert border.name == "E_72_58_58" and "dp_lo" in border.source  # 72 x 4 x 58 stores, under the work floor
+    small = [k for name, k in kernels.items() if name.startswith("E_4_56_56")]
+    assert small and all("dp_lo" not in k.source for k in small)
+    got = run({"x": x})
+    np.testing.assert_allclose(got["y"], _reference(x, w1, w2, 2, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["small"], x[:, :4] + 1.0, rtol=1e-6)
