@@ -106,7 +106,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         return open_innermost(tiled, line_axis.arg) if line_axis is not None else tiled
     if opts.vectorize and not any(u.op is Ops.REDUCE for u in toposort([sink])):
         # an elementwise (h, w) of 7 x 7 as one row of 49 the vectors can fill; launched as work-items, one row a
-        # CPU device's work-group vectorizes (PoCL: a squeeze-and-excitation scale over 14 x 14 took twice as long)
+        # CPU device's work-group vectorizes whole (PoCL vectorizes along a work-group's first dim: a 14-wide one
+        # left most lanes of its vectors idle)
         sink = merge_output_dims(sink)
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):

@@ -131,44 +131,48 @@ def overlap_height(n: int, heights: tuple[int, ...], tallest: int) -> int | None
     return max(fits, default=None)
 
 
-def _wider_row_tile(row: int, width: int, n: int, height: int, opts: OptOptions,
-                    registers: int) -> tuple[int, int] | None:
-    """A row tile ``width`` wide and ``height`` high over a reuse axis of ``n`` (a 1x1 conv's rows by its output
-    channels) made wider and as tall as the registers leave room for (``OVERLAP_TILE_SPARE_REGISTERS``), where that
-    holds more accumulators: the widest of ``opts.wide_upcasts`` that divides the row, by the tallest divisor of
-    ``n`` among the reuse heights and their doublings. On 32 registers (AVX-512) a 144 -> 24 1x1 conv over 56x56
-    takes 4 vectors by 6 channels, 24 accumulators, where 2 vectors by 8 were 16; None where nothing wider fits."""
+def _wide_row(row: int, width: int, opts: OptOptions, registers: int) -> tuple[int, int] | None:
+    """The widest of ``opts.wide_upcasts`` past ``width`` that divides ``row`` in whole wide vectors, and how many
+    rows of it the registers hold as accumulators (all but ``OVERLAP_TILE_SPARE_REGISTERS``); None on 16
+    registers, without wide vectors, or where none divides the row."""
     lanes = opts.wide_channel_vector
     if not lanes or registers <= DEFAULT_VECTOR_REGISTERS:
         return None
     wider = [w for w in opts.wide_upcasts if w > width and row % w == 0 and w % lanes == 0]
-    if not wider:
+    return (wider[0], (registers - OVERLAP_TILE_SPARE_REGISTERS) * lanes // wider[0]) if wider else None
+
+
+def _wider_row_tile(row: int, width: int, n: int, height: int, opts: OptOptions,
+                    registers: int) -> tuple[int, int] | None:
+    """A row tile ``width`` wide and ``height`` high over a reuse axis of ``n`` (a 1x1 conv's rows by its output
+    channels) made wider (``_wide_row``) and as tall as the registers leave room for, where that holds more
+    accumulators: the tallest divisor of ``n`` among the reuse heights and their doublings. On 32 registers
+    (AVX-512) a 144 -> 24 1x1 conv over 56x56 takes 4 vectors by 6 channels, 24 accumulators, where 2 vectors by 8
+    were 16; None where nothing wider fits."""
+    if (wide := _wide_row(row, width, opts, registers)) is None:
         return None
-    vectors = wider[0] // lanes
-    room = (registers - OVERLAP_TILE_SPARE_REGISTERS) // vectors
-    tall = [h << i for h in opts.reuse_upcasts for i in range(4) if (h << i) <= room and n % (h << i) == 0]
-    if not tall or vectors * max(tall) <= max(1, width // lanes) * height:
+    lanes = opts.wide_channel_vector
+    tall = [h << i for h in opts.reuse_upcasts for i in range(4) if (h << i) <= wide[1] and n % (h << i) == 0]
+    if not tall or wide[0] // lanes * max(tall) <= max(1, width // lanes) * height:
         return None
-    return wider[0], max(tall)
+    return wide[0], max(tall)
 
 
 def _overlap_reuse_tile(row: int, u_inner: int, n: int, heights: tuple[int, ...], opts: OptOptions,
                         registers: int) -> tuple[int, int] | None:
     """(width, height) of a row tile over a reuse axis of ``n`` that none of ``heights`` divides (``overlap_height``):
     the row's ``u_inner`` by the tallest height up to ``opts.fill_upcast`` elements; or, where the registers hold
-    more accumulators than that tile (32 on AVX-512), the widest of ``opts.wide_upcasts`` that divides the row,
-    as tall as the registers leave room for (``OVERLAP_TILE_SPARE_REGISTERS``): a ViT's 197-token products were 2
-    vectors by 8 rows, 16 accumulators, each step's two vectors half a row of the weights' 64-wide blocks
-    (jit/frontend/weight_layout.py); 4 vectors by 6 rows are 24, over whole block rows. None where no height fits."""
+    more accumulators than that tile (32 on AVX-512), a wider row (``_wide_row``) as tall as they leave room for:
+    a ViT's 197-token products were 2 vectors by 8 rows, 16 accumulators, each step's two vectors half a row of
+    the weights' 64-wide blocks (jit/frontend/weight_layout.py); 4 vectors by 6 rows are 24, over whole block
+    rows. None where no height fits."""
     height = overlap_height(n, heights, (opts.fill_upcast or opts.max_upcast) // u_inner)
     best = (u_inner, height) if height is not None else None
-    lanes = opts.wide_channel_vector
-    wider = [w for w in opts.wide_upcasts if w > u_inner and row % w == 0 and w % lanes == 0] if lanes else []
-    if wider and registers > DEFAULT_VECTOR_REGISTERS:
-        vectors = wider[0] // lanes
-        tall = overlap_height(n, opts.reuse_upcasts, (registers - OVERLAP_TILE_SPARE_REGISTERS) // vectors)
-        if tall is not None and (best is None or vectors * tall > best[0] // lanes * best[1]):
-            best = (wider[0], tall)
+    if (wide := _wide_row(row, u_inner, opts, registers)) is not None and \
+            (tall := overlap_height(n, opts.reuse_upcasts, wide[1])) is not None:
+        lanes = opts.wide_channel_vector
+        if best is None or wide[0] // lanes * tall > best[0] // lanes * best[1]:
+            best = (wide[0], tall)
     return best
 
 
@@ -199,14 +203,14 @@ def _channel_vector_axis(outer: list[UOp], loads: list[UOp], deps: dict[UOp, fro
 def _overlap_row_first(opts: OptOptions, channel_lanes: int, row: int, u_inner: int, row_strides: set[int | None],
                        trips: int, tile: tuple[int, int]) -> bool:
     """Whether a long row that no wide vector divides tiles as whole vectors with an overlapped last one
-    (jit/codegen/opt/overlap.py) instead of across output channels in a tile of ``accumulators`` vectors:
+    (jit/codegen/opt/overlap.py) instead of across output channels in ``tile`` (outputs by channel vectors):
     * where the row's loads are contiguous and either the channels take vectors narrower than the target's wide
       ones (squeezenet's 512 -> 1000 classifier over 13x13 = 169 outputs: 1000 channels are no multiple of 16), so
-      each FMA would do half the work the row's full-width vectors do, or the channel tile (``tile``: outputs by
-      channel vectors) has too few accumulators to keep every FMA unit busy (its 128 -> 16 squeezes over 55x55 =
-      3025 outputs: one channel vector by 5 outputs), or holds one channel vector: each of its multiply-adds then
-      loads a broadcast input of its own, where the row's vectors share one broadcast weight (its 256 -> 32
-      squeezes over 27x27 = 729 outputs, one vector by 9);
+      each FMA would do half the work the row's full-width vectors do, or the channel tile has too few
+      accumulators to keep every FMA unit busy (its 128 -> 16 squeezes over 55x55 = 3025 outputs: one channel
+      vector by 5 outputs), or holds one channel vector: each of its multiply-adds then loads a broadcast input of
+      its own, where the row's vectors share one broadcast weight (its 256 -> 32 squeezes over 27x27 = 729
+      outputs, one vector by 9);
     * where the row's loads are vectors (``VECTOR_LOAD_STRIDES``) and the reduce is shorter than
       ``CHANNEL_MIN_TRIPS``: the channel tile's lane-by-lane stores cost more than its multiply-adds (squeezenet's
       first conv, 64 channels over a 111-wide row at stride 2 from 27 taps). A strided row over a longer reduce
