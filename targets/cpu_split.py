@@ -12,6 +12,11 @@ calls), and ``split_choice`` picks those that run inline; the whole call with th
 dispatch split (``keep_choice``), else nothing runs inline.
 ``$DRIVEPACK_CPU_SPLIT_PROBE=0`` turns the measurement off (every parallel dispatch split, as before).
 
+The choice is kept in the kernel cache (targets/kernel_cache.py), keyed by the replay's driver source (its kernels
+and dispatches), the thread count and the machine (``split_key``): a later capture of the same model on the same
+machine, or a later process replaying its package, takes it instead of measuring again. A stored choice is a line
+of ``0`` and ``1``, one per dispatch; any other content is ignored and measured over.
+
 What holds: the choice changes only which threads run a dispatch's chunks, never what a chunk computes, so results
 are the same bit for bit either way.
 """
@@ -20,6 +25,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+
+from jit.common.helpers import usable_cores
+from targets.cpu_runtime import host_isa
+from targets.kernel_cache import cache_dir, framed_digest, publish
 
 PROBE_ENV = "DRIVEPACK_CPU_SPLIT_PROBE"  # "0": no measurement, every parallel dispatch split
 ROUNDS = 3  # timings of each dispatch each way; the fastest counts (a preempted run only ever adds time)
@@ -52,3 +61,28 @@ def keep_choice(all_split_s: float, chosen_s: float) -> bool:
     dispatch was timed after neighbours that ran its own way, and a consumer may read its producer's output from
     the other core's cache, so the choice is checked as a whole."""
     return chosen_s < all_split_s
+
+
+def split_key(driver_source: str, threads: int) -> str:
+    """The cache key of a choice: a replay's driver source at a thread count on this machine (its instruction sets
+    and usable cores: another machine's timings say nothing about this one's)."""
+    return framed_digest([driver_source, str(threads), host_isa(), str(usable_cores())], seed="cpu split choice")
+
+
+def stored_choice(key: str, n_dispatches: int) -> list[bool] | None:
+    """The choice stored under ``key``, or None where there is none or it is not ``n_dispatches`` of 0 and 1."""
+    try:
+        text = (cache_dir() / f"{key}.split").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(text) != n_dispatches or set(text) - {"0", "1"}:
+        return None
+    return [c == "1" for c in text]
+
+
+def store_choice(key: str, choice: Sequence[bool]) -> None:
+    """Keep ``choice`` under ``key``; a cache that cannot be written only means measuring again next time."""
+    try:
+        publish(cache_dir() / f"{key}.split", "".join("1" if c else "0" for c in choice))
+    except OSError:
+        pass

@@ -40,7 +40,16 @@ import numpy as np
 import targets.cpu_runtime as cpu
 from targets.base import Program, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
-from targets.cpu_split import ROUNDS, candidates, keep_choice, probe_wanted, split_choice
+from targets.cpu_split import (
+    ROUNDS,
+    candidates,
+    keep_choice,
+    probe_wanted,
+    split_choice,
+    split_key,
+    store_choice,
+    stored_choice,
+)
 from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
 from targets.replay import AheadBuild, Replay, ReplayError
@@ -210,10 +219,20 @@ class CPUReplay(Replay):
         if not self._inline_for or self.threads in (1, self._inline_for):
             return  # nothing to choose, one thread splits nothing, or the choice is in force: every call checks
         if self.threads not in self._inline:
-            self._inline[self.threads] = self._measure_split(inputs) if probe_wanted() else \
+            self._inline[self.threads] = self._stored_or_measured_split(inputs) if probe_wanted() else \
                 [False] * self.n_dispatches
         self._set_inline(self._inline[self.threads])
         self._inline_for = self.threads
+
+    def _stored_or_measured_split(self, inputs: list[np.ndarray]) -> list[bool]:
+        """The choice the kernel cache holds for this driver, thread count and machine, else measured and stored
+        (targets/cpu_split.py)."""
+        key = split_key(self.source, self.threads)
+        choice = stored_choice(key, self.n_dispatches)
+        if choice is None:
+            choice = self._measure_split(inputs)
+            store_choice(key, choice)
+        return choice
 
     def _measure_split(self, inputs: list[np.ndarray]) -> list[bool]:
         """Every dispatch timed split and inline, in order, then the candidates (targets/cpu_split.py) again

@@ -6,7 +6,19 @@ import numpy as np
 import pytest
 
 from jit import Tensor, capture
-from targets.cpu_split import CANDIDATE_SLACK, INLINE_MARGIN, PROBE_ENV, candidates, keep_choice, split_choice
+from targets.cpu_split import (
+    CANDIDATE_SLACK,
+    INLINE_MARGIN,
+    PROBE_ENV,
+    candidates,
+    keep_choice,
+    split_choice,
+    split_key,
+    store_choice,
+    stored_choice,
+)
+from targets.kernel_cache import cache_dir
+from targets.replay_cpu import CPUReplay
 
 RNG = np.random.default_rng(8)
 W = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32)
@@ -60,3 +72,52 @@ def test_the_probe_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     cap, x = _captured()
     cap.replay.run({"x": x}, threads=2)
     assert cap.replay.inline_dispatches == {2: ()}
+
+
+def _counting_measure(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """CPUReplay._measure_split wrapped to count its calls (the count is the list's length)."""
+    calls: list[int] = []
+    measure = CPUReplay._measure_split
+
+    def counted(self: CPUReplay, inputs: list[np.ndarray]) -> list[bool]:
+        calls.append(1)
+        return measure(self, inputs)
+
+    monkeypatch.setattr(CPUReplay, "_measure_split", counted)
+    return calls
+
+
+def test_a_later_capture_of_the_same_model_takes_the_stored_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    cap, x = _captured()
+    stored = cache_dir() / f"{split_key(cap.replay.source, 2)}.split"
+    stored.unlink(missing_ok=True)
+    calls = _counting_measure(monkeypatch)
+    want = cap.replay.run({"x": x}, threads=2)
+    assert len(calls) == 1 and stored.exists()
+    again, _ = _captured()
+    got = again.replay.run({"x": x}, threads=2)
+    assert len(calls) == 1  # not measured again
+    assert again.replay.inline_dispatches == cap.replay.inline_dispatches
+    np.testing.assert_array_equal(got["y"], want["y"])
+    again.replay.run({"x": x}, threads=1)  # one thread: nothing to choose, nothing measured
+    assert len(calls) == 1
+
+
+def test_a_stored_choice_that_does_not_fit_is_measured_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    cap, x = _captured()
+    key = split_key(cap.replay.source, 2)
+    n = cap.replay.n_dispatches
+    for bad in ("", "0" * (n - 1), "0" * (n - 1) + "2", "1" * (n + 1)):
+        (cache_dir() / f"{key}.split").write_text(bad)
+        assert stored_choice(key, n) is None
+    calls = _counting_measure(monkeypatch)
+    cap.replay.run({"x": x}, threads=2)
+    assert len(calls) == 1
+    assert stored_choice(key, n) == [i in cap.replay.inline_dispatches[2] for i in range(n)]
+
+
+def test_a_choice_is_stored_per_driver_and_thread_count() -> None:
+    assert len({split_key("driver a", 2), split_key("driver b", 2), split_key("driver a", 3)}) == 3
+    store_choice(split_key("driver a", 2), [True, False, True])
+    assert stored_choice(split_key("driver a", 2), 3) == [True, False, True]
+    assert stored_choice(split_key("driver a", 3), 3) is None
