@@ -168,6 +168,7 @@ def clear_compiled_kernels() -> None:
     target defaults in force then)."""
     _compiled.clear()
     _rendered.clear()
+    Device.forget_compiled()
 
 
 _names: dict[str, dict[object, int]] = {}  # base name -> kernel graph -> suffix number

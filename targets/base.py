@@ -118,6 +118,11 @@ class Runtime(abc.ABC):
         cached). Only for kernels this process rendered."""
         return 0
 
+    def forget_compiled(self) -> None:
+        """Drop what this runtime keeps in memory of programs it built, so the next compile goes to the disk cache
+        or the compiler (nothing to drop by default)."""
+        return None
+
     @abc.abstractmethod
     def allocate(self, nbytes: int) -> Buffer: ...
 

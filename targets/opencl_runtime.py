@@ -8,7 +8,10 @@ second process builds nothing; except on a CPU device, whose binary is generic c
 request alone (PoCL: every kernel again for any work-group size, most of a cold capture, while the first launch
 compiles each kernel for its size all the same). There the cache keeps the program's source instead, and a second
 process builds that same source again, which the driver's own cache (PoCL's ``POCL_CACHE_DIR``, keyed by the whole
-program) answers, its launch-size builds included. ``NOLOCALS=1`` launches with a NULL local size (the driver picks it).
+program) answers, its launch-size builds included. Within a process each program built for a cache file is kept
+(``KEPT_PROGRAMS``): a capture's replay does not build again what its capture just built, and ``forget_compiled``
+(``jit.realize.clear_compiled_kernels``) drops them. ``NOLOCALS=1`` launches with a NULL local size (the driver picks
+it).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -60,6 +63,10 @@ PREFERRED_LOCAL_SIZE = 256
 # kernels whose fresh batch a replay may still take (targets/opencl_prewarm.py); older ones are dropped, so a long
 # process compiling many models keeps no more sources than a few models' worth
 FRESH_BATCH_KERNELS = 4096
+# programs kept built per cache file for later compiles in this process (a capture's replay builds the programs its
+# capture just built, each a driver build even where the driver's cache answers it): at most this many, the least
+# recently used released first
+KEPT_PROGRAMS = 64
 GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
 
 
@@ -180,6 +187,7 @@ class OpenCLRuntime(Runtime):
         # kernel cache key -> the source of the program this process built it in from scratch (its batch), for
         # the replay's prewarm helper (targets/opencl_prewarm.py); kernels loaded from the cache are not here
         self._fresh_batches: dict[str, str] = {}
+        self._kept: OrderedDict[Path, Any] = OrderedDict()  # cache file -> its program, built (KEPT_PROGRAMS)
         # module docstring: a CPU device's program binary costs more to fetch than the build it saves
         self.cache_binaries = not info.device_type & CL_DEVICE_TYPE_CPU
         dev = self.ffi.new("cl_device_id[1]", [self.device_id])
@@ -288,8 +296,9 @@ class OpenCLRuntime(Runtime):
         self._fresh_batches.update((self._cache_key(src), source) for _, src in items)
         for stale in list(self._fresh_batches)[:-FRESH_BATCH_KERNELS]:  # never replayed (eager kernels): forgotten
             del self._fresh_batches[stale]
-        publish(cache_dir() / f"opencl-{batch_key}{ext}", self._program_binary(program) if self.cache_binaries
-                else source)
+        published = cache_dir() / f"opencl-{batch_key}{ext}"
+        publish(published, self._program_binary(program) if self.cache_binaries else source)
+        self._keep_program(published, program)
         for _, src in items:
             if (key := self._cache_key(src)) != batch_key:
                 publish(cache_dir() / f"opencl-{key}.ref", f"opencl-{batch_key}{ext}")
@@ -321,10 +330,16 @@ class OpenCLRuntime(Runtime):
                 if path is not None and path.suffix != ext:
                     path = None  # a reference written under the other mode
                 if path is not None and path not in by_file:
-                    by_file[path] = self._program_from_binary(path.read_bytes()) if self.cache_binaries else \
-                        self._program_from_cached_source(path)
-                    if by_file[path] is not None:
-                        owned.append(by_file[path])
+                    program = self._kept.get(path)
+                    if program is None:
+                        program = self._program_from_binary(path.read_bytes()) if self.cache_binaries else \
+                            self._program_from_cached_source(path)
+                        if program is not None:
+                            owned.append(program)
+                            self._keep_program(path, program)
+                    else:
+                        self._kept.move_to_end(path)
+                    by_file[path] = program
                 if path is not None and by_file[path] is not None:
                     by_key[key] = by_file[path]
             batches: list[dict[str, str]] = []  # kernel names must be unique within one program
@@ -344,6 +359,19 @@ class OpenCLRuntime(Runtime):
         finally:
             for program in owned:
                 self.lib.clReleaseProgram(program)
+
+    def _keep_program(self, path: Path, program: Any) -> None:
+        """Keep ``program`` (a reference of its own) as the build of cache file ``path`` (``KEPT_PROGRAMS``)."""
+        if path in self._kept:
+            return
+        check("clRetainProgram", self.lib.clRetainProgram(program))
+        self._kept[path] = program
+        while len(self._kept) > KEPT_PROGRAMS:
+            self.lib.clReleaseProgram(self._kept.popitem(last=False)[1])
+
+    def forget_compiled(self) -> None:
+        while self._kept:
+            self.lib.clReleaseProgram(self._kept.popitem()[1])
 
     def _kernel(self, name: str, source: str, meta: dict[str, Any], program: Any) -> Program:
         lib = self.lib

@@ -57,6 +57,11 @@ class _Device:
             self._runtimes[key] = _make(_RUNTIMES, key)
         return self._runtimes[key]
 
+    def forget_compiled(self) -> None:
+        """``forget_compiled`` on every target and runtime this process made."""
+        for made in (*self._instances.values(), *self._runtimes.values()):
+            made.forget_compiled()
+
     @property
     def DEFAULT(self) -> str:  # noqa: N802 - the reference API's spelling
         if self._default is None:

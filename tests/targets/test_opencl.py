@@ -294,14 +294,18 @@ def _batch_items(n: int, first: int = 0) -> list:
 @pytest.mark.parametrize("binaries", [True, False], ids=["binaries cached", "CPU device: sources cached"])
 def test_batched_build_and_cache(target: cl.OpenCLTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  binaries: bool) -> None:
-    """One build for a batch; a second compile of its kernels loads the batch binary through each kernel's .ref
-    (no build), or on a CPU device builds the kept batch source once (the driver's cache answers that)."""
+    """One build for a batch; a second compile of its kernels in this process takes the program it built (no
+    build); once the process forgets it, one loads the batch binary through each kernel's .ref (no build), or on a
+    CPU device builds the kept batch source once (the driver's cache answers that)."""
     monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
     monkeypatch.setattr(target, "cache_binaries", binaries)
     before = target.build_count
-    for attempt in range(2):
+    for _ in range(2):
         _check_batch(target, target.compile_many(_batch_items(4)))
-        assert target.build_count == before + 1 + (attempt if not binaries else 0), f"attempt {attempt}"
+        assert target.build_count == before + 1
+    target.forget_compiled()
+    _check_batch(target, target.compile_many(_batch_items(4)))
+    assert target.build_count == before + 1 + (0 if binaries else 1)
     ext = "bin" if binaries else "cl"
     assert len(list(tmp_path.glob("opencl-*.ref"))) == 4 and len(list(tmp_path.glob(f"opencl-*.{ext}"))) == 1
     # kernels of that batch in a new company: built from the kept batch, the new one in a batch of its own
@@ -319,9 +323,31 @@ def test_a_cached_batch_source_that_is_not_its_name_is_ignored(target: cl.OpenCL
     target.compile_many(_batch_items(3))
     (batch,) = tmp_path.glob("opencl-*.cl")
     batch.write_text(batch.read_text().replace(".5f", ".25f"))
+    target.forget_compiled()  # as a new process would: the program built before is not kept
     before = target.build_count
     _check_batch(target, target.compile_many(_batch_items(3)))
     assert target.build_count == before + 1  # the kernels' own batch, not the edited file
+
+
+def test_kept_programs_are_bounded_and_forgotten_with_compiled_kernels(
+        target: cl.OpenCLTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most KEPT_PROGRAMS built programs are kept (the least recently used released first), and
+    ``clear_compiled_kernels`` forgets them: the next compile goes to the disk cache again (a build on a CPU
+    device, whose kept batch is its source)."""
+    from jit.realize import clear_compiled_kernels
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    monkeypatch.setattr(target, "cache_binaries", False)
+    monkeypatch.setattr(clrt, "KEPT_PROGRAMS", 1)
+    before = target.build_count
+    _check_batch(target, target.compile_many(_batch_items(1, first=0)))
+    _check_batch(target, target.compile_many(_batch_items(1, first=1)), first=1)
+    _check_batch(target, target.compile_many(_batch_items(1, first=1)), first=1)
+    assert target.build_count == before + 2  # the second batch is kept
+    _check_batch(target, target.compile_many(_batch_items(1, first=0)))
+    assert target.build_count == before + 3  # the first was released to keep the second
+    clear_compiled_kernels()
+    _check_batch(target, target.compile_many(_batch_items(1, first=0)))
+    assert target.build_count == before + 4
 
 
 def test_broken_kernel_in_a_batch_is_named(target: cl.OpenCLTarget) -> None:
