@@ -11,8 +11,8 @@ library.
 The math (Eigen's and XLA's float ``erf``): ``x`` clamped to [-4, 4] (beyond, erf rounds to +-1 in float32),
 ``erf(x) = x P(x^2) / Q(x^2)`` with ``P`` of degree 6 and ``Q`` of degree 4. The rational function is within 7e-8
 of erf on the clamped range; evaluated in float32 the result is within 5e-7 absolute and relative of the correctly
-rounded erf (library ``erff``: 1 ulp). NaN stays NaN (selected back explicitly: a clamp need not keep it), +-inf
-give +-1, -0 stays -0.
+rounded erf (library ``erff``: 1 ulp). NaN stays NaN (the clamp's MAX and MIN are numpy's maximum and minimum,
+which keep it, and the arithmetic after it too: no compare and select spent on it), +-inf give +-1, -0 stays -0.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ def vector_erf(x: UOp) -> UOp:
     """``erf(x)`` for float32 ``x`` as the module docstring's arithmetic."""
     clamped = _alu(Ops.MIN, _alu(Ops.MAX, x, _f(-CLAMP)), _f(CLAMP))
     x2 = _alu(Ops.MUL, clamped, clamped)
-    ratio = _alu(Ops.FDIV, _alu(Ops.MUL, clamped, _horner(x2, NUMERATOR)), _horner(x2, DENOMINATOR))
-    return UOp(Ops.WHERE, F32, (UOp(Ops.CMPNE, dtypes.bool, (x, x)), x, ratio))
+    return _alu(Ops.FDIV, _alu(Ops.MUL, clamped, _horner(x2, NUMERATOR)), _horner(x2, DENOMINATOR))
 
 
 def _on_lanes(u: UOp) -> bool:
