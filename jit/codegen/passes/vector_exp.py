@@ -17,9 +17,8 @@ rint(n / 2)``, so that both stay normal for every ``n`` in [-150, 128] and the p
 into the subnormals as ``expf`` does. Both roundings are two adds (``_rint_small``: the values are small), which
 the C compiler may fuse with the multiply before them; a tie then rounds by the exact product, and ``r`` stays as
 small. The first add leaves the integer in the float's low bits, which the powers of two read through a bitcast
-(``_pow2``): no float-to-int conversion, so no NaN lane needs a guard before one (a guard and a conversion were
-three of the thirty operations of a SiLU epilogue). Within 2 ulp of the correctly rounded result over the whole
-float range.
+(``_pow2``): no float-to-int conversion, so no NaN lane needs a guard before one. Within 2 ulp of the correctly
+rounded result over the whole float range.
 """
 
 from __future__ import annotations
