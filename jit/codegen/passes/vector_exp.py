@@ -69,19 +69,32 @@ def _rint_small(shifted: UOp) -> UOp:
     return _alu(Ops.SUB, shifted, _f(RINT_SHIFT))
 
 
-def _reduced(x: UOp, low: float, scale: float) -> tuple[UOp, UOp]:
+def _reduced(x: UOp, low: float, scale: float, negated: bool = False) -> tuple[UOp, UOp]:
     """``(n + RINT_SHIFT, scale * e^r)`` for ``x`` clamped to [``low``, HIGH]: ``x = n ln 2 + r``, the polynomial's
     coefficients times ``scale`` (a power of two: the same roundings, each result exactly ``scale`` times the
-    unscaled one). ``n`` stays a float: the powers of two take its bits (``_pow2``), and NaN needs no guard."""
-    clamped = _alu(Ops.MIN, _alu(Ops.MAX, x, _f(low)), _f(HIGH))
-    shifted = _shifted(_alu(Ops.MUL, clamped, _f(LOG2E)))  # |n| <= 151
+    unscaled one). ``n`` stays a float: the powers of two take its bits (``_pow2``), and NaN needs no guard.
+
+    ``negated``: the same for ``-x`` (a sigmoid's ``e^-x``) without computing ``-x``: the clamp, ``q = -r`` and the
+    polynomial in ``q`` (odd coefficients negated) are each exactly the negation of what ``-x`` gives, since IEEE
+    rounding is symmetric, so the result is bit for bit the same with one operation fewer."""
+    sign = -1.0 if negated else 1.0
+    if negated:
+        clamped = _alu(Ops.MAX, _alu(Ops.MIN, x, _f(-low)), _f(-HIGH))
+    else:
+        clamped = _alu(Ops.MIN, _alu(Ops.MAX, x, _f(low)), _f(HIGH))
+    shifted = _shifted(_alu(Ops.MUL, clamped, _f(sign * LOG2E)))  # |n| <= 151
     n = _rint_small(shifted)
-    r = _alu(Ops.SUB, _alu(Ops.SUB, clamped, _alu(Ops.MUL, n, _f(LN2_HI))), _alu(Ops.MUL, n, _f(LN2_LO)))
-    poly = _f(POLY[0] * scale)
-    for c in POLY[1:]:
-        poly = _alu(Ops.ADD, _alu(Ops.MUL, poly, r), _f(c * scale))
+    # r, or q = -r: the reduced argument of x (or of -x)
+    step = Ops.ADD if negated else Ops.SUB
+    r = _alu(step, _alu(step, clamped, _alu(Ops.MUL, n, _f(LN2_HI))), _alu(Ops.MUL, n, _f(LN2_LO)))
+    degree = len(POLY) - 1
+    poly = _f(sign ** degree * POLY[0] * scale)
+    for i, c in enumerate(POLY[1:], 1):
+        poly = _alu(Ops.ADD, _alu(Ops.MUL, poly, r), _f(sign ** (degree - i) * c * scale))
     r_scaled = r if scale == 1 else _alu(Ops.ADD, r, r)  # an add: the compiler fuses no multiply into it
-    return shifted, _alu(Ops.ADD, _alu(Ops.ADD, _alu(Ops.MUL, poly, _alu(Ops.MUL, r, r)), r_scaled), _f(scale))
+    # e^r = 1 + r + r^2 P(r): with q, 1 - q + q^2 P(-q)
+    linear = Ops.SUB if negated else Ops.ADD
+    return shifted, _alu(Ops.ADD, _alu(linear, _alu(Ops.MUL, poly, _alu(Ops.MUL, r, r)), r_scaled), _f(scale))
 
 
 def vector_exp(x: UOp) -> UOp:
@@ -93,12 +106,13 @@ def vector_exp(x: UOp) -> UOp:
     return _alu(Ops.MUL, _alu(Ops.MUL, er, _pow2(half_shifted)), _pow2(rest_shifted))
 
 
-def vector_exp_plus_one(x: UOp) -> UOp:
+def vector_exp_plus_one(x: UOp, negated: bool = False) -> UOp:
     """``e ** x + 1`` for float32 ``x`` (a sigmoid's denominator): bit for bit ``vector_exp(x) + 1``. Where ``e ** x``
     is below 2**-24 the sum rounds to 1 whatever it is, so ``x`` may be clamped at ``ONE_PLUS_LOW`` instead of LOW,
     where the result is normal; then ``2 ** n`` is one power of two, ``2 ** (n - 1)`` (n in [-125, 128]), times the
-    2 folded into the polynomial: the same product as the two powers of two, six operations fewer."""
-    shifted, er2 = _reduced(x, ONE_PLUS_LOW, 2.0)
+    2 folded into the polynomial: the same product as the two powers of two, six operations fewer. ``negated``:
+    ``e ** -x + 1`` (``_reduced``)."""
+    shifted, er2 = _reduced(x, ONE_PLUS_LOW, 2.0, negated)
     return _alu(Ops.ADD, _alu(Ops.MUL, er2, _pow2(shifted, bias=126)), _f(1.0))
 
 
@@ -116,7 +130,8 @@ def _exp_plus_one(a: UOp) -> UOp | None:
     if exp.op is not Ops.EXP or exp.dtype != F32 or one.op is not Ops.CONST or one.arg != 1.0 or \
             not _on_lanes(exp.src[0]):
         return None
-    return vector_exp_plus_one(exp.src[0])
+    arg = exp.src[0]
+    return vector_exp_plus_one(arg.src[0], negated=True) if arg.op is Ops.NEG else vector_exp_plus_one(arg)
 
 
 # run before pm_vector_exp (a bottom-up rewrite would lower the EXP before its ADD is matched)
