@@ -48,6 +48,8 @@ cl_int clReleaseCommandQueue(cl_command_queue);
 cl_int clFinish(cl_command_queue);
 cl_int clFlush(cl_command_queue);
 cl_mem clCreateBuffer(cl_context, cl_bitfield, size_t, void*, cl_int*);
+void* clSVMAlloc(cl_context, cl_bitfield, size_t, cl_uint);
+void clSVMFree(cl_context, void*);
 cl_int clReleaseMemObject(cl_mem);
 cl_int clEnqueueWriteBuffer(cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void*, cl_uint,
                             const cl_event*, cl_event*);
@@ -110,6 +112,7 @@ CL_DEVICE_EXTENSIONS, CL_DEVICE_HOST_UNIFIED_MEMORY = 0x1030, 0x1035
 CL_DEVICE_TYPE, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU = 0x1000, 1 << 1, 1 << 2
 CL_QUEUE_PROFILING_ENABLE = 1 << 1
 CL_MEM_READ_WRITE, CL_MEM_READ_ONLY, CL_MEM_USE_HOST_PTR, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 2, 1 << 3, 1 << 5
+CL_DEVICE_SVM_CAPABILITIES, CL_DEVICE_SVM_FINE_GRAIN_BUFFER, CL_MEM_SVM_FINE_GRAIN_BUFFER = 0x1053, 1 << 1, 1 << 10
 CL_MAP_WRITE_INVALIDATE_REGION = 1 << 2
 CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
@@ -250,6 +253,9 @@ class CLDeviceInfo:
     global_mem_cacheline_size: int = 0
     # CL_DEVICE_HOST_UNIFIED_MEMORY: device and host share memory, so a CL_MEM_USE_HOST_PTR buffer is read in place
     host_unified_memory: bool = False
+    # CL_DEVICE_SVM_FINE_GRAIN_BUFFER (OpenCL 2.0+): the host may read and write clSVMAlloc'd memory between commands
+    # without a map, a write or a read command
+    svm_fine_grain_buffer: bool = False
 
 
 def _platforms() -> list[tuple[Any, str]]:
@@ -284,7 +290,17 @@ def _device_info(index: int, platform: Any, platform_name: str, dev: Any) -> CLD
         device_type=info_uint(q, dev, CL_DEVICE_TYPE),
         global_mem_cache_size=info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE),
         global_mem_cacheline_size=info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE),
-        host_unified_memory=bool(info_uint(q, dev, CL_DEVICE_HOST_UNIFIED_MEMORY)))
+        host_unified_memory=bool(info_uint(q, dev, CL_DEVICE_HOST_UNIFIED_MEMORY)),
+        svm_fine_grain_buffer=bool(_svm_capabilities(dev) & CL_DEVICE_SVM_FINE_GRAIN_BUFFER))
+
+
+def _svm_capabilities(dev: Any) -> int:
+    """CL_DEVICE_SVM_CAPABILITIES, 0 where the device predates OpenCL 2.0 (the query is CL_INVALID_VALUE there)."""
+    ffi, lib = libopencl()
+    bits = ffi.new("cl_ulong*")
+    if lib.clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, ffi.sizeof("cl_ulong"), bits, ffi.NULL) != 0:
+        return 0
+    return int(bits[0])
 
 
 def list_devices() -> list[tuple[Any, Any, CLDeviceInfo]]:

@@ -35,6 +35,8 @@ from targets.cl_binding import (
     CL_MEM_OBJECT_IMAGE2D,
     CL_MEM_READ_ONLY,
     CL_MEM_READ_WRITE,
+    CL_MEM_SVM_FINE_GRAIN_BUFFER,
+    CL_MEM_USE_HOST_PTR,
     CL_PROFILING_COMMAND_END,
     CL_PROFILING_COMMAND_START,
     CL_PROGRAM_BINARIES,
@@ -128,6 +130,12 @@ def valid_local_size(local: tuple[int, ...], global_size: tuple[int, ...], max_g
 
 def _release_mem(lib: Any, handle: Any, live: Counter[str]) -> None:
     lib.clReleaseMemObject(handle)
+    live["mem"] -= 1
+
+
+def _release_shared(lib: Any, context: Any, handle: Any, memory: Any, live: Counter[str]) -> None:
+    lib.clReleaseMemObject(handle)  # the buffer first: its storage is the SVM memory
+    lib.clSVMFree(context, memory)
     live["mem"] -= 1
 
 
@@ -397,6 +405,28 @@ class OpenCLRuntime(Runtime):
         self.live["mem"] += 1
         weakref.finalize(buf, _release_mem, self.lib, handle, self.live).atexit = False
         return buf
+
+    def allocate_shared(self, nbytes: int) -> tuple[Buffer, Any]:
+        """A buffer whose storage is fine-grained SVM, and that memory's host pointer (``void*``): the host may
+        write it before a command and read it after the command finished, with no command of its own. Only where
+        the device reports CL_DEVICE_SVM_FINE_GRAIN_BUFFER."""
+        if not self.info.svm_fine_grain_buffer:
+            raise OpenCLError(f"clSVMAlloc: a device with CL_DEVICE_SVM_FINE_GRAIN_BUFFER expected, got "
+                              f"{self.info.name}", -59)
+        memory = self.lib.clSVMAlloc(self.context, CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER, max(nbytes, 1), 0)
+        if memory == self.ffi.NULL:
+            raise OpenCLError(f"clSVMAlloc({nbytes} bytes, fine-grained) on {self.info.name}: memory expected, "
+                              "got NULL", -4)
+        try:  # a USE_HOST_PTR buffer over an SVM allocation has that memory as its storage (OpenCL 2.0)
+            handle = checked_create("clCreateBuffer(SVM)", self.lib.clCreateBuffer, self.context,
+                                    CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, max(nbytes, 1), memory)
+        except OpenCLError:
+            self.lib.clSVMFree(self.context, memory)
+            raise
+        buf = Buffer(self, nbytes, handle)
+        self.live["mem"] += 1
+        weakref.finalize(buf, _release_shared, self.lib, self.context, handle, memory, self.live).atexit = False
+        return buf, memory
 
     def allocate_image(self, height: int, width: int, data: memoryview) -> Buffer:
         """A read-only image2d_t of ``height`` x ``width`` RGBA float texels holding ``data`` (float32 bytes in

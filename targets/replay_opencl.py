@@ -26,6 +26,11 @@ for writing with CL_MAP_WRITE_INVALIDATE_REGION and unmaps it: the specification
 the host changed the memory, a no-op where the device reads host memory directly. ``input_modes`` says for each
 input which way the last call took and why a copy was needed.
 
+Small inputs and outputs (below ``HOST_PTR_MIN_BYTES``) on a device with CL_DEVICE_SVM_FINE_GRAIN_BUFFER live in
+buffers over fine-grained shared virtual memory: a call copies such an input into that memory before its first
+command and such an output out of it after its clFinish, with no write or read command. On PoCL each transfer
+command is a round trip to its worker threads, for a model of a few small kernels a large part of a call.
+
 Prewarm: on PoCL, a replay whose kernels this process compiled from scratch starts a helper process
 (targets/opencl_prewarm.py, ``prewarm``) compiling their launches from the last backwards while the first call
 compiles them forwards; the first call's end stops it and sets ``prewarm`` to None.
@@ -151,6 +156,7 @@ class OpenCLReplay(Replay):
         self._programs = target.compile_many([(k.entry, k.source, {"global_size": (1,)}) for k in cmdbuf.kernels])
         self._mems: dict[str, Any] = {}
         self._buffers: dict[str, Buffer] = {}
+        self._shared: dict[str, Any] = {}  # binding -> host pointer of the fine-grained SVM under its buffer
         self._allocate(share_states_with)
         self._kernels = self._make_kernels()
         self.mode = "command_buffer" if use_command_buffer is not False and self.has_command_buffer() else \
@@ -164,6 +170,8 @@ class OpenCLReplay(Replay):
         self._command_buffer = self._record(self._launches) if self.mode == "command_buffer" else None
         self._in = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.inputs]
         self._out = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.outputs]
+        self._in_shared = [self._shared.get(b.binding) for b in cmdbuf.inputs]
+        self._out_shared = [self._shared.get(b.binding) for b in cmdbuf.outputs]
         self._queue1 = self.ffi.new("cl_command_queue[1]", [target.queue])
         self._own = _InputBinding([None] * len(self._in), self._launches, [])
         self._own.command_buffer = self._command_buffer
@@ -213,6 +221,8 @@ class OpenCLReplay(Replay):
             elif b.kind == "state" and b.name in self.shared_states:
                 assert isinstance(share, OpenCLReplay)  # device_mismatch refused any other engine
                 self._buffers[b.binding] = share.state_buffer(b.name)  # held here too: it lives while we do
+            elif b.kind in ("input", "output") and 0 < b.nbytes < HOST_PTR_MIN_BYTES and t.info.svm_fine_grain_buffer:
+                self._buffers[b.binding], self._shared[b.binding] = t.allocate_shared(b.nbytes)
             elif b.kind in ("input", "output", "state", "weight"):
                 self._buffers[b.binding] = t.allocate(b.nbytes)
                 if b.kind == "weight" and b.nbytes:
@@ -346,8 +356,11 @@ class OpenCLReplay(Replay):
             reasons = [r or ("copied: first call at this address (bound in place when it recurs)" if k else "")
                        for r, k in zip(reasons, key, strict=True)]
             key = (None,) * len(key)
-        for (mem, n), address, name, reason in zip(self._in, addresses, self.input_names, reasons, strict=True):
-            if n and reason:  # non-blocking: the call's clFinish waits for it before the caller may touch the input
+        for (mem, n), shared, address, name, reason in zip(self._in, self._in_shared, addresses, self.input_names,
+                                                           reasons, strict=True):
+            if n and reason and shared is not None:  # no command pending: the last call finished
+                ffi.memmove(shared, ffi.cast("void*", address), n)
+            elif n and reason:  # non-blocking: the call's clFinish waits for it before the caller may touch the input
                 check("clEnqueueWriteBuffer", lib.clEnqueueWriteBuffer(
                     queue, mem, CL_FALSE, 0, n, ffi.cast("void*", address), 0, ffi.NULL, ffi.NULL))
             self.input_modes[name] = reason or IN_PLACE
@@ -413,12 +426,15 @@ class OpenCLReplay(Replay):
     def _read_outputs(self) -> list[np.ndarray]:
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
         outputs = self.new_outputs()
-        for (mem, n), a in zip(self._out, outputs, strict=True):
-            if n:
+        for (mem, n), shared, a in zip(self._out, self._out_shared, outputs, strict=True):
+            if n and shared is None:
                 check("clEnqueueReadBuffer", lib.clEnqueueReadBuffer(
                     queue, mem, CL_FALSE, 0, n, ffi.cast("void*", a.__array_interface__["data"][0]), 0, ffi.NULL,
                     ffi.NULL))
         check("clFinish", lib.clFinish(queue))
+        for (_, n), shared, a in zip(self._out, self._out_shared, outputs, strict=True):
+            if shared is not None:  # finished: the device's writes are visible to the host
+                ffi.memmove(ffi.cast("void*", a.__array_interface__["data"][0]), shared, n)
         if self.prewarm is not None:  # the first call compiled every kernel the helper had not
             self.prewarm.stop()
             self.prewarm = None

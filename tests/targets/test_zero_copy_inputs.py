@@ -5,11 +5,13 @@ memory, 128-byte CL_DEVICE_MEM_BASE_ADDR_ALIGN) and never skip."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
 
 from jit import Captured, Tensor, capture
+from targets.cl_binding import OpenCLError
 from targets.opencl_runtime import OpenCLRuntime
 from targets.registry import Device
 from targets.replay import InputError, RawBuffer
@@ -174,3 +176,49 @@ def test_opencl_copies_where_the_device_reports_no_host_unified_memory() -> None
     for _ in range(2):
         np.testing.assert_allclose(rep(frame=frame, tfm=TFM)["rows"], expected(frame, TFM), rtol=1e-5)
         assert rep.input_modes["frame"] == f"copied: {discrete.info.name} reports no CL_DEVICE_HOST_UNIFIED_MEMORY"
+
+
+class _CountingLib:
+    """libOpenCL as a replay sees it, counting the entry points a call looks up."""
+
+    def __init__(self, lib: object) -> None:
+        self.lib, self.calls = lib, Counter()
+
+    def __getattr__(self, name: str) -> object:
+        self.calls[name] += 1
+        return getattr(self.lib, name)
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("svm", [True, False])
+@pytest.mark.parametrize("use_command_buffer", [True, False])
+def test_opencl_small_inputs_and_outputs_move_without_commands_in_fine_grained_svm(svm: bool,
+                                                                                  use_command_buffer: bool) -> None:
+    cap = capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target="OPENCL")
+    runtime = Device.runtime("OPENCL")
+    assert runtime.info.svm_fine_grain_buffer  # PoCL's CPU device: OpenCL 3.0 with fine-grained buffer SVM
+    if not svm:  # the same device described as one without it: writes and reads as before
+        runtime = OpenCLRuntime("OPENCL")
+        runtime.info = dataclasses.replace(runtime.info, svm_fine_grain_buffer=False)
+    rep = OpenCLReplay(cap.cmdbuf, cap.weights, runtime, use_command_buffer=use_command_buffer)
+    frame = aligned_frame(50)
+    rep(frame=frame, tfm=TFM)  # the frame's address recurs from here on: bound in place
+    rep.lib = counting = _CountingLib(rep.lib)
+    results = []
+    for scale in (1.0, -2.0, 0.5):  # new tfm contents at the same address, and at a fresh one
+        results.append(rep(frame=frame, tfm=TFM * scale)["rows"])
+        np.testing.assert_allclose(results[-1], expected(frame, TFM * scale), rtol=1e-5)
+        assert rep.input_modes == {"frame": "in place", "tfm": TFM_MODE}
+    np.testing.assert_allclose(results[0], expected(frame, TFM), rtol=1e-5)  # outputs are the caller's own arrays
+    transfers = counting.calls["clEnqueueWriteBuffer"] + counting.calls["clEnqueueReadBuffer"]
+    assert transfers == (0 if svm else 3 * 2)
+
+
+@pytest.mark.opencl
+def test_opencl_shared_memory_is_refused_on_a_device_without_fine_grained_svm() -> None:
+    runtime = OpenCLRuntime("OPENCL")
+    buf, memory = runtime.allocate_shared(64)
+    assert buf.nbytes == 64 and memory != runtime.ffi.NULL
+    runtime.info = dataclasses.replace(runtime.info, svm_fine_grain_buffer=False)
+    with pytest.raises(OpenCLError, match=r"^clSVMAlloc: a device with CL_DEVICE_SVM_FINE_GRAIN_BUFFER expected, got "):
+        runtime.allocate_shared(64)
