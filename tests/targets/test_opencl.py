@@ -62,6 +62,22 @@ def test_declared_dtypes_follow_extensions(target: cl.OpenCLTarget) -> None:
         assert "cl_khr_command_buffer" in ext
 
 
+def test_fine_grained_svm_is_reported_only_where_the_loader_and_device_offer_it(monkeypatch: pytest.MonkeyPatch,
+                                                                                target: cl.OpenCLTarget) -> None:
+    if "Portable Computing Language" in target.info.platform:  # PoCL 3 on a CPU: OpenCL 3.0, fine-grained buffers
+        assert target.info.svm_fine_grain_buffer
+    ffi, lib = cllib.libopencl()
+
+    class LoaderWithoutSvm:  # an ICD loader older than OpenCL 2.0: no clSVMAlloc to resolve
+        def __getattr__(self, name: str) -> object:
+            if name.startswith("clSVM"):
+                raise AttributeError(name)
+            return getattr(lib, name)
+
+    monkeypatch.setattr(cllib, "libopencl", lambda: (ffi, LoaderWithoutSvm()))
+    assert [d[2].svm_fine_grain_buffer for d in cllib.list_devices()] == [False] * len(cllib.list_devices())
+
+
 def test_platform_selection(monkeypatch: pytest.MonkeyPatch, target: cl.OpenCLTarget) -> None:
     monkeypatch.setenv(cllib.PLATFORM_ENV, target.info.platform[:8].lower())
     assert cl.OpenCLTarget("OPENCL").info.name == target.info.name
