@@ -298,9 +298,9 @@ def _svm_capabilities(dev: Any) -> int:
     """CL_DEVICE_SVM_CAPABILITIES, 0 where the device predates OpenCL 2.0 (the query is CL_INVALID_VALUE there) or
     the ICD loader exports no clSVMAlloc (one older than OpenCL 2.0)."""
     ffi, lib = libopencl()
-    bits = ffi.new("cl_ulong*")
     if not all(hasattr(lib, name) for name in ("clSVMAlloc", "clSVMFree")):  # symbols resolve on first access
         return 0
+    bits = ffi.new("cl_ulong*")
     if lib.clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, ffi.sizeof("cl_ulong"), bits, ffi.NULL) != 0:
         return 0
     return int(bits[0])

@@ -205,7 +205,7 @@ def test_opencl_small_inputs_and_outputs_move_without_commands_in_fine_grained_s
     rep(frame=frame, tfm=TFM)  # the frame's address recurs from here on: bound in place
     rep.lib = counting = _CountingLib(rep.lib)
     results = []
-    for scale in (1.0, -2.0, 0.5):  # new tfm contents at the same address, and at a fresh one
+    for scale in (1.0, -2.0, 0.5):  # new tfm contents every call
         results.append(rep(frame=frame, tfm=TFM * scale)["rows"])
         np.testing.assert_allclose(results[-1], expected(frame, TFM * scale), rtol=1e-5)
         assert rep.input_modes == {"frame": "in place", "tfm": TFM_MODE}
