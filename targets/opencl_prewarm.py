@@ -38,8 +38,9 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch the helper runs: its program (an index into the spec's sources), entry, sizes, and its
-    arguments (each buffer's bytes, then each scalar's raw bytes in hex)."""
+    """One kernel launch the helper runs: its program (an index into the spec's sources), entry, sizes (an empty
+    ``local_size`` lets the runtime choose), and its arguments (each buffer's bytes, then each scalar's raw bytes in
+    hex)."""
 
     program: int
     entry: str

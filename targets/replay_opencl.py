@@ -320,7 +320,7 @@ class OpenCLReplay(Replay):
             program = sources.setdefault(source, len(sources))
             nbytes = tuple(sizes[b] if b in sizes else parse_arena(b)[1] for b in d.bindings)
             scalars = tuple(_scalar_bytes(s.dtype, s.bits).hex() for s in d.scalars)
-            launch = Launch(program, spec.entry, tuple(d.global_size), tuple(d.local_size), nbytes, scalars)
+            launch = Launch(program, spec.entry, tuple(d.global_size), tuple(d.local_size or ()), nbytes, scalars)
             launches.setdefault((program, spec.entry, launch.global_size, launch.local_size), launch)
         prewarm = start_prewarm(cl.index, cl.build_options, list(sources), list(launches.values()))
         if prewarm is not None:

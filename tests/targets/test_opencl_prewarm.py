@@ -134,3 +134,32 @@ def test_fresh_batches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     sources = [f"__kernel void fb{i}(__global float* a) {{ a[0] = {salt}.{i}f; }}\n" for i in range(3)]
     target.compile_many([(f"fb{i}", src, {"global_size": (1,)}) for i, src in enumerate(sources)])
     assert set(target.take_fresh_batches(sources)) == set(sources[1:])
+
+
+def test_fresh_kernels_launched_with_the_runtimes_work_group_size_are_prewarmed(tmp_path: Path) -> None:
+    """Regression: a fresh replay whose dispatches leave the work-group size to the runtime (``local_size`` None)
+    failed to build at all when it described its launches to the helper. The helper launches them the same way."""
+    import numpy as np
+
+    from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec
+    from targets.registry import Device
+    from targets.replay import make_replay
+    target = Device["OPENCL"]
+    salt = time.time_ns() % 1_000_000  # sources no cache holds yet: built from scratch here
+    sources = [f"__kernel void add{i}(__global float* data0, __global const float* data1) {{\n"
+               f"  int i = get_global_id(0); data0[i] = data1[i] + {salt}.0f + {i}.0f;\n}}\n"
+               for i in range(MIN_LAUNCHES)]
+    kernels = tuple(KernelSpec(f"add{i}", src, f"add{i}", "OPENCL", target.build_options)
+                    for i, src in enumerate(sources))
+    dispatches = tuple(Dispatch(i, (8,), None, ("output:y" if i == MIN_LAUNCHES - 1 else "arena:0+32",
+                                                "input:x" if i == 0 else "arena:0+32"), ())
+                       for i in range(MIN_LAUNCHES))
+    cb = CommandBuffer(target="OPENCL", kernels=kernels, dispatches=dispatches,
+                       buffers=(BufferSpec("input:x", "float32", (8,), 32), BufferSpec("output:y", "float32", (8,), 32),
+                                BufferSpec("arena:0+32", "uint8", (32,), 32)), arena_bytes=128, alignment=128)
+    rep = make_replay(CommandBuffer.from_bytes(cb.to_bytes()), {}, target)
+    if prewarm_wanted(target.info.platform, True):
+        assert rep.prewarm is not None and rep.prewarm.proc is not None
+        assert rep.prewarm.proc.wait(timeout=600) == 0  # every launch ran there, with the runtime's group size
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(rep(x=x)["y"], x + np.float32(sum(salt + i for i in range(MIN_LAUNCHES))))
