@@ -321,9 +321,25 @@ class KernelRenderer(VectorExprs):
         self.name_here(r, acc)
         return acc
 
+    def emit_lane_combine(self, r: UOp) -> str:
+        """The reduce over the vector range (jit/codegen/opt/reduce_lanes.py): its operand's lanes combined in pairs,
+        then pairs of those, down to one scalar."""
+        combine = UOp(r.arg, r.dtype, (r.src[0], r.src[0]))
+        level = [self.lane_text(self.expr(r.src[0], force_var=True), i) for i in range(self.lanes)]
+        while len(level) > 1:
+            pairs = []
+            for a, b in zip(level[::2], level[1::2], strict=True):
+                pairs.append(self.new_var("lanes"))
+                self.line(f"{self.tname(r.dtype)} {pairs[-1]} = {self.alu_text(combine, [a, b])};")
+            level = pairs
+        self.name_here(r, level[0])
+        return level[0]
+
     def emit_reduce(self, r: UOp) -> str:
         if r.src[1:] == (self.group,):
             return self.emit_group_combine(r)
+        if self.lane is not None and r.src[1:] == (self.lane,):
+            return self.emit_lane_combine(r)
         group = self.reduce_group(r)
         ranges = r.src[1:]
         self.store_parks()

@@ -15,6 +15,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
   otherwise the split axis that walks a load's cache lines does (``jit.codegen.opt.locality``);
 * on targets with work-group local memory, a kernel with few outputs and a long reduce shares each output's
   reduce across a work-group instead (``jit.codegen.opt.group``);
+* a reduce that reads its input contiguously along its innermost range and a plane apart along the output row (a
+  global pool over NCHW) runs as vectors along that range instead (``jit.codegen.opt.reduce_lanes``);
 * elementwise kernels that select between a few pieces by a small output axis (``Tensor.cat``, Winograd's
   input transform): that axis replaced by its values, so each copy computes only its own piece
   (``jit.codegen.opt.select``);
@@ -51,6 +53,7 @@ from jit.codegen.opt.order import open_innermost, reuse_axis_inner
 from jit.codegen.opt.overlap import plan_overlap, plan_overlapped_row, plan_scalar_overlap
 from jit.codegen.opt.park import park_accumulators
 from jit.codegen.opt.peel import peel_masked_row
+from jit.codegen.opt.reduce_lanes import plan_reduce_lanes, split_reduce_lanes
 from jit.codegen.opt.select import unroll_selector_axes
 from jit.codegen.opt.split import split_divmod_ranges
 from jit.codegen.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel, vector_registers
@@ -81,6 +84,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         sink = split_divmod_ranges(sink)
     if local_memory and (rng := plan_group(sink, opts)) is not None:
         return group_kernel(sink, rng, opts.group_reduce)
+    if (lane_split := plan_reduce_lanes(sink, opts, vector_width)) is not None:
+        return split_reduce_lanes(sink, *lane_split)
     if opts.unroll:
         sink = unroll_selector_axes(sink)
     registers = vector_registers(vector_width)

@@ -6,7 +6,8 @@ them by name (``to_dict`` / ``from_dict``), so renaming one breaks stored tuning
 
 What holds: every instance accepted by ``__post_init__`` yields a kernel with the same results as NOOPT (the
 options change loop structure and code size, never arithmetic order within one output's reduction), except
-``group_reduce``: a reduce shared by a work-group adds in a different order, so float sums agree within rounding.
+``group_reduce`` and ``reduce_lanes``: a reduce shared by a work-group or by vector lanes adds in a different order,
+so float sums agree within rounding.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ class OptOptions:
     * ``group_reduce``: on targets with local memory (OpenCL), this many work-items share each output's reduce
       in kernels with few outputs and a long reduce (jit/codegen/opt/group.py), instead of register tiles; 0: never (the
       default: GPU targets turn it on in their ``default_opts``; on a CPU OpenCL device it only costs).
+    * ``reduce_lanes``: a reduce that reads its input contiguously along its innermost range, and a plane apart along
+      the contiguous output axis (a global pool over NCHW, a mean over a row), runs as vectors along the reduce with
+      a lane combine at its end (jit/codegen/opt/reduce_lanes.py), instead of gathering each output lane on its own.
     * ``local_size``: work-group size on targets that launch work-groups (OpenCL), one entry per launch
       dimension; ``()`` lets the target choose. A size that does not divide the launch or exceeds the kernel's
       limits is replaced by the target's own choice (a tuning file never makes a launch invalid).
@@ -122,14 +126,15 @@ class OptOptions:
     threads: bool = True
     vectorize: bool = True
     group_reduce: int = 0
+    reduce_lanes: bool = True
     local_size: tuple[int, ...] = ()
     unroll_hints: bool = False
     hoist_base_pointers: bool = False
     park_accumulators: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("tile", "unroll", "peel", "overlap_rows", "line_reuse", "threads", "vectorize", "unroll_hints",
-                     "hoist_base_pointers", "park_accumulators"):
+        for name in ("tile", "unroll", "peel", "overlap_rows", "line_reuse", "threads", "vectorize", "reduce_lanes",
+                     "unroll_hints", "hoist_base_pointers", "park_accumulators"):
             if not isinstance(getattr(self, name), bool):
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)

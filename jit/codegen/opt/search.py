@@ -228,7 +228,8 @@ def _optimized(sink: UOp, opts: OptOptions, target: Target) -> UOp:
 
 def neighbours(opts: OptOptions, target: Target, global_size: tuple[int, ...]) -> list[OptOptions]:
     """Every option set one knob away from ``opts``."""
-    moves: list[dict[str, Any]] = [{"tile": not opts.tile}, {"vectorize": not opts.vectorize}, {"strided_tile": ()}]
+    moves: list[dict[str, Any]] = [{"tile": not opts.tile}, {"vectorize": not opts.vectorize}, {"strided_tile": ()},
+                                   {"reduce_lanes": not opts.reduce_lanes}]
     moves += [{"inner_upcasts": (u,)} for u in INNER_CHOICES]
     moves += [{"reuse_upcasts": (u,)} for u in REUSE_CHOICES]
     if getattr(getattr(target, "language", None), "parallel_for", ""):
