@@ -6,18 +6,20 @@ the target's vector registers."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from jit import Ops, Tensor, UOp
-from jit.codegen.opt import plan_tiles, tiling
+from jit.codegen.opt import plan_tiles, target_default_opts, tiling
 from jit.codegen.opt.merge import merge_output_dims
 from jit.codegen.opt.tiling import CHANNEL_VECTORS_PER_8_REGISTERS, DEFAULT_VECTOR_REGISTERS, vector_registers
 from jit.codegen.pipeline import commit_dtypes
 from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
 from targets.cpu import CPU_VECTOR_WIDTH
+from targets.registry import Device
 from tests.helpers import float_accumulators
 
 # the exact 8-lane channel tiles these tests describe (a machine whose 16-lane FMAs pay tiles
@@ -152,7 +154,10 @@ def test_a_reduce_over_several_ranges_takes_half_the_channel_vectors() -> None:
 def test_a_global_pool_with_few_outputs_is_tiled_and_sums_in_the_same_order(monkeypatch: pytest.MonkeyPatch) -> None:
     """Squeeze-and-excitation's pool: 144 outputs (under ``min_outputs``), each a sum of 3136. Tiled because the
     reduce is long, so many outputs' sums are in flight at once; each output still adds its terms in order, so
-    the result is bit for bit the untiled kernel's."""
+    the result is bit for bit the untiled kernel's. Lane reduces off: they take such a pool otherwise
+    (jit/codegen/opt/reduce_lanes.py, tests/codegen/test_reduce_lanes.py)."""
+    cpu = Device["CPU"]
+    monkeypatch.setattr(cpu, "default_opts", replace(target_default_opts(cpu), reduce_lanes=False))
     x = _rand(1, 144, 56, 56)
     src = compile_uops([Tensor(x).mean((2, 3)).uop])[-1].program.source
     assert float_accumulators(src) >= 8
