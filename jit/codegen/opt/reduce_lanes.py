@@ -52,6 +52,8 @@ def plan_reduce_lanes(sink: UOp, opts: OptOptions, vector_width: int) -> tuple[U
     red = reduces[0]
     rng = red.src[-1]
     n = int(rng.src[0].arg)
+    if n < MIN_LANES:  # an empty reduce among them
+        return None
     lanes = 1 << (min(vector_width, n).bit_length() - 1)
     while lanes >= MIN_LANES and n % lanes:
         lanes //= 2
