@@ -37,6 +37,11 @@ LANE_REDUCE_MIN_STEPS = 4
 _COMBINES = frozenset({Ops.ADD, Ops.MAX, Ops.MIN})
 
 
+def _contiguous_output_axis(nodes: list[UOp]) -> UOp | None:
+    """The last output range (the contiguous one), None for a kernel of one output."""
+    return max((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0], default=None)
+
+
 def plan_reduce_lanes(sink: UOp, opts: OptOptions, vector_width: int) -> tuple[UOp, int] | None:
     """``(r, lanes)`` for ``split_reduce_lanes``, or None. It applies to a kernel of one STORE and one ADD/MAX/MIN
     REDUCE of a vector dtype, where every load that depends on the reduce's innermost range ``r`` reads it
@@ -61,8 +66,7 @@ def plan_reduce_lanes(sink: UOp, opts: OptOptions, vector_width: int) -> tuple[U
     if lanes < MIN_LANES or trips // lanes < LANE_REDUCE_MIN_STEPS:
         return None
     deps = range_deps(sink)
-    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
-    inner = outs[-1] if outs else None
+    inner = _contiguous_output_axis(nodes)
     loads = [u for u in toposort([red.src[0]]) if u.op is Ops.LOAD and rng in deps[u]]
     if not loads or any(isinstance(u.dtype, DType) and u.dtype not in VECTOR_DTYPES
                         for u in toposort([red.src[0]]) if rng in deps[u]):
@@ -85,9 +89,8 @@ def split_reduce_lanes(sink: UOp, rng: UOp, lanes: int) -> UOp:
     partial = UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: steps * lanes + lane}), *red.src[1:-1], steps),
                   red.arg)
     split = sink.substitute({red: UOp(Ops.REDUCE, red.dtype, (partial, lane), red.arg)})
-    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
-    if not outs:
+    if (inner := _contiguous_output_axis(nodes)) is None:
         return split
-    size = int(outs[-1].src[0].arg)
+    size = int(inner.src[0].arg)
     tile = next((u for u in LANE_REDUCE_TILE if size % u == 0 and size // u >= 2), None)
-    return tile_kernel(split, TilePlan(((outs[-1], tile),))) if tile else split
+    return tile_kernel(split, TilePlan(((inner, tile),))) if tile else split
