@@ -405,6 +405,12 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
                 (copies if produced.get(k.out_buffer, "").startswith("state:") else kept).append(k)
             else:
                 pruned.append(k)
+        # a kernel writing where a later kept one writes (a padded copy's zero fill, before its producer) runs with it
+        rewritten = {k.out_buffer for k in kept}
+        if late := {id(k) for k in pruned if k.out_buffer in rewritten}:
+            late |= {id(k) for k in kept}
+            kept = [k for k in kernels if id(k) in late]
+            pruned = [k for k in pruned if id(k) not in late]
         kept += copies  # state write-backs last: every read of the old state comes before them
         _run_or_defer(pruned, weight_only)
 

@@ -23,8 +23,9 @@ from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.schedule.concat_stores import find_concats, pieces_to_compute
 from jit.schedule.fusion_cost import dear_producers
-from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel
+from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel, lower_zero_fill
 from jit.schedule.padded_stores import find_padded_copies
+from targets.registry import Device
 
 _uids = itertools.count(1)
 
@@ -226,6 +227,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     padded = find_padded_copies(boundaries, set(graph) | set(slices)) if STORE_VIEWS else {}
     padded = {a: p for a, p in padded.items() if p.copy not in slices}  # a buffer is one concat's or one copy's
     borders = {p.copy: p for p in padded.values()}
+    filled: set[UOp] = set()  # padded copies zeroed whole before their producer (no border kernel after it)
+    line = Device[device].limits.l1.line if padded else 0
 
     def add(node: UOp, body: UOp, buf: UOp, lowered: tuple[UOp, LoweringContext]) -> None:
         assert node.shape is not None
@@ -242,6 +245,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     for node in boundaries:
         assert node.shape is not None and isinstance(node.dtype, DType)
         if (border := borders.get(node)) is not None:  # its producer wrote the interior into its buffer
+            if node in filled:  # zeroed whole before the producer ran
+                continue
             buf = views[node].base
             add(node, node, buf, lower_border(border.padded_view(views[node]), border.pads, buf, border.inner_dims()))
             continue
@@ -261,6 +266,9 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             buf = new_buffer(device, node.dtype, math.prod(copy.copy.shape))
             views[copy.copy] = buffer_view(buf, copy.copy.shape)
             views[node] = copy.interior_view(views[copy.copy])
+            if copy.zero_fill_pays(node.dtype.itemsize, line):
+                add(copy.copy, copy.copy, buf, lower_zero_fill(buf, node.dtype, math.prod(copy.copy.shape)))
+                filled.add(copy.copy)
         else:
             buf = new_buffer(device, node.dtype, size)
             views[node] = buffer_view(buf, node.shape)

@@ -265,6 +265,16 @@ def lower_kernel(out: UOp, out_buffer: UOp, store_view: UOp | None = None) -> tu
     return _sink(ctx, (UOp(Ops.STORE, dtypes.void, (where, value)),)), ctx
 
 
+def lower_zero_fill(out_buffer: UOp, dtype: DType, size: int) -> tuple[UOp, LoweringContext]:
+    """The kernel graph storing zero at each of ``size`` elements of ``dtype`` in ``out_buffer`` (a padded copy's
+    whole buffer, before its producer writes the interior: ``jit.schedule.kernels``)."""
+    ctx = LoweringContext()
+    g = ctx.param(out_buffer)
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, g.dtype, (g, ctx.new_range(size, "global"))),
+                                         UOp.const(dtype, 0)))
+    return _sink(ctx, (store,)), ctx
+
+
 def lower_border(padded: UOp, pads: tuple[tuple[int, int], ...], out_buffer: UOp,
                  inner: tuple[int, ...] = ()) -> tuple[UOp, LoweringContext]:
     """The kernel graph storing zero at every border element of a zero-padded tensor, and at no interior one:

@@ -16,6 +16,12 @@ the copy, and any other reader of the producer's value reads it back through ``i
 the producer's stores stay whole vectors (``rows_stay_rows``, ``channels_last_over_short_rows``): a phase-split
 copy (``_phase_split_conv``) or a channels-last one of a producer tiled along its rows would make them scatters,
 which cost more than the copy saves.
+
+Where the copy's rows are a few cache lines long (efficientnet's 8 x 16 stages under a 5x5 conv: rows of 20 floats),
+the border touches every line of the buffer anyway, element by element; there a kernel zeroes the whole buffer with
+vector stores before the producer writes the interior instead (``zero_fill_pays``, jit/schedule/kernels.py), which
+also leaves the producer's stores lines already held. Capture keeps that fill with its producer
+(jit/trace.py): it reads nothing, but a kept kernel writes the same buffer after it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from dataclasses import dataclass
 
 from jit.codegen.opt.options import DEFAULT_OPTS
 from jit.ir.uop import Ops, UOp, toposort
+
+# padded rows at most this many cache lines long are zeroed whole before their producer runs (``zero_fill_pays``)
+FILL_MAX_ROW_LINES = 3
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,16 @@ class PaddedCopy:
         view = UOp(Ops.SHRINK, copy.dtype, (self.padded_view(copy),),
                    tuple((b, b + n) for (b, _), n in zip(pad.arg, pad.src[0].shape, strict=True)))
         return _undo(view, self.chain[self.pad_at + 1:])
+
+    def zero_fill_pays(self, itemsize: int, line: int) -> bool:
+        """Whether zeroing the copy's whole buffer before its producer writes the interior costs less than the border
+        kernel after it: the copy keeps its rows (no channels-last layout), pads their sides, and they are at most
+        ``FILL_MAX_ROW_LINES`` cache lines of ``line`` bytes long, so the border touches (nearly) every line of the
+        buffer anyway, element by element, where a fill writes whole vectors."""
+        (_, _), (bw, aw) = self.pads[-2:]
+        shape = self.copy.shape
+        return bool(bw + aw) and not self.inner_dims() and self.rows_stay_rows() and shape is not None and \
+            shape[-1] * itemsize <= FILL_MAX_ROW_LINES * line
 
     def rows_stay_rows(self) -> bool:
         """Whether the producer's rows stay rows of the copy: nothing but the PAD (and reshapes that keep the last

@@ -1,5 +1,6 @@
 """Producers store into the padded copies conv2d reads (jit/schedule/padded_stores.py): the copy's kernel writes only
-the zero border, results unchanged, eager and captured, on the CPU and OpenCL."""
+the zero border (or, for narrow rows, zeroes the whole copy before the producer), results unchanged, eager and
+captured, on the CPU and OpenCL."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from jit import Context, Tensor, capture
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
+from jit.schedule.padded_stores import FILL_MAX_ROW_LINES
+from targets.registry import Device
 from tests.codegen.test_opt_tiling_threads import _conv_reference
 
 RNG = np.random.default_rng(11)
@@ -45,25 +48,29 @@ def _schedule(out: Tensor) -> list:
     return kernels
 
 
-CASES = [  # channels, size, kernel, stride, onnx pads (top, left, bottom, right)
-    (32, 56, 3, 1, (1, 1, 1, 1)),
-    (16, 48, 5, 1, (2, 2, 2, 2)),
-    (24, 40, 3, 1, (0, 1, 2, 1)),  # asymmetric, one side none
-    (32, 56, 3, 2, (1, 1, 1, 1)),  # stride 2: a plain padded copy, no phase split
-    (160, 14, 3, 1, (1, 1, 1, 1)),  # short rows: a channels-last copy
-    (256, 7, 5, 1, (2, 2, 2, 2)),
+CASES = [  # channels, size, kernel, stride, onnx pads (top, left, bottom, right), a channels-last copy
+    (32, 56, 3, 1, (1, 1, 1, 1), False),
+    (16, 48, 5, 1, (2, 2, 2, 2), False),
+    (24, 40, 3, 1, (0, 1, 2, 1), False),  # asymmetric, one side none
+    (32, 56, 3, 2, (1, 1, 1, 1), False),  # stride 2: a plain padded copy, no phase split
+    (160, 14, 3, 1, (1, 1, 1, 1), True),  # short rows: a channels-last copy
+    (256, 7, 5, 1, (2, 2, 2, 2), True),
 ]
 
 
-@pytest.mark.parametrize(("c", "size", "k", "stride", "pads"), CASES)
+@pytest.mark.parametrize(("c", "size", "k", "stride", "pads", "channels_last"), CASES)
 def test_the_producer_writes_the_interior_and_a_border_kernel_the_rest(c: int, size: int, k: int, stride: int,
-                                                                       pads: tuple[int, int, int, int]) -> None:
+                                                                       pads: tuple[int, int, int, int],
+                                                                       channels_last: bool) -> None:
     x, w1, w2 = _rand(1, 16, size, size), _rand(c, 16, 1, 1), _rand(c, 1, k, k)
     out = _block(Tensor(x), w1, w2, stride, (pads[0], pads[1], pads[2], pads[3]))
     kernels = _schedule(out)
     copy = next(kk for kk in kernels if kk.name.startswith("E_") and len(kk.buffers) == 1)  # reads nothing
     producer = next(kk for kk in kernels if kk.out_buffer is copy.out_buffer and kk is not copy)
-    assert producer.name.startswith("r_") and kernels.index(producer) < kernels.index(copy)
+    # plain rows of at most FILL_MAX_ROW_LINES cache lines are zeroed whole first, others get a border kernel after
+    narrow = (size + pads[1] + pads[3]) * 4 <= FILL_MAX_ROW_LINES * Device["CPU"].limits.l1.line
+    assert producer.name.startswith("r_") and (kernels.index(producer) > kernels.index(copy)) is \
+        (narrow and not channels_last)
     want = _reference(x, w1, w2, stride, pads)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
     with Context(STORE_VIEWS=0):
@@ -98,7 +105,7 @@ def test_a_depthwise_conv_over_rows_of_a_wide_vector_keeps_the_plain_layout() ->
     x, w1, w2 = _rand(1, 16, 28, 28), _rand(96, 16, 1, 1), _rand(96, 1, 5, 5)
     out = _block(Tensor(x), w1, w2, 1, 2)
     kernels = _schedule(out)
-    assert [kk.name for kk in kernels if kk.name.startswith("E_")] == ["E_96_32_32"]  # the border, written alone
+    assert [kk.name for kk in kernels if kk.name.startswith("E_")] == ["E_96_32_32"]  # the zeros, written alone
     assert len(next(kk for kk in kernels if kk.name.startswith("E_")).buffers) == 1
     source = compile_uops([out.uop], "CPU")[-1].program.source
     assert "dp_scatter" not in source and "dp_float32x16" in source
@@ -143,3 +150,28 @@ def test_a_small_border_kernel_is_split_over_threads_like_its_producer() -> None
     got = run({"x": x})
     np.testing.assert_allclose(got["y"], _reference(x, w1, w2, 2, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got["small"], x[:, :4] + 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["CPU", "OPENCL"])
+def test_a_copy_of_narrow_rows_is_zeroed_whole_before_its_producer_every_call(target: str) -> None:
+    """Rows of a few cache lines (efficientnet's 8 x 16 stages: 20 floats with a 5x5 conv's pads): the border touches
+    every line of the copy anyway, one element at a time, so the whole buffer is zeroed with vector stores before the
+    producer writes the interior. Regression: that fill reads nothing and comes before any kernel that reads the
+    input, and capture folded it away as weight-only work, leaving whatever the arena held at the border."""
+    w1, w2 = _rand(96, 16, 1, 1), _rand(96, 1, 5, 5)
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": _block(x, w1, w2, 1, 2) + _block(x * 2.0, w1, w2, 1, 2)}  # two copies: arena regions reused
+
+    first, second = _rand(1, 16, 8, 16), _rand(1, 16, 8, 16)
+    kernels = _schedule(model(Tensor(first))["y"])
+    fills = [kk for kk in kernels if len(kk.buffers) == 1]
+    assert [kk.name for kk in fills] == ["E_96_12_20"] * 2
+    for fill in fills:
+        assert kernels.index(fill) < next(i for i, kk in enumerate(kernels) if kk.out_buffer is fill.out_buffer
+                                          and kk is not fill)
+    run = capture(model, {"x": first}, target=target)
+    assert sum(len(d.bindings) == 1 for d in run.cmdbuf.dispatches) == 2  # kept as dispatches
+    for x in (first, second, first):
+        want = _reference(x, w1, w2, 1, (2, 2, 2, 2)) + _reference(x * 2, w1, w2, 1, (2, 2, 2, 2))
+        np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
