@@ -141,8 +141,11 @@ def test_conv_of_a_conv_keeps_the_copy_cheap() -> None:
     x, w1, w2 = rand(1, 16, 32, 32), rand(16, 16, 3, 3, seed=1), rand(16, 16, 3, 3, seed=2)
     t = Tensor(x).conv2d(Tensor(w1), padding=1).relu().conv2d(Tensor(w2), padding=1)
     kernels = schedule(t)
-    assert [reduces(k) for k in kernels] == [False, True, False, True]
-    assert len(selects(kernels[1].ast)) == 1 and not selects(kernels[3].ast)  # the ReLU; unmasked loads
+    # the input's padded copy, then the first conv writing into the second's padded copy, whose zeros a kernel of
+    # their own writes (after it, or before it where the rows are a few cache lines: jit/schedule/padded_stores.py)
+    assert [reduces(k) for k in kernels] in ([False, True, False, True], [False, False, True, True])
+    first, second = (k for k in kernels if reduces(k))
+    assert len(selects(first.ast)) == 1 and not selects(second.ast)  # the ReLU; unmasked loads
     want = ref_conv(np.maximum(ref_conv(x, w1, None, 1, (1, 1), (1, 1), [(1, 1)] * 2), 0), w2, None, 1, (1, 1),
                     (1, 1), [(1, 1)] * 2)
     np.testing.assert_allclose(t.numpy(), want, rtol=1e-4, atol=1e-4)
