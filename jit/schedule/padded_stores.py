@@ -66,7 +66,7 @@ class PaddedCopy:
         kernel after it: the copy keeps its rows (no channels-last layout), pads their sides, and they are at most
         ``FILL_MAX_ROW_LINES`` cache lines of ``line`` bytes long, so the border touches (nearly) every line of the
         buffer anyway, element by element, where a fill writes whole vectors."""
-        (_, _), (bw, aw) = self.pads[-2:]
+        bw, aw = self.pads[-1]
         shape = self.copy.shape
         return bool(bw + aw) and not self.inner_dims() and self.rows_stay_rows() and shape is not None and \
             shape[-1] * itemsize <= FILL_MAX_ROW_LINES * line
