@@ -71,8 +71,8 @@ class CPUTarget(CPURuntime, Target):
 
     def __init__(self, threads: int | None = None) -> None:
         super().__init__(threads)
-        # the optimizer's defaults: WIDE_VECTOR_OPTS where this machine's 16-lane FMAs do twice the work of 8-lane
-        # ones (targets/cpu_fma.py probes it once per machine)
+        # the optimizer's defaults: WIDE_VECTOR_OPTS where this machine's 16-lane vectors pay (targets/cpu_fma.py
+        # probes its FMA throughput once per machine)
         self.default_opts: OptOptions = WIDE_VECTOR_OPTS if wide_vectors_pay(CPU_VECTOR_WIDTH) else DEFAULT_OPTS
 
     def supported_dtypes(self) -> frozenset[DType]:

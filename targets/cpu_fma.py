@@ -1,17 +1,22 @@
-"""Whether this machine's 16-lane float32 vectors (AVX-512) multiply-add about as many vectors per cycle as its
-8-lane ones: probed, not read off the CPU's name.
+"""Whether the CPU target should tile with 16-lane float32 vectors (AVX-512) on this machine: probed from its
+multiply-add throughput, not read off the CPU's name.
 
-Cores differ exactly here: some run a 512-bit FMA as two halves on 256-bit units (AMD Zen 4, Intel parts with one
-512-bit FMA port), so 16 lanes do no more work per cycle than 8; others have full-width units (AMD Zen 5, Intel
-server parts with two ports), where 16 lanes do twice the work. The CPU target (targets/cpu.py) tiles with 16-lane
-vectors only on the second kind (``WIDE_VECTOR_OPTS``).
+Cores differ here: some have full-width 512-bit units (AMD Zen 5, Intel server parts with two FMA ports), where a
+16-lane FMA does twice the work of an 8-lane one in the same time; some run it as two halves on 256-bit units (AMD
+Zen 4, Intel parts with one 512-bit port), where it takes twice as long and does the work of two 8-lane FMAs in one
+instruction; on some older parts a 512-bit op costs more than its two halves (the core clocks down while it runs
+them). 16-lane tiles (``WIDE_VECTOR_OPTS``, targets/cpu.py) pay on the first two kinds: on halved units they still
+issue half the instructions and have 32 registers' room for larger tiles (measured against 8-lane tiles with
+``DRIVEPACK_CPU_WIDE_VECTORS``, benchmarks/bench_zoo.py). They do not pay on the third.
 
 The probe: one C function per width, a loop of ``ACCUMULATORS`` independent multiply-add chains (enough to fill
-every FMA port past its latency), each timed ``ROUNDS`` times in alternation, the fastest of each kept. Wide pays
-when 16 lanes take less than ``WIDE_PAYS_BELOW`` times as long as 8 (about 1 on full-width units, 2 on halves).
-The probe is generated here (never package text), compiled like a kernel (cached by its source hash) and run
-once per machine: its answer is cached on disk by a digest of the CPU's model and flags, so a package's kernels
-do not change between processes of the same machine with a noisy probe.
+every FMA port past its latency; each starts from its own value, or the compiler merges them into one chain and the
+loop times one FMA's latency, the same at both widths), each timed ``ROUNDS`` times in alternation, the fastest of
+each kept. Wide pays when 16 lanes take less than ``WIDE_PAYS_BELOW`` times as long as 8 (about 1 on full-width
+units, 2 on halves, more where 512-bit ops slow the core). The probe is generated here (never package text),
+compiled like a kernel (cached by its source hash) and run once per machine: its answer is cached on disk by a
+digest of the CPU's model and flags and of the probe's source, so a package's kernels do not change between
+processes of the same machine with a noisy probe, and a changed probe measures again.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from targets.kernel_cache import cache_dir
 ACCUMULATORS = 12
 ITERATIONS = 50_000
 ROUNDS = 7
-WIDE_PAYS_BELOW = 1.5
+WIDE_PAYS_BELOW = 2.5
 WIDE_ENV = "DRIVEPACK_CPU_WIDE_VECTORS"  # "1" / "0": decided by the caller instead of the probe
 
 _CHAINS = "\n".join(f"    a{i} = a{i} * m + x;" for i in range(ACCUMULATORS))
@@ -39,7 +44,7 @@ PROBE_SOURCE = "#define _GNU_SOURCE\n#include <time.h>\n" + "\n".join(f"""
 typedef float dp_probe{n} __attribute__((vector_size({4 * n})));
 double dp_fma{n}(long iterations, float seed) {{
   dp_probe{n} x = (dp_probe{n}){{0}} + seed, m = (dp_probe{n}){{0}} + 0.999f;
-  dp_probe{n} {", ".join(f"a{i} = x" for i in range(ACCUMULATORS))};
+  dp_probe{n} {", ".join(f"a{i} = x + {i}.0f" for i in range(ACCUMULATORS))};
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (long k = 0; k < iterations; k++) {{
@@ -51,6 +56,7 @@ double dp_fma{n}(long iterations, float seed) {{
   (void)sink;
   return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }}""" for n in (8, 16))
+PROBE_DIGEST = hashlib.sha256(PROBE_SOURCE.encode()).hexdigest()[:12]  # part of the record's name
 PROBE_CDEF = "double dp_fma8(long iterations, float seed);\ndouble dp_fma16(long iterations, float seed);"
 
 
@@ -86,7 +92,7 @@ def wide_vectors_pay(vector_width: int) -> bool:
         return forced.strip() == "1"
     if vector_width < 16:
         return False
-    record = cache_dir() / f"cpu-fma-{machine_digest()}.json"
+    record = cache_dir() / f"cpu-fma-{machine_digest()}-{PROBE_DIGEST}.json"
     try:
         return bool(json.loads(record.read_text())["wide"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -64,7 +64,7 @@ GPU_GROUP_REDUCE = 32
 GPU_OPTS = OptOptions(group_reduce=GPU_GROUP_REDUCE, unroll_hints=True, hoist_base_pointers=True)
 # a CPU device's compiler (PoCL's LLVM) also spills live accumulators inside the next reduce loop
 CPU_DEVICE_OPTS = OptOptions(unroll_hints=True, hoist_base_pointers=True, park_accumulators=True)
-# a CPU device of 16-lane vectors on a machine whose 16-lane FMAs do twice the work of 8-lane ones: the CPU target's
+# a CPU device of 16-lane vectors on a machine where they pay (targets/cpu_fma.py): the CPU target's
 # tiles there (the 8-lane tiles' caps, counted in elements, leave too few 16-lane accumulators to keep the FMAs busy)
 WIDE_CPU_DEVICE_OPTS = replace(WIDE_VECTOR_OPTS, unroll_hints=True, hoist_base_pointers=True, park_accumulators=True)
 

@@ -283,7 +283,7 @@ def setting_tile(value: Any | None = None) -> int | str:
 
 
 # the smallest output side F(4,3) pays from (4 tiles at 7x7), and where the direct conv's tiles are 16 lanes wide
-# (a machine whose 16-lane FMAs do twice the work: targets/cpu_fma.py): 16 tiles at 14x14
+# (a machine where they pay: targets/cpu_fma.py): 16 tiles at 14x14
 MIN_WINOGRAD_SIDE = 7
 MIN_WINOGRAD_SIDE_WIDE = 14
 

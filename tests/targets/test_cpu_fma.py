@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from targets import cpu_fma
 from targets.cpu import CPU_VECTOR_WIDTH
+from targets.cpu_runtime import CFLAGS
 
 decide = cpu_fma.wide_vectors_pay.__wrapped__  # the decision itself, past the per-process cache
 
@@ -33,14 +37,35 @@ def test_the_answer_is_recorded_per_machine_and_probed_once(probes: list[float],
     assert decide(16) and decide(16)
     assert probes == [1.1]
     (record,) = tmp_path.glob("cpu-fma-*.json")
-    assert record.name == f"cpu-fma-{cpu_fma.machine_digest()}.json"
+    assert record.name == f"cpu-fma-{cpu_fma.machine_digest()}-{cpu_fma.PROBE_DIGEST}.json"
     record.write_text("not json")  # a garbled record is probed again and replaced
     assert decide(16) and probes == [1.1, 1.1] and '"wide": true' in record.read_text()
 
 
-def test_halved_wide_units_do_not_pay(probes: list[float], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_fma, "probe_ratio", lambda: 1.9)
-    assert not decide(16)
+@pytest.mark.parametrize(("ratio", "wide"), [(1.0, True), (2.0, True), (3.0, False)])
+def test_only_512_bit_ops_slower_than_their_halves_do_not_pay(probes: list[float], monkeypatch: pytest.MonkeyPatch,
+                                                              ratio: float, wide: bool) -> None:
+    """Full-width units (1.0) and halved ones (2.0: the same work in half the instructions) take 16-lane tiles; a
+    core that slows down for 512-bit ops (3.0) does not."""
+    monkeypatch.setattr(cpu_fma, "probe_ratio", lambda: ratio)
+    assert decide(16) is wide
+
+
+def test_the_probe_loops_run_every_chain(tmp_path: Path) -> None:
+    """Regression: every chain started from the same value, so the compiler merged them into one and the loop timed
+    one FMA's latency, the same at both widths: halved 512-bit units looked full-width. Each loop must issue
+    ``ACCUMULATORS`` multiply-adds an iteration."""
+    source = tmp_path / "probe.c"
+    source.write_text(cpu_fma.PROBE_SOURCE)
+    flags = [f for f in CFLAGS if f not in ("-shared", "-fPIC")]
+    subprocess.run([os.environ.get("CC", "cc"), *flags, "-S", "-o", str(tmp_path / "probe.s"), str(source)], check=True)
+    asm = (tmp_path / "probe.s").read_text()
+    for fn in ("dp_fma8", "dp_fma16"):
+        body = asm[asm.index(f"{fn}:"):]
+        body = body[:body.index(".cfi_endproc")] if ".cfi_endproc" in body else body
+        loops = re.findall(r"\n(\.L\d+):\n(.*?)\n\s+j\w+\s+\1\n", body, re.S)
+        assert loops, f"{fn}: no loop found"
+        assert max(len(re.findall(r"\bv?fn?madd\w*ps|\bv?mulps", text)) for _, text in loops) >= cpu_fma.ACCUMULATORS
 
 
 def test_no_probe_without_16_lanes_and_the_environment_decides_first(probes: list[float],

@@ -174,7 +174,7 @@ class OptOptions:
 
 
 DEFAULT_OPTS = OptOptions()
-# a machine whose 16-lane FMAs do twice the work of 8-lane ones (targets/cpu_fma.py probes it; the CPU target and
+# a machine where 16-lane vectors pay (targets/cpu_fma.py probes its FMA throughput; the CPU target and
 # OpenCL on a CPU device use these there): the same tiles in registers, each vector 16 wide (the default's caps
 # count elements: a row of 2 vectors, 10 vectors of accumulators), short rows vectorized across 16 channels, and 32
 # registers' room for a conv tile of two window rows (16 accumulators) and for rows of whole vectors over a shared
