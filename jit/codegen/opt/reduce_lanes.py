@@ -67,9 +67,9 @@ def plan_reduce_lanes(sink: UOp, opts: OptOptions, vector_width: int) -> tuple[U
         return None
     deps = range_deps(sink)
     inner = _contiguous_output_axis(nodes)
-    loads = [u for u in toposort([red.src[0]]) if u.op is Ops.LOAD and rng in deps[u]]
-    if not loads or any(isinstance(u.dtype, DType) and u.dtype not in VECTOR_DTYPES
-                        for u in toposort([red.src[0]]) if rng in deps[u]):
+    along = [u for u in toposort([red.src[0]]) if rng in deps[u]]  # what the split makes vectors
+    loads = [u for u in along if u.op is Ops.LOAD]
+    if not loads or any(isinstance(u.dtype, DType) and u.dtype not in VECTOR_DTYPES for u in along):
         return None
     for ld in loads:
         idx = ld.src[0].src[1]
