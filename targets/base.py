@@ -149,6 +149,10 @@ class Runtime(abc.ABC):
 class Target(Runtime):
     """A runtime the compiler renders for: declares its dtypes and renders lowered kernel graphs to source."""
 
+    # 16-lane vectors run on halved units (targets/cpu_fma.py): the multiply-add rate a core is that of 8-lane units,
+    # so work that trades multiply-adds for memory traffic pays sooner than on full-width ones
+    halved_wide_fma: bool = False
+
     @abc.abstractmethod
     def supported_dtypes(self) -> frozenset[DType]:
         """The dtypes kernels may use natively; every other dtype is emulated or refused.

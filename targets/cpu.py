@@ -14,7 +14,7 @@ from jit.common.dtype import DType, dtypes
 from jit.ir.uop import UOp
 from targets.base import Target, TargetLimits
 from targets.cpu_caches import cpu_caches
-from targets.cpu_fma import wide_vectors_pay
+from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cpu_runtime import CPURuntime
 from targets.cpu_scatter import SCATTER_HELPERS, SCATTER_LANES
 from targets.cstyle.language import CStyleLanguage
@@ -74,6 +74,7 @@ class CPUTarget(CPURuntime, Target):
         # the optimizer's defaults: WIDE_VECTOR_OPTS where this machine's 16-lane vectors pay (targets/cpu_fma.py
         # probes its FMA throughput once per machine)
         self.default_opts: OptOptions = WIDE_VECTOR_OPTS if wide_vectors_pay(CPU_VECTOR_WIDTH) else DEFAULT_OPTS
+        self.halved_wide_fma = halved_wide_fma(CPU_VECTOR_WIDTH)
 
     def supported_dtypes(self) -> frozenset[DType]:
         """C with GCC/Clang: every integer width, _Float16, float and double. bfloat16 and the fp8 formats have

@@ -36,6 +36,7 @@ ACCUMULATORS = 12
 ITERATIONS = 50_000
 ROUNDS = 7
 WIDE_PAYS_BELOW = 2.5
+HALVED_FROM = 1.5  # between full-width units' 1 and halved ones' 2
 WIDE_ENV = "DRIVEPACK_CPU_WIDE_VECTORS"  # "1" / "0": decided by the caller instead of the probe
 
 _CHAINS = "\n".join(f"    a{i} = a{i} * m + x;" for i in range(ACCUMULATORS))
@@ -83,26 +84,36 @@ def probe_ratio() -> float:
 
 
 @cache
-def wide_vectors_pay(vector_width: int) -> bool:
-    """Whether the CPU target should tile with 16-lane vectors on this machine (``vector_width``: its widest
-    float32 vector): ``$DRIVEPACK_CPU_WIDE_VECTORS`` if set, never without 16-lane vectors, else the probe's
-    answer, from the on-disk record of this machine when there is one."""
-    forced = os.environ.get(WIDE_ENV)
-    if forced is not None:
-        return forced.strip() == "1"
-    if vector_width < 16:
-        return False
+def wide_fma_ratio() -> float:
+    """This machine's ``probe_ratio``, from its on-disk record when there is one (probed and recorded otherwise)."""
     record = cache_dir() / f"cpu-fma-{machine_digest()}-{PROBE_DIGEST}.json"
     try:
-        return bool(json.loads(record.read_text())["wide"])
+        return float(json.loads(record.read_text())["ratio"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
     ratio = probe_ratio()
-    wide = ratio < WIDE_PAYS_BELOW
     tmp = record.with_suffix(f".{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps({"wide": wide, "ratio": ratio}))
+        tmp.write_text(json.dumps({"wide": ratio < WIDE_PAYS_BELOW, "ratio": ratio}))
         os.replace(tmp, record)
     except OSError:
         pass  # a read-only cache: the next process probes again
-    return wide
+    return ratio
+
+
+@cache
+def wide_vectors_pay(vector_width: int) -> bool:
+    """Whether the CPU target should tile with 16-lane vectors on this machine (``vector_width``: its widest
+    float32 vector): ``$DRIVEPACK_CPU_WIDE_VECTORS`` if set, never without 16-lane vectors, else the probe's
+    answer."""
+    forced = os.environ.get(WIDE_ENV)
+    if forced is not None:
+        return forced.strip() == "1"
+    return vector_width >= 16 and wide_fma_ratio() < WIDE_PAYS_BELOW
+
+
+def halved_wide_fma(vector_width: int) -> bool:
+    """Whether this machine runs 16-lane FMAs on halved units (``HALVED_FROM``): its multiply-add rate a core is
+    that of 8-lane units, half a full-width core's, so work that trades multiply-adds for memory traffic (Winograd's
+    transforms) pays sooner here. False without 16-lane vectors (not probed)."""
+    return vector_width >= 16 and wide_fma_ratio() >= HALVED_FROM

@@ -282,15 +282,20 @@ def setting_tile(value: Any | None = None) -> int | str:
     raise WinogradSettingError(f"WINO: expected one of 0, 2, 4, auto, got {raw!r}")
 
 
+# the fewest channels (in and out) F(4,3) pays from, and on halved 16-lane units (stride 1: auto_tile says why)
+MIN_WINOGRAD_CHANNELS = 32
+MIN_WINOGRAD_CHANNELS_HALVED = 16
 # the smallest output side F(4,3) pays from (4 tiles at 7x7), and where the direct conv's tiles are 16 lanes wide
 # (a machine where they pay: targets/cpu_fma.py): 16 tiles at 14x14
 MIN_WINOGRAD_SIDE = 7
 MIN_WINOGRAD_SIDE_WIDE = 14
 
 
-def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1, wide: bool = False) -> int:
+def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1, wide: bool = False,
+              halved: bool = False) -> int:
     """The "auto" heuristic (the default): which m x m output tile to use for a conv of this size (``stride`` 1 or
-    2), 0 for the direct conv; ``wide``: the device's direct conv tiles 16-lane vectors.
+    2), 0 for the direct conv; ``wide``: the device's direct conv tiles 16-lane vectors; ``halved``: on halved
+    units.
 
     Winograd saves multiplies in the GEMM only; the transforms cost per tile and channel regardless of the other
     channel count, so small channel counts do not pay for them (cin, cout >= 32). Measured per conv with the
@@ -308,8 +313,15 @@ def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1, wide: bool
     Where the direct conv runs 16-lane tiles (twice the FMA rate), 4 tiles no longer pay for the transforms and for
     U, 4x the filters streamed per call (37.7 MB at 512 channels): resnet18's 7x7 convs direct took its two-thread
     replay from 10.5-10.9 to 8.9-9.1 ms (one thread 16.0-16.5 to 15.6-15.8), so F(4,3) from 14x14 there.
+
+    ``halved``: the device runs those 16-lane tiles on halved units (``Target.halved_wide_fma``), half the
+    multiply-add rate of full-width ones, so saving multiply-adds pays from fewer channels: squeezenet1_1's 16 -> 64
+    channel expands at 55x55 by F(4,3) took its replay 4-11% faster on such a machine (AMD EPYC, both orders of
+    alternating A/B runs, one and two threads), so stride-1 convs from 16 channels there. Its stride-2 analogue
+    (vision's 24 -> 48 conv) was neutral, so stride 2 keeps 32.
     """
-    if min(cin, cout) < 32 or min(oh, ow) < (MIN_WINOGRAD_SIDE_WIDE if wide else MIN_WINOGRAD_SIDE) or \
+    least = MIN_WINOGRAD_CHANNELS_HALVED if halved and stride == 1 else MIN_WINOGRAD_CHANNELS
+    if min(cin, cout) < least or min(oh, ow) < (MIN_WINOGRAD_SIDE_WIDE if wide else MIN_WINOGRAD_SIDE) or \
             (stride == 2 and oh * ow < 512):
         return 0
     return 4
@@ -329,6 +341,7 @@ def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any
         return int(setting)
     (pt, pb), (pl, pr) = spatial_pads(padding, 2, "conv padding")
     s = strides[0]
-    wide = target_default_opts(Device[x.device]).wide_channel_vector > 0
+    device = Device[x.device]
+    wide = target_default_opts(device).wide_channel_vector > 0
     return auto_tile(x.shape[1], weight.shape[0], (x.shape[2] + pt + pb - 3) // s + 1,
-                     (x.shape[3] + pl + pr - 3) // s + 1, s, wide)
+                     (x.shape[3] + pl + pr - 3) // s + 1, s, wide, bool(getattr(device, "halved_wide_fma", False)))

@@ -178,6 +178,11 @@ def test_auto_heuristic() -> None:
     assert auto_tile(12, 24, 64, 128) == 0  # too few channels to pay for the transforms
     assert auto_tile(64, 64, 56, 56) == auto_tile(256, 256, 14, 14) == 4  # resnet50's
     assert auto_tile(48, 96, 16, 32, stride=2) == 4  # vision's stride-2 conv with 32 tiles
+    # squeezenet's 16 -> 64 expands: direct on full-width units, Winograd where 16-lane FMAs run on halved ones
+    assert auto_tile(16, 64, 55, 55, wide=True) == 0
+    assert auto_tile(16, 64, 55, 55, wide=True, halved=True) == 4
+    assert auto_tile(12, 24, 64, 128, wide=True, halved=True) == 0
+    assert auto_tile(24, 48, 32, 64, stride=2, wide=True, halved=True) == 0  # stride 2 keeps 32 channels
     assert auto_tile(96, 128, 8, 16, stride=2) == 0  # 8 tiles: too few to re-read U (9x the filters)
     assert auto_tile(24, 48, 32, 64, stride=2) == 0  # too few channels
     x, wt = Tensor(rand(1, 48, 32, 64, seed=0)), Tensor(rand(48, 48, 3, 3, seed=0))
@@ -197,6 +202,15 @@ def test_a_7x7_conv_is_winograds_unless_the_direct_conv_tiles_16_lanes(lanes: st
     x, wt = Tensor(rand(1, 64, 7, 7, seed=0)), Tensor(rand(64, 64, 3, 3, seed=1))
     with Context(WINO="auto"):
         assert pick_tile(x, wt, 1, 1, 1, 1) == tile
+
+
+@pytest.mark.parametrize("halved", [False, True])
+def test_16_channels_are_winograds_where_the_device_runs_16_lanes_on_halved_units(
+        halved: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Device["CPU"], "halved_wide_fma", halved)
+    x, wt = Tensor(rand(1, 16, 28, 28, seed=0)), Tensor(rand(64, 16, 3, 3, seed=1))
+    with Context(WINO="auto"):
+        assert pick_tile(x, wt, 1, 1, 1, 1) == (4 if halved else 0)
 
 
 def test_setting_changes_the_kernel_cache_key() -> None:

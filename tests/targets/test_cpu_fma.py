@@ -30,6 +30,7 @@ def probes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[float]:
     monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
     monkeypatch.delenv(cpu_fma.WIDE_ENV, raising=False)
     monkeypatch.setattr(cpu_fma, "probe_ratio", lambda: calls.append(1.1) or 1.1)
+    monkeypatch.setattr(cpu_fma, "wide_fma_ratio", cpu_fma.wide_fma_ratio.__wrapped__)  # past the per-process cache
     return calls
 
 
@@ -75,3 +76,16 @@ def test_no_probe_without_16_lanes_and_the_environment_decides_first(probes: lis
     assert not decide(16)
     monkeypatch.setenv(cpu_fma.WIDE_ENV, "1")
     assert decide(8) and probes == []
+
+
+@pytest.mark.parametrize(("ratio", "halved"), [(1.0, False), (1.4, False), (2.0, True), (3.0, True)])
+def test_halved_units_are_told_from_the_probe(probes: list[float], monkeypatch: pytest.MonkeyPatch,
+                                              ratio: float, halved: bool) -> None:
+    monkeypatch.setattr(cpu_fma, "probe_ratio", lambda: ratio)
+    assert cpu_fma.halved_wide_fma(16) is halved
+    assert cpu_fma.halved_wide_fma(8) is False  # no 16-lane vectors: nothing to tell
+
+
+def test_the_cpu_target_declares_what_the_probe_measured() -> None:
+    from targets.cpu import CPUTarget
+    assert CPUTarget().halved_wide_fma is cpu_fma.halved_wide_fma(CPU_VECTOR_WIDTH)
