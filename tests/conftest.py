@@ -14,14 +14,16 @@ DEFAULT_NODE_DIR = ROOT / ".onnx_node_tests"
 
 def _cpu_defaults(monkeypatch: pytest.MonkeyPatch, opts: object, vector_width: int | None = None) -> Iterator[None]:
     """The CPU target's optimizer defaults set to ``opts`` (and its widest vector to ``vector_width`` lanes, if
-    given) for one test, compiled kernels forgotten before and after (the process keeps kernels by graph and target
-    name, compiled under the defaults in force then)."""
+    given) for one test, on full-width units whatever this machine's are (``halved_wide_fma`` False: the frontend's
+    Winograd choice reads it), compiled kernels forgotten before and after (the process keeps kernels by graph and
+    target name, compiled under the defaults in force then)."""
     from dataclasses import replace
 
     from jit.realize import clear_compiled_kernels
     from targets.registry import Device
 
     monkeypatch.setattr(Device["CPU"], "default_opts", opts)
+    monkeypatch.setattr(Device["CPU"], "halved_wide_fma", False)
     if vector_width is not None:
         monkeypatch.setattr(Device["CPU"], "language", replace(Device["CPU"].language, vector_width=vector_width))
     clear_compiled_kernels()

@@ -318,13 +318,18 @@ def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1, wide: bool
     multiply-add rate of full-width ones, so saving multiply-adds pays from fewer channels: squeezenet1_1's 16 -> 64
     channel expands at 55x55 by F(4,3) took its replay 4-11% faster on such a machine (AMD EPYC, both orders of
     alternating A/B runs, one and two threads), so stride-1 convs from 16 channels there. Its stride-2 analogue
-    (vision's 24 -> 48 conv) was neutral, so stride 2 keeps 32.
+    (vision's 24 -> 48 conv) was neutral, so stride 2 keeps 32. And below 14x14, where F(4,3) no longer pays for
+    16-lane tiles, F(2,3) (a quarter of U's size, 16 points a tile) still does there: resnet18's 7x7 convs and
+    squeezenet1_1's 13x13 ones took resnet18 6-12% and squeezenet1_1 0-7% faster (both orders, one and two
+    threads), resnet18_op (8x16) 1%; so F(2,3) from 7x7 to 14x14 on halved units.
     """
     least = MIN_WINOGRAD_CHANNELS_HALVED if halved and stride == 1 else MIN_WINOGRAD_CHANNELS
-    if min(cin, cout) < least or min(oh, ow) < (MIN_WINOGRAD_SIDE_WIDE if wide else MIN_WINOGRAD_SIDE) or \
-            (stride == 2 and oh * ow < 512):
+    if min(cin, cout) < least or (stride == 2 and oh * ow < 512):
         return 0
-    return 4
+    side = min(oh, ow)
+    if side >= (MIN_WINOGRAD_SIDE_WIDE if wide else MIN_WINOGRAD_SIDE):
+        return 4
+    return 2 if halved and wide and stride == 1 and side >= MIN_WINOGRAD_SIDE else 0
 
 
 def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any, padding: Any) -> int:

@@ -183,6 +183,12 @@ def test_auto_heuristic() -> None:
     assert auto_tile(16, 64, 55, 55, wide=True, halved=True) == 4
     assert auto_tile(12, 24, 64, 128, wide=True, halved=True) == 0
     assert auto_tile(24, 48, 32, 64, stride=2, wide=True, halved=True) == 0  # stride 2 keeps 32 channels
+    # below 14x14 on halved units: F(2,3) (resnet18's 7x7 convs, squeezenet's 13x13), never below 7x7 or at stride 2
+    assert auto_tile(512, 512, 7, 7, wide=True, halved=True) == 2
+    assert auto_tile(48, 192, 13, 13, wide=True, halved=True) == 2
+    assert auto_tile(512, 512, 6, 6, wide=True, halved=True) == 0
+    assert auto_tile(96, 128, 16, 32, stride=2, wide=True, halved=True) == 4
+    assert auto_tile(96, 128, 8, 12, stride=2, wide=True, halved=True) == 0
     assert auto_tile(96, 128, 8, 16, stride=2) == 0  # 8 tiles: too few to re-read U (9x the filters)
     assert auto_tile(24, 48, 32, 64, stride=2) == 0  # too few channels
     x, wt = Tensor(rand(1, 48, 32, 64, seed=0)), Tensor(rand(48, 48, 3, 3, seed=0))
