@@ -16,9 +16,9 @@ from targets.base import Target, TargetLimits
 from targets.cpu_caches import cpu_caches
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cpu_runtime import CPURuntime
-from targets.cpu_scatter import SCATTER_HELPERS, SCATTER_LANES
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import render_kernel_info
+from targets.scatter import SCATTER_HELPERS, SCATTER_LANES
 
 
 def _host_vector_width() -> int:

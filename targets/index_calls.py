@@ -16,10 +16,10 @@ import re
 from typing import Protocol
 
 from targets import index_floats
-from targets.cpu_scatter import SCATTER_LANE_BYTES, SCATTER_LANES
 from targets.index_parse import CType, Expr, IndexParseError, scalar_type
 from targets.index_select import select_call
 from targets.index_values import INT, Addr, Floats, Img, Ints, Opaque, Ptr, Value, lanes_of, opaque, unknown, wrap
+from targets.scatter import SCATTER_CALLS
 
 
 class Walker(Protocol):
@@ -79,7 +79,7 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
         return vector_access(w, m.group(1) == "store", int(m.group(2)), values)
     if name == "__builtin_memcpy":
         return memcpy(w, values)
-    if name in SCATTER_LANE_BYTES:
+    if name in SCATTER_CALLS:
         return scatter(w, name, values)
     if name == "dp_read_image":
         return read_image(w, values)
@@ -153,12 +153,12 @@ def vector_access(w: Walker, store: bool, n: int, values: list) -> Value:
 
 
 def scatter(w: Walker, name: str, values: list) -> Value:
-    """``dp_scatter_<dtype>x16(p, i, v)`` (targets/cpu_scatter.py): lane l of ``v`` stored at ``p + i[l]``."""
-    size = SCATTER_LANE_BYTES[name]
+    """``dp_scatter_<dtype>x<lanes>(p, i, v)`` (targets/scatter.py): lane l of ``v`` stored at ``p + i[l]``."""
+    size, lanes = SCATTER_CALLS[name]
     if len(values) != 3 or not isinstance(p := values[0], Ptr) or p.t.pointee is None or \
-            p.t.pointee.nbytes != size or not isinstance(idx := values[1], Ints) or len(idx.lanes) != SCATTER_LANES \
+            p.t.pointee.nbytes != size or not isinstance(idx := values[1], Ints) or len(idx.lanes) != lanes \
             or isinstance(values[2], Ptr | Img | Addr):
-        raise IndexParseError(f"expected {name}(pointer to {size}-byte elements, {SCATTER_LANES} int lanes, value)")
+        raise IndexParseError(f"expected {name}(pointer to {size}-byte elements, {lanes} int lanes, value)")
     if p.lo is None or p.hi is None:
         w.access(p, 0, 0)  # refused: unbounded
     for lo, hi in idx.lanes:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from jit.common.errors import DrivepackError
-from targets.cpu_scatter import SCATTER_HELPERS
+from targets.scatter import HELPER_TEXTS
 
 MAX_DEPTH = 64  # nested expressions and statements; the renderer's deepest brackets nest 18 levels
 
@@ -122,7 +122,7 @@ def parse_kernel(source: str, entry: str) -> Kernel:
     if (sig := re.search(rf"(?:__kernel\s+)?void\s+{re.escape(entry)}\s*\(", source)) is not None:
         # the scatter helpers reach memory, which targets/index_calls.py follows at each call: exactly their texts
         head = source[:sig.start()]
-        for helper in SCATTER_HELPERS.values():
+        for helper in (*HELPER_TEXTS["C"], *HELPER_TEXTS["OPENCL"]):
             head = head.replace(helper, "")
         source = head + source[sig.start():]
     for line in source.split("\n"):

@@ -21,6 +21,7 @@ from targets.cpu_fma import wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import global_launch_size, group_range, render_kernel
 from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime, group_local_size
+from targets.scatter import opencl_scatter_helpers
 
 OPENCL_LANGUAGE = CStyleLanguage(
     kernel_prefix="__kernel void",
@@ -88,6 +89,23 @@ def global_mem_cache(info: CLDeviceInfo) -> CacheLevel:
     return cache_level(info.global_mem_cache_size, DEFAULT_L2.ways, info.global_mem_cacheline_size) or DEFAULT_L2
 
 
+def device_language(info: CLDeviceInfo) -> CStyleLanguage:
+    """OpenCL C as this device's compiler takes it best."""
+    # the pragmas are only needed by OpenCL C 1.0/1.1 compilers, harmless elsewhere; emitted per device so the
+    # renderer itself stays device-independent
+    pragmas = tuple(f"#pragma OPENCL EXTENSION {ext} : enable" for ext in ("cl_khr_fp64", "cl_khr_fp16")
+                    if ext in info.extensions)
+    # a CPU device's work-items are loops too; a GPU wants one work-item per element
+    cpu_device = not info.device_type & CL_DEVICE_TYPE_GPU
+    lanes = opencl_vector_width(info)
+    # a CPU device's rint(floatN), exp(floatN), erf(floatN) and rounding conversions are library code (PoCL's), a
+    # GPU's a few instructions; and its compiler takes a scatter helper's call far faster than lane-by-lane stores
+    # (targets/scatter.py)
+    return replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=lanes, peel_launched_rows=cpu_device,
+                   vector_rint=not cpu_device, vector_exp=not cpu_device,
+                   vector_scatter=opencl_scatter_helpers(lanes) if cpu_device else {}, vector_scatter_lanes=lanes)
+
+
 class OpenCLTarget(OpenCLRuntime, Target):
     """The OpenCL runtime plus rendering: OpenCL C for this device, its declared dtypes and optimizer defaults."""
 
@@ -99,24 +117,15 @@ class OpenCLTarget(OpenCLRuntime, Target):
                                    buffer_alignment=max(info.base_addr_align_bytes, 1),
                                    image2d_max=info.image2d_max if info.image_support else (0, 0),
                                    l2=global_mem_cache(info))
-        # the pragmas are only needed by OpenCL C 1.0/1.1 compilers, harmless elsewhere; emitted per device so the
-        # renderer itself stays device-independent
-        pragmas = tuple(f"#pragma OPENCL EXTENSION {ext} : enable" for ext in ("cl_khr_fp64", "cl_khr_fp16")
-                        if ext in info.extensions)
-        # a CPU device's work-items are loops too; a GPU wants one work-item per element
-        cpu_device = not info.device_type & CL_DEVICE_TYPE_GPU
-        # a CPU device's rint(floatN), exp(floatN), erf(floatN) and rounding conversions are library code (PoCL's),
-        # a GPU's a few instructions
-        lanes = opencl_vector_width(info)
-        self.language = replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=lanes, peel_launched_rows=cpu_device,
-                                vector_rint=not cpu_device, vector_exp=not cpu_device)
+        self.language = device_language(info)
         # the optimizer's defaults for this device (jit/codegen/opt): a GPU shares long reduces across work-groups,
         # a CPU device's compiler wants its accumulators parked, and its 16-lane vectors the CPU target's wide tiles
         # where they pay (a CPU device is the host: targets/cpu_fma.py probes it)
-        if not cpu_device:
+        if info.device_type & CL_DEVICE_TYPE_GPU:
             self.default_opts = GPU_OPTS
         else:
-            self.default_opts = WIDE_CPU_DEVICE_OPTS if wide_vectors_pay(lanes) else CPU_DEVICE_OPTS
+            wide = wide_vectors_pay(self.language.vector_width)
+            self.default_opts = WIDE_CPU_DEVICE_OPTS if wide else CPU_DEVICE_OPTS
 
     # --- declared capabilities -----------------------------------------------------------------------------
     def supported_dtypes(self) -> frozenset[DType]:

@@ -26,9 +26,9 @@ from collections.abc import Collection
 
 from targets.cmdbuf import CommandBuffer, KernelSpec
 from targets.cpu_runtime import OMP_THREADS_SETUP
-from targets.cpu_scatter import SCATTER_HELPERS
 from targets.opencl_runtime import IMAGE_HELPER
 from targets.replay import ReplayError
+from targets.scatter import HELPER_TEXTS
 
 C, OPENCL = "C", "OPENCL"
 DIALECTS = (C, OPENCL)
@@ -81,7 +81,7 @@ _CALLABLE = frozenset({"if", "for", "while", "switch", "return", "sizeof",
                        "barrier", "mem_fence", "select", "shuffle", "shuffle2", "read_imagef", "mad", "clamp",
                        "max", "min", "dp_read_image", *(w for w in _RESERVED_OK if w.startswith("__builtin_"))})
 _CALLABLE_PATTERN = re.compile(r"(vload|vstore)(2|3|4|8|16)|(as|convert)_[a-z]+(2|3|4|8|16)?(_rte|_rtz|_sat)*|"
-                               r"dp_ipow_[a-z0-9_]+|dp_scatter_(float32|int32)x16")
+                               r"dp_ipow_[a-z0-9_]+|dp_scatter_(float32|int32)x(4|8|16)")
 _C_KEYWORDS = frozenset({"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
                          "enum", "float", "int", "long", "restrict", "short", "signed", "struct", "union",
                          "unsigned", "void", "volatile", "main", "system", "memcpy", "memset", "malloc", "free"})
@@ -157,7 +157,7 @@ def _guard_end(lines: list[str], start: int) -> int | None:
 
 
 def _known_helper(block: str, dialect: str) -> bool:
-    if dialect == C and (block == OMP_THREADS_SETUP or block in SCATTER_HELPERS.values()):
+    if block in HELPER_TEXTS[dialect] or (dialect == C and block == OMP_THREADS_SETUP):
         return True
     if dialect == OPENCL and block == IMAGE_HELPER:
         return True

@@ -18,10 +18,10 @@ from jit.trace import capture_onnx
 from packager import samples
 from packager.modeld.warp import model_frame
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec
-from targets.cpu_scatter import SCATTER_HELPERS
 from targets.index_parse import IMAGE_READ_SHAPE, MAX_DEPTH
 from targets.index_ranges import IndexRangeError, access_extents, check_extents
 from targets.opencl_runtime import IMAGE_HELPER
+from targets.scatter import SCATTER_HELPERS, opencl_scatter_helpers
 from tests.conftest import DEFAULT_NODE_DIR
 from tests.onnx.conformance.conformance import load_case
 from tests.targets.test_source_check import ONNX_SAMPLE_STEP, SAMPLES
@@ -100,7 +100,7 @@ def c(body: str) -> str:
 
 
 def scatter(stride: int, helper: str = SCATTER_HELPERS["float32"]) -> str:
-    """A kernel storing 16 lanes ``stride`` floats apart through the scatter helper (targets/cpu_scatter.py)."""
+    """A kernel storing 16 lanes ``stride`` floats apart through the scatter helper (targets/scatter.py)."""
     lanes, ones = ", ".join(str(n * stride) for n in range(16)), ", ".join(["1.0f"] * 16)
     return (I16 + F16 + helper + "\nvoid k(float* restrict data0, float* restrict data1) {\n"
             f"  dp_scatter_float32x16(data0, ((dp_int32x16){{{lanes}}}), ((dp_float32x16){{{ones}}}));\n}}\n")
@@ -108,6 +108,14 @@ def scatter(stride: int, helper: str = SCATTER_HELPERS["float32"]) -> str:
 
 def cl(body: str) -> str:
     return CL.replace("BODY", body)
+
+
+def cl_scatter(stride: int, lanes: int = 8, helper: str | None = None) -> str:
+    """An OpenCL kernel storing ``lanes`` lanes ``stride`` floats apart through its scatter helper."""
+    helper = helper if helper is not None else opencl_scatter_helpers(lanes)["float32"]
+    offsets = ", ".join(str(n * stride) for n in range(lanes))
+    return (helper + "\n__kernel void k(__global float* restrict data0, __global float* restrict data1) {\n"
+            f"  dp_scatter_float32x{lanes}(data0, ((int{lanes})({offsets})), ((float{lanes})(1.0f)));\n}}\n")
 
 
 # (name, source, global size, local size, (data0 bytes, data1 bytes, ...), None (in bounds) or what the refusal says)
@@ -191,6 +199,12 @@ CASES = [
      "from byte 0 on, got byte -2"),
     ("scatter in bounds", scatter(3), (1,), None, (184, 0), None),
     ("scatter one past the end", scatter(3), (1,), None, (180, 0), "data0 (b0) expected the 184 bytes"),
+    ("OpenCL scatter in bounds", cl_scatter(3), (1,), None, (88, 0), None),
+    ("OpenCL scatter one past the end", cl_scatter(3), (1,), None, (84, 0), "data0 (b0) expected the 88 bytes"),
+    ("OpenCL scatter of 16 lanes", cl_scatter(2, 16), (1,), None, (124, 0), None),
+    ("OpenCL scatter helper changed",
+     cl_scatter(3, helper=opencl_scatter_helpers(8)["float32"].replace("p[at[l]]", "p[at[l] + 1]")), (1,), None,
+     (88, 0), "expected helpers before the kernel to handle values only"),
     ("scatter helper changed", scatter(3, SCATTER_HELPERS["float32"].replace("l < 16", "l < 17")), (1,), None,
      (184, 0), "expected no preprocessor line but"),
     ("local array in bounds", GROUP, (32,), (32,), (4, 128), None),

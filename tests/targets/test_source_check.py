@@ -29,12 +29,12 @@ from packager.package import load_package
 from packager.synthetic import tiny_model
 from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec, Scalar
 from targets.cpu import CPU_LANGUAGE
-from targets.cpu_scatter import SCATTER_HELPERS
 from targets.opencl import OPENCL_LANGUAGE
 from targets.opencl_runtime import IMAGE_HELPER
 from targets.registry import Device
 from targets.replay import ReplayError, make_replay
 from targets.replay_cpu import TARGET_FLAGS
+from targets.scatter import SCATTER_HELPERS
 from targets.source_check import OPENCL, C, KernelSourceError, check_kernels, check_source
 from tests.conftest import DEFAULT_NODE_DIR
 from tests.onnx.conformance.conformance import load_case
