@@ -41,6 +41,16 @@ def eight_lane_channels(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
+def full_width_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU target as on a machine whose 16-lane FMAs run at full width (or that has none), whatever this one's
+    probe found: the frontend picks a direct conv for 16-channel and 7x7 ones (jit/frontend/winograd.py), as tests
+    of the direct conv's kernels expect."""
+    from targets.registry import Device
+
+    monkeypatch.setattr(Device["CPU"], "halved_wide_fma", False)
+
+
+@pytest.fixture
 def wide_vectors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The CPU target as on a machine whose 16-lane FMAs pay: the same tiles 16 lanes wide (WIDE_VECTOR_OPTS), in
     16-lane vectors even where this machine has only 8 (GCC then runs each as two halves: the same results)."""

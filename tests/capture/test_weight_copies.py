@@ -53,6 +53,7 @@ def test_aligned_copy_from_device() -> None:
         np.testing.assert_array_equal(got, (W + 1).reshape(-1))
 
 
+@pytest.mark.usefixtures("full_width_units")  # the CPU reference a direct conv, as the OPENCL capture's
 def test_weights_made_on_the_default_device_fold_for_an_opencl_capture() -> None:
     """Regression: Tensor(array) weights live on the default device (the CPU) whatever the capture's target; their
     weight-only work (a conv's channel-blocked weight copy) ran on OPENCL with the CPU's memory and failed with a

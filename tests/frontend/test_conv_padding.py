@@ -20,6 +20,9 @@ from jit.ir.uop import toposort
 from jit.schedule.kernels import ScheduledKernel, create_schedule
 from tests.frontend.test_nn_ops import norm_pads, rand, ref_conv, tup
 
+# direct convs, whatever this machine's Winograd choice for 16 channels (jit/frontend/winograd.py)
+pytestmark = pytest.mark.usefixtures("full_width_units")
+
 # (input shape, weight shape, groups, stride, dilation, padding): every case is above the threshold
 BIG_CASES = [
     ((1, 16, 32, 32), (16, 16, 3, 3), 1, 1, 1, 1),  # the vision model's residual convs, smaller
