@@ -13,6 +13,7 @@ from tests.codegen.test_opt_tiling_threads import _conv_reference
 
 # the fire module's 16-channel expands as direct convs (jit/frontend/winograd.py picks them by machine)
 pytestmark = pytest.mark.usefixtures("full_width_units")
+
 RNG = np.random.default_rng(3)
 X = RNG.standard_normal((1, 32, 27, 27), dtype=np.float32)
 WS = RNG.standard_normal((16, 32, 1, 1), dtype=np.float32)
