@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +198,11 @@ class OpenCLRuntime(Runtime):
         # the replay's prewarm helper (targets/opencl_prewarm.py); kernels loaded from the cache are not here
         self._fresh_batches: dict[str, str] = {}
         self._kept: OrderedDict[Path, Any] = OrderedDict()  # cache file -> its program, built (KEPT_PROGRAMS)
+        # programs built on a background thread while a capture renders (``build_in_background``), and the lock
+        # that keeps their builds and ``compile_many``'s from updating the cache state at once
+        self._builder: ThreadPoolExecutor | None = None
+        self._background: list[Future[None]] = []
+        self._build_lock = threading.Lock()
         # module docstring: a CPU device's program binary costs more to fetch than the build it saves
         self.cache_binaries = not info.device_type & CL_DEVICE_TYPE_CPU
         dev = self.ffi.new("cl_device_id[1]", [self.device_id])
@@ -322,11 +329,40 @@ class OpenCLRuntime(Runtime):
                 found[source] = batch
         return found
 
+    def build_in_background(self, items: list[tuple[str, str]]) -> None:
+        """Start building those of ``items`` (name, source) the kernel cache lacks as one program on a background
+        thread, published to the cache as ``compile_many`` would (targets/replay_opencl.py ``OpenCLAheadBuild``: a
+        capture's kernels while it renders the rest; the driver's compiler runs with the GIL released). A later
+        ``compile_many`` waits for it and finds them cached; a failed build is dropped, and ``compile_many`` builds
+        those kernels itself and reports the error."""
+        ext = self._cache_ext
+        fresh = [(n, s) for n, s in items if cached_artifact(f"opencl-{self._cache_key(s)}", ext) is None]
+        if fresh:
+            if self._builder is None:
+                self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-opencl-build")
+            self._background.append(self._builder.submit(self._build_quietly, fresh))
+
+    def _build_quietly(self, items: list[tuple[str, str]]) -> None:
+        with self._build_lock:
+            try:
+                program = self._build_batch(items)
+            except OpenCLError:
+                return
+            self.lib.clReleaseProgram(program)  # the kept programs hold a reference of their own
+
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
         return self.compile_many([(name, source, meta)])[0]
 
     def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
-        """Kernels from the binary cache where present; all others built together in one program."""
+        """Kernels from the binary cache where present (background builds finished first); all others built
+        together in one program."""
+        pending, self._background = self._background, []
+        for build in pending:
+            build.result()
+        with self._build_lock:
+            return self._compile_many(items)
+
+    def _compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
         keys = [self._cache_key(source) for _, source, _ in items]
         owned: list[Any] = []  # one reference per program made here, dropped once its kernels retain their own
         by_key: dict[str, Any] = {}

@@ -287,9 +287,9 @@ class Replay(abc.ABC):
         return ""
 
     @staticmethod
-    def ahead_build() -> AheadBuild:
-        """What builds a capture's kernels in the background while it renders and checks them, for a replay made
-        of them later. Nothing by default: an engine builds when it is made."""
+    def ahead_build(target: Runtime) -> AheadBuild:
+        """What builds a capture's kernels for ``target`` in the background while it renders and checks them, for a
+        replay made of them later. Nothing by default: an engine builds when it is made."""
         return AheadBuild()
 
     @property
@@ -454,7 +454,7 @@ def kernel_flags(target: Runtime, program: Program) -> str:
 def ahead_build(target: Runtime) -> AheadBuild:
     """``target``'s replay engine's ``ahead_build``: a capture hands it each kernel as it renders it, then its
     command buffer's kernels before checking them, so the compile overlaps the rendering and the check."""
-    return engine_for(target).ahead_build()
+    return engine_for(target).ahead_build(target)
 
 
 def make_replay(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Runtime | str,

@@ -152,7 +152,7 @@ class CPUReplay(Replay):
         self.reset_own_states()
 
     @staticmethod
-    def ahead_build() -> AheadBuild:
+    def ahead_build(target: Runtime) -> AheadBuild:
         return CPUAheadBuild()
 
     @staticmethod
