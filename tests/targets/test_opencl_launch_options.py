@@ -20,7 +20,7 @@ from jit.codegen.passes.symbolic import pm_symbolic
 from jit.codegen.pipeline import commit_dtypes
 from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
-from targets.opencl import opencl_vector_width
+from targets.opencl import GPU_OPTS, opencl_vector_width
 from targets.opencl_runtime import valid_local_size
 from targets.registry import Device
 
@@ -158,17 +158,33 @@ def test_cpu_opencl_parks_the_first_phase_of_a_strided_conv_without_changing_a_b
     np.testing.assert_allclose(parked, want, rtol=1e-4, atol=1e-4)
 
 
-def test_opencl_asks_to_unroll_short_reduce_loops_only() -> None:
+def test_gpu_defaults_ask_to_unroll_short_reduce_loops_only_and_cpu_devices_never() -> None:
     rng = np.random.default_rng(11)
     x, w = rng.standard_normal((1, 16, 32, 64), dtype=np.float32), rng.standard_normal((32, 16, 3, 3), np.float32)
-    out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), padding=1)
-    src = compile_uops([out.uop], "OPENCL")[-1].program.source
+    target = Device["OPENCL"]
+
+    def conv_source() -> tuple[str, np.ndarray]:
+        clear_compiled_kernels()  # the same kernel graph, compiled again with the target's defaults as they are now
+        out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), padding=1)
+        return compile_uops([out.uop], "OPENCL")[-1].program.source, out.numpy()
+
+    assert not target.default_opts.unroll_hints  # PoCL: a CPU device compiles hinted loops 2.5-3.5x as long
+    plain, plain_out = conv_source()
+    assert "#pragma unroll" not in plain
+    defaults = target.default_opts
+    target.default_opts = dataclasses.replace(defaults, unroll_hints=GPU_OPTS.unroll_hints)
+    try:
+        src, out = conv_source()
+    finally:
+        target.default_opts = defaults
+        clear_compiled_kernels()
     loops = re.findall(r"(#pragma unroll\s*)?for \(int ridx\d+ = 0; ridx\d+ < (\d+);", src)
     assert loops and all(bool(hint) == (int(trips) <= UNROLL_HINT_TRIPS) for hint, trips in loops)
     assert any(hint for hint, _ in loops)  # the kernel rows (3) at least
     on_cpu = Tensor(x).conv2d(Tensor(w), padding=1)
     assert "#pragma unroll" not in compile_uops([on_cpu.uop], "CPU")[-1].program.source  # GCC unrolls them itself
-    np.testing.assert_allclose(out.numpy(), on_cpu.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, on_cpu.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(out, plain_out)
 
 
 def test_cpu_opencl_peels_padded_rows_into_vector_loops_inside_a_work_item() -> None:

@@ -9,11 +9,13 @@ arg (jit/ir/uop.py), and the renderer puts the language's unroll line (``CStyleL
 ``#pragma unroll``) before its loop. The graph computes the same values in the same order; only the loop's
 spelling changes.
 
-Why: PoCL's LLVM left a stride-2 conv's 2- and 3-trip loops rolled (conv2 of the vision model: 0.78 -> 0.66 ms
-with the hint); GCC unrolls them itself, so the C target's defaults leave this off. A body of many loads (a 3x3
-depthwise conv's tile of 16 channel vectors, efficientnet_b0 at 14x14 and 7x7) ran at most 8% faster unrolled, and
-PoCL took about a second to compile each such kernel instead of a third of one; the convs the hint is for load
-9 or fewer times a trip.
+Why: a GPU compiler may leave a stride-2 conv's 2- and 3-trip loops rolled; the GPU targets' defaults turn this
+on (targets/opencl.py ``GPU_OPTS``). GCC unrolls them itself, so the C target's defaults leave it off, and so do a
+CPU OpenCL device's: PoCL's LLVM once left such loops rolled (conv2 of the vision model: 0.78 -> 0.66 ms with the
+hint), but on buffers holding data (not untouched pages, which every load finds in the same cached zero page) the
+hinted and rolled kernels of five models ran within noise of each other while PoCL compiled the hinted ones 2.5-3.5x
+as long. A body of many loads (a 3x3 depthwise conv's tile of 16 channel vectors) stays rolled everywhere: PoCL took
+about a second to compile each such kernel unrolled.
 """
 
 from __future__ import annotations
