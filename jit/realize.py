@@ -17,13 +17,13 @@ from jit.codegen.opt.search import settings_key as tuning_settings_key
 from jit.codegen.passes.dtype_policy import DTypePolicy, ModelDTypeReport, aggregate_policies
 from jit.codegen.pipeline import rewrite_kernel
 from jit.codegen.stats import KernelStats, kernel_stats
-from jit.common.dtype import DType, to_numpy
+from jit.common.dtype import DType, ImageDType, to_numpy
 from jit.common.errors import CompileError
 from jit.common.helpers import DEBUG, EMULATED_DTYPES, FUSION_COST, NOLOCALS, NOOPT, STREAMS, WINO, Context
 from jit.ir.stable_key import UnkeyableError, structural_key
 from jit.ir.uop import Ops, UOp
 from jit.schedule.kernels import ScheduledKernel, create_schedule, realized
-from targets.base import Buffer, Program, Target
+from targets.base import Buffer, Program, RenderedKernel, Target
 from targets.registry import Device
 
 # the compiler is loaded: the render cache's fingerprint of it is taken now, before any kernel is compiled
@@ -210,8 +210,15 @@ def _render_settings_key(settings: str) -> str:
     return ";".join((settings, *(repr(s) for s in (NOLOCALS, STREAMS, FUSION_COST))))
 
 
+def _buffer_bytes(k: ScheduledKernel) -> tuple[int, ...] | None:
+    """Each buffer parameter's bytes, or None where one is an image."""
+    if any(isinstance(b.dtype, ImageDType) or not isinstance(b.dtype, DType) for b in k.buffers):
+        return None
+    return tuple(b.arg[2] * b.dtype.itemsize for b in k.buffers)
+
+
 def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True,
-                    rendered: Callable[[str, str], None] | None = None) -> list[CompiledKernel]:
+                    rendered: Callable[[RenderedKernel], None] | None = None) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
     and the target compiles all new kernels of one call together (one C compiler run on the CPU). A kernel
     rendered in an earlier process under the same code, target and settings is read from the render cache
@@ -219,8 +226,8 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
 
     ``build=False`` renders without compiling (a capture for a target whose replay compiles the sources itself,
     ``Runtime.replay_builds_kernels``): each program then has no handle, and a later call that launches the
-    kernel compiles the rendered source, rendering nothing twice. ``rendered(name, source)`` is called with each
-    kernel in order as soon as its source is known (targets/replay.py ``AheadBuild``)."""
+    kernel compiles the rendered source, rendering nothing twice. ``rendered`` is called with each kernel in order
+    as soon as its source is known (targets/replay.py ``AheadBuild``)."""
     settings = kernel_settings_key()
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
     disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
@@ -232,7 +239,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
         if key in _compiled or (not build and key in _rendered) or k.ast in todo:
             if rendered is not None and k.ast not in todo:
                 done = _compiled.get(key) or _rendered[key]
-                rendered(done.name, done.program.source)
+                rendered(RenderedKernel(done.name, done.program.source, done.program.meta, _buffer_bytes(k)))
             continue
         if key in _rendered:
             ck = _rendered.pop(key)
@@ -242,7 +249,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
             disk_key = render_cache.entry_key(k.ast, target, "", disk_context) if disk_context is not None else None
             pending = todo[k.ast] = _rewrite_and_render(k, target, disk_key)
         if rendered is not None:
-            rendered(pending.name, pending.source)
+            rendered(RenderedKernel(pending.name, pending.source, pending.meta, _buffer_bytes(k)))
         if DEBUG >= 2:
             for line in pending.policy.debug_lines():  # once per kernel: compiled kernels are cached
                 print(f"{line} in {pending.name}")

@@ -80,6 +80,18 @@ class Program:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RenderedKernel:
+    """A kernel a capture rendered, before anything compiled it: its name and source, the launch facts its renderer
+    chose (``meta``: the global size and the requested local size), and each buffer parameter's bytes in order (None
+    where a parameter is no plain buffer: an image)."""
+
+    name: str
+    source: str
+    meta: dict[str, Any]
+    buffer_bytes: tuple[int, ...] | None
+
+
 class Buffer:
     """Device memory of ``nbytes`` bytes owned by a target."""
 

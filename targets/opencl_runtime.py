@@ -16,19 +16,21 @@ it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
+import time
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from jit.common.errors import CompileError
 from jit.common.helpers import NOLOCALS, prod
-from targets.base import Buffer, Program, Runtime, TargetLimits
+from targets.base import Buffer, Program, RenderedKernel, Runtime, TargetLimits
 from targets.cl_binding import (
     CL_DEVICE_TYPE_CPU,
     CL_FLOAT,
@@ -60,6 +62,7 @@ from targets.cl_binding import (
     list_devices,
 )
 from targets.kernel_cache import cache_dir, cached_artifact, publish
+from targets.opencl_warm import LaunchWarmer
 
 # work-group size aimed for when the device allows more: large enough to fill a GPU wave, small enough that
 # register pressure does not bite; the device and kernel limits still cap it
@@ -71,6 +74,8 @@ FRESH_BATCH_KERNELS = 4096
 # capture just built, each a driver build even where the driver's cache answers it): at most this many, the least
 # recently used released first
 KEPT_PROGRAMS = 64
+# seconds the device must have been left alone before a capture's warmer launches again (``wait_for_idle_device``)
+WARM_GRACE = 0.05
 GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
 
 
@@ -202,6 +207,14 @@ class OpenCLRuntime(Runtime):
         # that keeps their builds and ``compile_many``'s from updating the cache state at once
         self._builder: ThreadPoolExecutor | None = None
         self._background: list[Future[None]] = []
+        # the running capture's first launches (targets/opencl_warm.py), taken and stopped by the replay it makes.
+        # They wait while this runtime's own builds, launches and copies want the device (and ``WARM_GRACE`` seconds
+        # after): PoCL runs every queue's commands in turn, and a warm launch compiling delays a read or a build
+        # behind it (efficientnet_b0's weight reads at the end of a capture: 2 s in all)
+        self.warmer: LaunchWarmer | None = None
+        self._turns = threading.Condition()
+        self._device_wanted = 0
+        self._last_wanted = 0.0
         self._build_lock = threading.Lock()
         # module docstring: a CPU device's program binary costs more to fetch than the build it saves
         self.cache_binaries = not info.device_type & CL_DEVICE_TYPE_CPU
@@ -329,25 +342,63 @@ class OpenCLRuntime(Runtime):
                 found[source] = batch
         return found
 
-    def build_in_background(self, items: list[tuple[str, str]]) -> None:
-        """Start building those of ``items`` (name, source) the kernel cache lacks as one program on a background
-        thread, published to the cache as ``compile_many`` would (targets/replay_opencl.py ``OpenCLAheadBuild``: a
-        capture's kernels while it renders the rest; the driver's compiler runs with the GIL released). A later
-        ``compile_many`` waits for it and finds them cached; a failed build is dropped, and ``compile_many`` builds
-        those kernels itself and reports the error."""
+    def build_in_background(self, items: list[RenderedKernel],
+                            built: Callable[[list[tuple[Program, RenderedKernel]]], None] | None = None) -> None:
+        """Start building those of ``items`` the kernel cache lacks as one program on a background thread, published
+        to the cache as ``compile_many`` would (targets/replay_opencl.py ``OpenCLAheadBuild``: a capture's kernels
+        while it renders the rest; the driver's compiler runs with the GIL released). A later ``compile_many`` waits
+        for it and finds them cached; a failed build is dropped, and ``compile_many`` builds those kernels itself and
+        reports the error. ``built`` is called on that thread with each built kernel made launchable as
+        ``compile_many`` makes it (targets/opencl_warm.py)."""
         ext = self._cache_ext
-        fresh = [(n, s) for n, s in items if cached_artifact(f"opencl-{self._cache_key(s)}", ext) is None]
+        fresh = [k for k in items if cached_artifact(f"opencl-{self._cache_key(k.source)}", ext) is None]
         if fresh:
             if self._builder is None:
                 self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-opencl-build")
-            self._background.append(self._builder.submit(self._build_quietly, fresh))
+            self._background.append(self._builder.submit(self._build_quietly, fresh, built))
 
-    def _build_quietly(self, items: list[tuple[str, str]]) -> None:
-        with self._build_lock:
-            try:
-                program = self._build_batch(items)
-            except OpenCLError:
-                return
+    def _want_device(self, change: int) -> None:
+        with self._turns:
+            self._device_wanted += change
+            if not self._device_wanted:
+                self._last_wanted = time.monotonic()
+                self._turns.notify_all()
+
+    @contextlib.contextmanager
+    def _wanting_device(self) -> Iterator[None]:
+        if self.warmer is None:
+            yield
+            return
+        self._want_device(1)
+        try:
+            yield
+        finally:
+            self._want_device(-1)
+
+    def wait_for_idle_device(self) -> None:
+        """Return once no build, launch or copy of this runtime's own has wanted the device for ``WARM_GRACE``
+        seconds (the warmer's turn: a capture's reads and launches come in bursts)."""
+        with self._turns:
+            while True:
+                self._turns.wait_for(lambda: not self._device_wanted)
+                left = self._last_wanted + WARM_GRACE - time.monotonic()
+                if left <= 0:
+                    return
+                self._turns.wait(left)
+
+    def _build_quietly(self, items: list[RenderedKernel],
+                       built: Callable[[list[tuple[Program, RenderedKernel]]], None] | None) -> None:
+        try:
+            with self._build_lock:
+                program = self._build_batch([(k.name, k.source) for k in items])
+        except OpenCLError:
+            return
+        try:
+            if built is not None:
+                built([(self._kernel(k.name, k.source, dict(k.meta), program), k) for k in items])
+        except OpenCLError:
+            pass  # the capture's own build makes these kernels again and reports what fails
+        finally:
             self.lib.clReleaseProgram(program)  # the kept programs hold a reference of their own
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
@@ -359,7 +410,7 @@ class OpenCLRuntime(Runtime):
         pending, self._background = self._background, []
         for build in pending:
             build.result()
-        with self._build_lock:
+        with self._wanting_device(), self._build_lock:
             return self._compile_many(items)
 
     def _compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
@@ -494,18 +545,25 @@ class OpenCLRuntime(Runtime):
     def copyin(self, buf: Buffer, data: memoryview) -> None:
         n = self._check_size("copyin", buf, data)
         if n:
-            check("clEnqueueWriteBuffer", self.lib.clEnqueueWriteBuffer(
-                self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(data), 0, self.ffi.NULL, self.ffi.NULL))
+            with self._wanting_device():
+                check("clEnqueueWriteBuffer", self.lib.clEnqueueWriteBuffer(
+                    self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(data), 0, self.ffi.NULL,
+                    self.ffi.NULL))
 
     def copyout(self, buf: Buffer, out: memoryview) -> None:
         n = self._check_size("copyout", buf, out)
         if n:  # blocking, on the in-order queue: every kernel writing ``buf`` has finished when it returns
-            check("clEnqueueReadBuffer", self.lib.clEnqueueReadBuffer(
-                self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(out, require_writable=True), 0,
-                self.ffi.NULL, self.ffi.NULL))
+            with self._wanting_device():
+                check("clEnqueueReadBuffer", self.lib.clEnqueueReadBuffer(
+                    self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(out, require_writable=True), 0,
+                    self.ffi.NULL, self.ffi.NULL))
 
     # --- execution -----------------------------------------------------------------------------------------
     def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
+        with self._wanting_device():
+            return self._launch(prog, bufs, wait)
+
+    def _launch(self, prog: Program, bufs: list[Buffer], wait: bool) -> float | None:
         ffi, lib = self.ffi, self.lib
         k: CLKernel = prog.handle
         for i, b in enumerate(bufs):

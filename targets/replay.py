@@ -49,7 +49,7 @@ import numpy as np
 from jit.common.dtype import dtypes, to_numpy
 from jit.common.errors import DrivepackError, UnsupportedOp
 from jit.common.helpers import DEBUG
-from targets.base import Program, Runtime
+from targets.base import Program, RenderedKernel, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, KernelSpec
 from targets.registry import Device
 
@@ -208,8 +208,8 @@ class AheadBuild:
     kernel as it is rendered, in command-buffer order (a name seen before again); ``finish`` with the command
     buffer's kernels once all are rendered, returning the compilers it started. This base builds nothing."""
 
-    def add(self, name: str, source: str) -> None:
-        """Kernel ``name`` was rendered as ``source``."""
+    def add(self, kernel: RenderedKernel) -> None:
+        """``kernel`` was rendered."""
 
     def finish(self, kernels: Sequence[KernelSpec]) -> int:
         """Every kernel is rendered: ``kernels`` are the command buffer's."""

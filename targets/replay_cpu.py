@@ -38,7 +38,7 @@ import cffi
 import numpy as np
 
 import targets.cpu_runtime as cpu
-from targets.base import Program, Runtime
+from targets.base import Program, RenderedKernel, Runtime
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
 from targets.cpu_split import (
     ROUNDS,
@@ -529,11 +529,11 @@ class CPUAheadBuild(AheadBuild):
         self._names: set[str] = set()
         self._units = _UnitBuilder()
 
-    def add(self, name: str, source: str) -> None:
-        if name in self._names or _object_wide(source):
+    def add(self, kernel: RenderedKernel) -> None:
+        if kernel.name in self._names or _object_wide(kernel.source):
             return
-        self._names.add(name)
-        closed = self._units.add(source)
+        self._names.add(kernel.name)
+        closed = self._units.add(kernel.source)
         if closed is not None and cpu.compile_jobs() >= 2:
             cpu.compile_ahead([closed], flags=self._flags)
 

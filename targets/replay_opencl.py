@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from jit.common.helpers import prod, usable_cores
-from targets.base import Buffer, Program, Runtime
+from targets.base import Buffer, Program, RenderedKernel, Runtime
 from targets.cl_binding import (
     CL_BUFFER_CREATE_TYPE_REGION,
     CL_DEVICE_TYPE_CPU,
@@ -70,6 +70,7 @@ from targets.cl_binding import (
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
 from targets.opencl_prewarm import Launch, Prewarm, prewarm_wanted, start_prewarm
 from targets.opencl_runtime import OpenCLRuntime
+from targets.opencl_warm import LaunchWarmer, WarmKey, warm_key
 from targets.replay import IN_PLACE, AheadBuild, Replay, ReplayError
 from targets.source_check import OPENCL, check_kernels
 
@@ -143,26 +144,37 @@ class OpenCLAheadBuild(AheadBuild):
     """Every ``AHEAD_BATCH`` kernels a capture renders, built as one program on the runtime's background thread
     while it renders the rest (targets/opencl_runtime.py ``build_in_background``): the driver's compiler ran only
     after the last kernel was rendered (efficientnet_b0 on PoCL: 1.1 s of a 5.6 s capture, the other core idle).
-    The capture's own build (``compile_many``) waits for these and builds what is left."""
+    The capture's own build (``compile_many``) waits for these and builds what is left. On PoCL's CPU driver each
+    built kernel is also launched once on a thread of its own (targets/opencl_warm.py), which the replay made of
+    them stops."""
 
     def __init__(self, runtime: OpenCLRuntime) -> None:
         self._runtime = runtime
         self._seen: set[str] = set()
-        self._batch: dict[str, str] = {}  # name -> source: names are unique within a program
+        self._batch: dict[str, RenderedKernel] = {}  # by name: names are unique within a program
+        self._warmer: LaunchWarmer | None = None
+        if prewarm_wanted(runtime.info.platform, bool(runtime.info.device_type & CL_DEVICE_TYPE_CPU)):
+            if runtime.warmer is not None:  # an earlier capture's, never made into a replay
+                runtime.warmer.stop()
+            self._warmer = runtime.warmer = LaunchWarmer(runtime)
 
-    def add(self, name: str, source: str) -> None:
-        if source in self._seen:
+    def add(self, kernel: RenderedKernel) -> None:
+        if kernel.source in self._seen:
             return
-        self._seen.add(source)
-        if name in self._batch:
+        self._seen.add(kernel.source)
+        if kernel.name in self._batch:
             self._start()
-        self._batch[name] = source
+        self._batch[kernel.name] = kernel
         if len(self._batch) >= AHEAD_BATCH:
             self._start()
 
     def _start(self) -> None:
-        self._runtime.build_in_background(list(self._batch.items()))
+        self._runtime.build_in_background(list(self._batch.values()), self._warm if self._warmer else None)
         self._batch = {}
+
+    def _warm(self, built: list[tuple[Program, RenderedKernel]]) -> None:
+        assert self._warmer is not None
+        self._warmer.add([(program, k.buffer_bytes) for program, k in built if k.buffer_bytes is not None])
 
 
 class OpenCLReplay(Replay):
@@ -178,6 +190,9 @@ class OpenCLReplay(Replay):
         check_kernels(cmdbuf, OPENCL, {target.build_options})
         self.cl = target
         self.ffi, self.lib = libopencl()
+        # the capture's first launches stop here, freeing the driver's compiler for this replay's (opencl_warm.py)
+        warmer, target.warmer = target.warmer, None
+        warmed = warmer.stop() if warmer is not None else set()
         device_align = target.info.base_addr_align_bytes
         if cmdbuf.arena_bytes and cmdbuf.alignment % max(device_align, 1):
             raise ReplayError(f"cmdbuf.alignment: expected a multiple of the device's {device_align} bytes "
@@ -213,7 +228,7 @@ class OpenCLReplay(Replay):
             f"copied: {info.name} reports no CL_DEVICE_HOST_UNIFIED_MEMORY"
         self._host_align = max(info.base_addr_align_bytes, 1)
         self.reset_own_states()
-        self.prewarm = self._start_prewarm()
+        self.prewarm = self._start_prewarm(warmed)
 
     @staticmethod
     def ahead_build(target: Runtime) -> AheadBuild:
@@ -336,9 +351,10 @@ class OpenCLReplay(Replay):
         self._enqueue_cb = khr["clEnqueueCommandBufferKHR"]
         return cb
 
-    def _start_prewarm(self) -> Prewarm | None:
+    def _start_prewarm(self, warmed: set[WarmKey]) -> Prewarm | None:
         """A helper compiling the launches of kernels this process built from scratch, from the last backwards, while
-        the first call compiles them forwards (targets/opencl_prewarm.py); that call stops it."""
+        the first call compiles them forwards (targets/opencl_prewarm.py); that call stops it. Launches the capture
+        ran already (``warmed``) are compiled."""
         cl, cb = self.cl, self.cmdbuf
         fresh = cl.take_fresh_batches(k.source for k in cb.kernels)
         if not fresh or not prewarm_wanted(cl.info.platform, bool(cl.info.device_type & CL_DEVICE_TYPE_CPU)):
@@ -350,8 +366,9 @@ class OpenCLReplay(Replay):
             spec = cb.kernels[d.kernel]
             source = fresh.get(spec.source)
             if source is None or prod(d.global_size) == 0 or any(
-                    b not in sizes and not b.startswith("arena:") for b in d.bindings):
-                continue  # from the cache, no work items, or an image argument
+                    b not in sizes and not b.startswith("arena:") for b in d.bindings) or \
+                    warm_key(spec.source, d.global_size, d.local_size) in warmed:
+                continue  # from the cache, no work items, an image argument, or compiled by the capture
             program = sources.setdefault(source, len(sources))
             nbytes = tuple(sizes[b] if b in sizes else parse_arena(b)[1] for b in d.bindings)
             scalars = tuple(_scalar_bytes(s.dtype, s.bits).hex() for s in d.scalars)

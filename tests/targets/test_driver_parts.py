@@ -17,6 +17,7 @@ from jit.common.errors import CompileError
 from jit.onnx.loader import load_onnx
 from jit.trace import capture_onnx
 from packager.samples import sample_inputs, vision_model
+from targets.base import RenderedKernel
 from targets.cmdbuf import KernelSpec
 
 
@@ -159,8 +160,8 @@ def test_an_ahead_build_stops_the_units_the_command_buffer_does_not_make(monkeyp
     ahead = replay_cpu.CPUAheadBuild()
     before = cpu.cc_invocations
     for spec in specs:
-        ahead.add(spec.name, spec.source)
-        ahead.add(spec.name, spec.source)  # a name seen before is not a new kernel
+        ahead.add(RenderedKernel(spec.name, spec.source, {}, (4,)))
+        ahead.add(RenderedKernel(spec.name, spec.source, {}, (4,)))  # a name seen before is not a new kernel
     assert cpu.cc_invocations - before == 2
     assert ahead.finish(specs) == 0  # fewer than 2 * MIN_KERNELS_PER_PART kernels: one unit, nothing started
     flags = (*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)

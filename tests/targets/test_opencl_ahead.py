@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import targets.replay_opencl as ro
 from jit import capture
 from jit.realize import clear_compiled_kernels
+from targets.base import RenderedKernel
 from targets.opencl_runtime import OpenCLBuildError, OpenCLRuntime
 from targets.registry import Device
 from tests.targets.test_opencl import _batch_items, _check_batch
@@ -31,27 +33,34 @@ def test_kernels_built_in_the_background_are_not_built_again(fresh_cache: OpenCL
     target = fresh_cache
     items = _batch_items(5)
     before = target.build_count
-    target.build_in_background([(name, source) for name, source, _ in items[:3]])
+    target.build_in_background(_rendered(items[:3]))
     progs = target.compile_many(items)  # waits for the background build, then builds the two it lacked
     assert target.build_count == before + 2
     _check_batch(target, progs)
-    target.build_in_background([(name, source) for name, source, _ in items])  # all cached: nothing to start
+    target.build_in_background(_rendered(items))  # all cached: nothing to start
     assert target.compile_many(items) and target.build_count == before + 2
 
 
 def test_a_failed_background_build_is_reported_by_the_capture_s_own_build(fresh_cache: OpenCLRuntime) -> None:
     bad = ("broken", "__kernel void broken(__global float* a) { a[0] = undeclared; }\n", {"global_size": (1,)})
-    fresh_cache.build_in_background([bad[:2]])
+    fresh_cache.build_in_background(_rendered([bad]))
     with pytest.raises(OpenCLBuildError, match="broken"):
         fresh_cache.compile_many([bad])
 
 
+def _rendered(items: list) -> list[RenderedKernel]:
+    return [RenderedKernel(name, source, meta, (64,)) for name, source, meta in items]
+
+
 class _Recorder:
+    warmer = None
+
     def __init__(self) -> None:
         self.batches: list[list[tuple[str, str]]] = []
+        self.info = SimpleNamespace(platform="test", device_type=0)  # no PoCL: nothing warmed
 
-    def build_in_background(self, items: list[tuple[str, str]]) -> None:
-        self.batches.append(items)
+    def build_in_background(self, items: list[RenderedKernel], built: object = None) -> None:
+        self.batches.append([(k.name, k.source) for k in items])
 
 
 def test_the_ahead_build_starts_a_program_every_batch_of_distinct_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,7 +68,8 @@ def test_the_ahead_build_starts_a_program_every_batch_of_distinct_kernels(monkey
     runtime = _Recorder()
     ahead = ro.OpenCLAheadBuild(runtime)  # type: ignore[arg-type]
     for name, source in [("a", "A"), ("a", "A"), ("b", "B"), ("c", "C"), ("c", "C2"), ("d", "D")]:
-        ahead.add(name, source)  # a source seen before is not a new kernel; a name must be unique in a program
+        ahead.add(RenderedKernel(name, source, {}, None))  # a source seen before is not a new kernel; a name must
+        # be unique in a program
     assert runtime.batches == [[("a", "A"), ("b", "B")], [("c", "C")], [("c", "C2"), ("d", "D")]]
 
 
@@ -71,7 +81,8 @@ def test_a_capture_builds_in_the_background_and_computes_the_same(fresh_cache: O
     monkeypatch.setattr(ro, "usable_cores", lambda: 2)
     started: list[int] = []
     build = fresh_cache.build_in_background
-    monkeypatch.setattr(fresh_cache, "build_in_background", lambda items: started.append(len(items)) or build(items))
+    monkeypatch.setattr(fresh_cache, "build_in_background",
+                        lambda items, built=None: started.append(len(items)) or build(items, built))
 
     def chain(x):
         for i in range(4):  # each step's constant its own: four distinct kernels
