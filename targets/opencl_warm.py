@@ -20,13 +20,24 @@ import atexit
 import queue
 import threading
 from math import prod
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from targets.base import Buffer, Program
 from targets.cl_binding import OpenCLError, check, checked_create
 
-if TYPE_CHECKING:
-    from targets.opencl_runtime import OpenCLRuntime
+
+class WarmedRuntime(Protocol):
+    """What the warmer uses of its runtime (targets/opencl_runtime.py ``OpenCLRuntime``)."""
+
+    ffi: Any
+    lib: Any
+    context: Any
+    device_id: Any
+
+    def allocate(self, nbytes: int) -> Buffer: ...
+
+    def wait_for_idle_device(self) -> None: ...
+
 
 # a launch as the replay makes it: (kernel source, global size, local size or ())
 WarmKey = tuple[str, tuple[int, ...], tuple[int, ...]]
@@ -39,7 +50,7 @@ def warm_key(source: str, global_size: tuple[int, ...], local_size: tuple[int, .
 class LaunchWarmer:
     """Launches kernels once each, in the order given, on a thread of its own until ``stop``."""
 
-    def __init__(self, runtime: OpenCLRuntime) -> None:
+    def __init__(self, runtime: WarmedRuntime) -> None:
         self._runtime = runtime
         self._todo: queue.SimpleQueue[tuple[Program, tuple[int, ...]] | None] = queue.SimpleQueue()
         self._stopped = threading.Event()
