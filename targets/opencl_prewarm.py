@@ -69,8 +69,11 @@ class Prewarm:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(spec, f)
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT),
-                                                                              os.environ.get("PYTHONPATH")]))}
+            # its driver threads unpinned: PoCL pins worker i to core i in every process, and the helper's compiling
+            # worker shared a core with the first call's while the other core idled (efficientnet_b0's first call
+            # 6.0-6.3 s pinned, 4.8-4.9 s not)
+            env = {**os.environ, "POCL_AFFINITY": "0",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))}
             self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                 [sys.executable, "-m", "targets.opencl_prewarm", name], stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
