@@ -21,9 +21,8 @@ from typing import Any
 
 import cffi
 
-from jit.common.errors import CompileError, DrivepackError
+from jit.common.errors import CompileError, DeviceError, DrivepackError
 from jit.common.helpers import usable_cores
-from targets.registry import DeviceError
 
 # the platform name substring that restricts device discovery (e.g. "Portable" for PoCL)
 PLATFORM_ENV = "DRIVEPACK_CL_PLATFORM"

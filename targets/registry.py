@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from jit.common.errors import DrivepackError
+from jit.common.errors import DeviceError
 from targets.base import Runtime, Target
 
 # name -> "module:class"; the first one that loads is the default, in this order
@@ -22,10 +22,6 @@ TARGETS: dict[str, str] = {"CPU": "targets.cpu:CPUTarget", "OPENCL": "targets.op
 # name -> its device side alone ("module:class"): compiling given sources, buffers, launches
 _RUNTIMES: dict[str, str] = {"CPU": "targets.cpu_runtime:CPURuntime", "OPENCL": "targets.opencl_runtime:OpenCLRuntime",
                              "QCOM": "targets.qcom_runtime:QCOMRuntime"}
-
-
-class DeviceError(DrivepackError, ValueError):
-    """An unknown or unavailable device name."""
 
 
 class _Device:

@@ -5,6 +5,10 @@ class DrivepackError(Exception):
     """Base of every error drivepack raises on purpose."""
 
 
+class DeviceError(DrivepackError, ValueError):
+    """An unknown or unavailable device name."""
+
+
 class DTypeError(DrivepackError, TypeError):
     """A dtype that is unknown, unsupported by a target, or invalid for an op."""
 
