@@ -16,14 +16,12 @@ it).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import threading
-import time
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -62,7 +60,7 @@ from targets.cl_binding import (
     list_devices,
 )
 from targets.kernel_cache import cache_dir, cached_artifact, publish
-from targets.opencl_warm import LaunchWarmer
+from targets.opencl_warm import DeviceTurns, LaunchWarmer
 
 # work-group size aimed for when the device allows more: large enough to fill a GPU wave, small enough that
 # register pressure does not bite; the device and kernel limits still cap it
@@ -74,8 +72,6 @@ FRESH_BATCH_KERNELS = 4096
 # capture just built, each a driver build even where the driver's cache answers it): at most this many, the least
 # recently used released first
 KEPT_PROGRAMS = 64
-# seconds the device must have been left alone before a capture's warmer launches again (``wait_for_idle_device``)
-WARM_GRACE = 0.05
 GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
 
 
@@ -207,14 +203,10 @@ class OpenCLRuntime(Runtime):
         # that keeps their builds and ``compile_many``'s from updating the cache state at once
         self._builder: ThreadPoolExecutor | None = None
         self._background: list[Future[None]] = []
-        # the running capture's first launches (targets/opencl_warm.py), taken and stopped by the replay it makes.
-        # They wait while this runtime's own builds, launches and copies want the device (and ``WARM_GRACE`` seconds
-        # after): PoCL runs every queue's commands in turn, and a warm launch compiling delays a read or a build
-        # behind it (efficientnet_b0's weight reads at the end of a capture: 2 s in all)
+        # the running capture's first launches (targets/opencl_warm.py), taken and stopped by the replay it makes;
+        # they take the device only when this runtime's own builds, launches and copies leave it (``turns``)
         self.warmer: LaunchWarmer | None = None
-        self._turns = threading.Condition()
-        self._device_wanted = 0
-        self._last_wanted = 0.0
+        self.turns = DeviceTurns()
         self._build_lock = threading.Lock()
         # module docstring: a CPU device's program binary costs more to fetch than the build it saves
         self.cache_binaries = not info.device_type & CL_DEVICE_TYPE_CPU
@@ -357,35 +349,6 @@ class OpenCLRuntime(Runtime):
                 self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-opencl-build")
             self._background.append(self._builder.submit(self._build_quietly, fresh, built))
 
-    def _want_device(self, change: int) -> None:
-        with self._turns:
-            self._device_wanted += change
-            if not self._device_wanted:
-                self._last_wanted = time.monotonic()
-                self._turns.notify_all()
-
-    @contextlib.contextmanager
-    def _wanting_device(self) -> Iterator[None]:
-        if self.warmer is None:
-            yield
-            return
-        self._want_device(1)
-        try:
-            yield
-        finally:
-            self._want_device(-1)
-
-    def wait_for_idle_device(self) -> None:
-        """Return once no build, launch or copy of this runtime's own has wanted the device for ``WARM_GRACE``
-        seconds (the warmer's turn: a capture's reads and launches come in bursts)."""
-        with self._turns:
-            while True:
-                self._turns.wait_for(lambda: not self._device_wanted)
-                left = self._last_wanted + WARM_GRACE - time.monotonic()
-                if left <= 0:
-                    return
-                self._turns.wait(left)
-
     def _build_quietly(self, items: list[RenderedKernel],
                        built: Callable[[list[tuple[Program, RenderedKernel]]], None] | None) -> None:
         try:
@@ -410,7 +373,7 @@ class OpenCLRuntime(Runtime):
         pending, self._background = self._background, []
         for build in pending:
             build.result()
-        with self._wanting_device(), self._build_lock:
+        with self.turns.wanted(self.warmer is not None), self._build_lock:
             return self._compile_many(items)
 
     def _compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
@@ -545,7 +508,7 @@ class OpenCLRuntime(Runtime):
     def copyin(self, buf: Buffer, data: memoryview) -> None:
         n = self._check_size("copyin", buf, data)
         if n:
-            with self._wanting_device():
+            with self.turns.wanted(self.warmer is not None):
                 check("clEnqueueWriteBuffer", self.lib.clEnqueueWriteBuffer(
                     self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(data), 0, self.ffi.NULL,
                     self.ffi.NULL))
@@ -553,17 +516,40 @@ class OpenCLRuntime(Runtime):
     def copyout(self, buf: Buffer, out: memoryview) -> None:
         n = self._check_size("copyout", buf, out)
         if n:  # blocking, on the in-order queue: every kernel writing ``buf`` has finished when it returns
-            with self._wanting_device():
+            with self.turns.wanted(self.warmer is not None):
                 check("clEnqueueReadBuffer", self.lib.clEnqueueReadBuffer(
                     self.queue, buf.handle, CL_TRUE, 0, n, self.ffi.from_buffer(out, require_writable=True), 0,
                     self.ffi.NULL, self.ffi.NULL))
 
     # --- execution -----------------------------------------------------------------------------------------
     def launch(self, prog: Program, bufs: list[Buffer], wait: bool = False) -> float | None:
-        with self._wanting_device():
-            return self._launch(prog, bufs, wait)
+        ffi, lib = self.ffi, self.lib
+        with self.turns.wanted(self.warmer is not None):
+            event = ffi.new("cl_event*") if wait else ffi.NULL
+            if not self._enqueue(self.queue, prog, bufs, event):
+                return 0.0 if wait else None
+            if not wait:
+                return None
+            try:
+                check("clWaitForEvents", lib.clWaitForEvents(1, event))
+                t = ffi.new("cl_ulong*")
+                check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+                    event[0], CL_PROFILING_COMMAND_START, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+                start = t[0]
+                check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+                    event[0], CL_PROFILING_COMMAND_END, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+                return (t[0] - start) * 1e-9
+            finally:
+                lib.clReleaseEvent(event[0])
 
-    def _launch(self, prog: Program, bufs: list[Buffer], wait: bool) -> float | None:
+    def launch_on(self, queue: Any, prog: Program, bufs: list[Buffer]) -> None:
+        """Launch ``prog`` on ``queue``, another queue of this runtime's context, and wait for it; nothing of this
+        runtime's own waits for it (targets/opencl_warm.py)."""
+        if self._enqueue(queue, prog, bufs, self.ffi.NULL):
+            check("clFinish", self.lib.clFinish(queue))
+
+    def _enqueue(self, queue: Any, prog: Program, bufs: list[Buffer], event: Any) -> bool:
+        """Bind ``bufs`` and enqueue ``prog`` on ``queue``; False (nothing enqueued) where it has no work items."""
         ffi, lib = self.ffi, self.lib
         k: CLKernel = prog.handle
         for i, b in enumerate(bufs):
@@ -571,26 +557,13 @@ class OpenCLRuntime(Runtime):
                   lib.clSetKernelArg(k.kernel, i, ffi.sizeof("cl_mem"), ffi.new("cl_mem*", b.handle)))
         gsize = prog.global_size
         if prod(gsize) == 0:
-            return 0.0 if wait else None
+            return False
         local = None if NOLOCALS else prog.local_size
-        event = ffi.new("cl_event*") if wait else ffi.NULL
-        code = lib.clEnqueueNDRangeKernel(self.queue, k.kernel, len(gsize), ffi.NULL, ffi.new("size_t[]", gsize),
+        code = lib.clEnqueueNDRangeKernel(queue, k.kernel, len(gsize), ffi.NULL, ffi.new("size_t[]", gsize),
                                           ffi.new("size_t[]", local) if local else ffi.NULL, 0, ffi.NULL, event)
         if code != 0:
             raise OpenCLError(f"clEnqueueNDRangeKernel({prog.name}, global {gsize}, local {local})", code)
-        if not wait:
-            return None
-        try:
-            check("clWaitForEvents", lib.clWaitForEvents(1, event))
-            t = ffi.new("cl_ulong*")
-            check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
-                event[0], CL_PROFILING_COMMAND_START, ffi.sizeof("cl_ulong"), t, ffi.NULL))
-            start = t[0]
-            check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
-                event[0], CL_PROFILING_COMMAND_END, ffi.sizeof("cl_ulong"), t, ffi.NULL))
-            return (t[0] - start) * 1e-9
-        finally:
-            lib.clReleaseEvent(event[0])
+        return True
 
     def synchronize(self) -> None:
         check("clFinish", self.lib.clFinish(self.queue))

@@ -17,26 +17,71 @@ effort: a launch that fails is dropped, and the first call compiles that kernel.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import queue
 import threading
-from math import prod
+import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from targets.base import Buffer, Program
-from targets.cl_binding import OpenCLError, check, checked_create
+from targets.cl_binding import OpenCLError, checked_create
+
+# seconds the device must have been left alone before a warmer launches again (``DeviceTurns.wait_for_idle``)
+WARM_GRACE = 0.05
+
+
+class DeviceTurns:
+    """A runtime's own work on the device first, a warmer's after: PoCL runs every queue's commands in turn, and a
+    warm launch compiling delays a copy or build behind it (efficientnet_b0's weight reads at the end of a capture
+    waited 2 s in all). Its copies and launches come in bursts, so the warmer waits ``WARM_GRACE`` past the last."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._wanted = 0
+        self._last = 0.0
+
+    @contextlib.contextmanager
+    def wanted(self, warming: bool) -> Iterator[None]:
+        """The runtime uses the device inside (counted only while a warmer runs: ``warming``)."""
+        if not warming:
+            yield
+            return
+        self._change(1)
+        try:
+            yield
+        finally:
+            self._change(-1)
+
+    def _change(self, by: int) -> None:
+        with self._cond:
+            self._wanted += by
+            if not self._wanted:
+                self._last = time.monotonic()
+                self._cond.notify_all()
+
+    def wait_for_idle(self) -> None:
+        """Return once nothing has wanted the device for ``WARM_GRACE`` seconds."""
+        with self._cond:
+            while True:
+                self._cond.wait_for(lambda: not self._wanted)
+                left = self._last + WARM_GRACE - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
 
 class WarmedRuntime(Protocol):
     """What the warmer uses of its runtime (targets/opencl_runtime.py ``OpenCLRuntime``)."""
 
-    ffi: Any
     lib: Any
     context: Any
     device_id: Any
+    turns: DeviceTurns
 
     def allocate(self, nbytes: int) -> Buffer: ...
 
-    def wait_for_idle_device(self) -> None: ...
+    def launch_on(self, queue: Any, prog: Program, bufs: list[Buffer]) -> None: ...
 
 
 # a launch as the replay makes it: (kernel source, global size, local size or ())
@@ -101,7 +146,7 @@ class LaunchWarmer:
                                         cl.device_id, 0)
             while (item := self._todo.get()) is not None and not self._stopped.is_set():
                 program, nbytes = item
-                cl.wait_for_idle_device()
+                cl.turns.wait_for_idle()
                 done = not self._stopped.is_set() and self._warm(warm_queue, program, nbytes, scratch)
                 with self._idle:
                     self._pending -= 1
@@ -125,21 +170,7 @@ class LaunchWarmer:
             for i, n in enumerate(nbytes):
                 if i == len(scratch) or scratch[i].nbytes < n:
                     scratch[i:i + 1] = [cl.allocate(n)]
-            self._launch(warm_queue, program, scratch[:len(nbytes)], cl.ffi, cl.lib)
+            cl.launch_on(warm_queue, program, scratch[:len(nbytes)])
         except OpenCLError:
             return False
         return True
-
-    @staticmethod
-    def _launch(warm_queue: Any, program: Program, bufs: list[Buffer], ffi: Any, lib: Any) -> None:
-        kernel = program.handle.kernel
-        for i, b in enumerate(bufs):
-            check(f"clSetKernelArg({program.name}, {i})",
-                  lib.clSetKernelArg(kernel, i, ffi.sizeof("cl_mem"), ffi.new("cl_mem*", b.handle)))
-        gsize, local = program.global_size, program.local_size
-        if prod(gsize) == 0:
-            return
-        check(f"clEnqueueNDRangeKernel({program.name})", lib.clEnqueueNDRangeKernel(
-            warm_queue, kernel, len(gsize), ffi.NULL, ffi.new("size_t[]", gsize),
-            ffi.new("size_t[]", local) if local else ffi.NULL, 0, ffi.NULL, ffi.NULL))
-        check("clFinish", lib.clFinish(warm_queue))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import targets.opencl_runtime as ort
+import targets.opencl_warm as opencl_warm
 from targets.opencl_runtime import OpenCLRuntime
 from targets.opencl_warm import LaunchWarmer, warm_key
 from targets.registry import Device
@@ -56,15 +56,15 @@ def test_the_warmer_waits_while_the_runtime_uses_the_device(monkeypatch: pytest.
     """A warm launch compiling holds up the runtime's own reads and launches behind it (PoCL runs every queue's
     commands in turn), so the warmer's turn comes only ``WARM_GRACE`` seconds after the runtime's last use."""
     target = Device["OPENCL"]
-    monkeypatch.setattr(ort, "WARM_GRACE", 0.3)
+    monkeypatch.setattr(opencl_warm, "WARM_GRACE", 0.3)
     monkeypatch.setattr(target, "warmer", LaunchWarmer(target))  # a capture's warmer is running
     buf = target.allocate(64)
     target.copyin(buf, memoryview(np.zeros(16, np.float32)).cast("B"))
     done = time.monotonic()
-    target.wait_for_idle_device()
+    target.turns.wait_for_idle()
     assert time.monotonic() - done >= 0.29
     start = time.monotonic()
-    target.wait_for_idle_device()  # nothing since: at once
+    target.turns.wait_for_idle()  # nothing since: at once
     assert time.monotonic() - start < 0.29
 
 
