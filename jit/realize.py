@@ -211,8 +211,10 @@ def _render_settings_key(settings: str) -> str:
 
 
 def _buffer_bytes(k: ScheduledKernel) -> tuple[int, ...] | None:
-    """Each buffer parameter's bytes, or None where one is an image."""
-    if any(isinstance(b.dtype, ImageDType) or not isinstance(b.dtype, DType) for b in k.buffers):
+    """Each buffer parameter's bytes, or None where the kernel reads one as an image (its parameter types say so:
+    a weight read as an image keeps its plain BUFFER, jit/trace.py ``_read_as_images``)."""
+    params = getattr(k.ast.arg, "params", ())
+    if any(isinstance(p, ImageDType) for p in params) or not all(isinstance(b.dtype, DType) for b in k.buffers):
         return None
     return tuple(b.arg[2] * b.dtype.itemsize for b in k.buffers)
 

@@ -120,3 +120,25 @@ def test_a_capture_warms_its_built_kernels_and_the_helper_gets_the_rest(tmp_path
     warmed = kernels - kernels % 4  # every full batch of four was built in the background, then launched
     assert dispatches == kernels == 19 and compiled >= warmed  # compiled before the replay's first call
     assert for_helper == kernels - warmed  # the helper is left only the kernels the warmer never saw
+
+
+def test_kernels_reading_images_are_never_warmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: a weight read as an image keeps its plain buffer in the schedule, and the warmer bound a buffer
+    where the kernel takes an image2d_t (PoCL crashed a test worker now and then)."""
+    import targets.replay_opencl as ro
+    from jit import capture_onnx, load_onnx
+    from jit.realize import clear_compiled_kernels
+    from packager.samples import sample_inputs, vision_model
+
+    seen: list = []
+    add = ro.OpenCLAheadBuild.add
+    monkeypatch.setattr(ro.OpenCLAheadBuild, "add", lambda self, kernel: seen.append(kernel) or add(self, kernel))
+    monkeypatch.setattr(ro, "usable_cores", lambda: 2)
+    clear_compiled_kernels()
+    proto = vision_model()
+    feeds = sample_inputs(proto, seed=4)
+    run = capture_onnx(load_onnx(proto, device="QCOM:images"), feeds, target="QCOM:images")
+    readers = [k for k in seen if "image2d_t" in k.source]
+    assert readers and all(k.buffer_bytes is None for k in readers)
+    assert all(k.buffer_bytes is not None for k in seen if "image2d_t" not in k.source)
+    assert run(feeds)
