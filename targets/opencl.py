@@ -50,6 +50,7 @@ OPENCL_LANGUAGE = CStyleLanguage(
     vector_word_store="vstore{w}(as_uint{w}({val}), 0, (__global uint*)({ptr}));",
     vector_lane="{x}.s{hexi}",
     vector_ctor="(({vt})({lanes}))",
+    vector_splat="(({vt})({x}))",
     lane_shuffle=True,
     # vector relational ops give -1/0 lanes; select() takes each lane's mask from its most significant bit
     vector_compare="(-({a}{op}{b}))",

@@ -108,6 +108,9 @@ class CStyleLanguage:
     vector_shuffle: str = ""
     lane_shuffle: bool = False
     vector_ctor: str = "(({vt}){{{lanes}}})"
+    # one value in every lane (""= a ``vector_ctor`` of it lane by lane: GCC's compound literal zeroes missing lanes):
+    # OpenCL's one-value literal keeps a 16-lane constant one value long, for the device's compiler and the checks
+    vector_splat: str = ""
     # a comparison ``a op b`` of 32-bit lanes as 0/1 int32 lanes, and lanes of a where int32 lanes c are 1, else of
     # b (``vt``: a's vector type, ``it``: the int32 vector of as many lanes); "" = lane by lane. A select computed
     # lane by lane keeps every accumulator of a tile live across per-lane code: GCC spilled one of a conv's eight

@@ -87,6 +87,8 @@ class VectorExprs(ABC):
         return self.lang.vector_lane.format(x=vector, i=i, hexi=f"{i:x}")
 
     def ctor(self, d: DType, lanes: list[str]) -> str:
+        if self.lang.vector_splat and len(lanes) > 1 and lanes.count(lanes[0]) == len(lanes):
+            return self.lang.vector_splat.format(vt=self.vtname(d), x=lanes[0])
         return self.lang.vector_ctor.format(vt=self.vtname(d), lanes=", ".join(lanes))
 
     def lane_offset(self, idx: UOp) -> tuple[int, UOp | None]:
