@@ -6,6 +6,7 @@ uses alone); CPUTarget adds the C flavour, the declared dtypes and ``render``.
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cpu_runtime import CPURuntime
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import render_kernel_info
+from targets.minmax import minmax_helpers
 from targets.scatter import SCATTER_HELPERS, SCATTER_LANES
 
 
@@ -55,6 +57,8 @@ CPU_LANGUAGE = CStyleLanguage(
     widen_stepwise=True,
     vector_scatter=SCATTER_HELPERS if CPU_VECTOR_WIDTH == SCATTER_LANES else {},
     vector_scatter_lanes=SCATTER_LANES,
+    vector_minmax=minmax_helpers(CPU_VECTOR_WIDTH) if platform.machine() in ("x86_64", "AMD64") else {},
+    vector_minmax_lanes=CPU_VECTOR_WIDTH,
 )
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,

@@ -3,7 +3,8 @@
 Memory: ``vloadN(k, p)`` / ``vstoreN(v, k, p)`` access N elements at ``p + k*N``; ``__builtin_memcpy(dst, src,
 n)`` accesses ``n`` bytes at a pointer side and may only read or fill a local of at least ``n`` bytes on the
 other; ``dp_read_image(img, i, width)`` reads element ``i`` of an image in rows of ``width`` texels;
-``dp_scatter_<dtype>x16(p, i, v)`` stores lane l at ``p + i[l]``. Work-item
+``dp_scatter_<dtype>x16(p, i, v)`` stores lane l at ``p + i[l]``; ``dp_max_float32x<n>(a, b)`` is ``a > b ? a :
+b`` lane by lane (``dp_min_...`` the same with ``<``: targets/index_floats.py ``ordered_max_min``). Work-item
 functions give the launch's ranges. Conversions, lane selects and shuffles, integer min/max/clamp keep ranges
 (a conversion of a NaN-free float to an integer type gives its truncated range: targets/index_floats.py); math
 gives an opaque value. Any other call (or a pointer handed to one of these where it reads no memory) is an
@@ -19,6 +20,7 @@ from targets import index_floats
 from targets.index_parse import CType, Expr, IndexParseError, scalar_type
 from targets.index_select import select_call
 from targets.index_values import INT, Addr, Floats, Img, Ints, Opaque, Ptr, Value, lanes_of, opaque, unknown, wrap
+from targets.minmax import MINMAX_CALLS
 from targets.scatter import SCATTER_CALLS
 
 
@@ -85,6 +87,8 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
         return read_image(w, values)
     if any(isinstance(v, Ptr | Addr) for v in values):
         raise IndexParseError(f"expected no address passed to {name}, which this analysis does not follow")
+    if name in MINMAX_CALLS and len(values) == 2:
+        return index_floats.ordered_max_min(*MINMAX_CALLS[name], values[0], values[1])
     if name in index_floats.ROUNDINGS and len(values) == 1 and isinstance(values[0], Floats):
         return index_floats.rounded(name, values[0])
     if name in _MATH or name in ("max", "min", "clamp") and not all(isinstance(v, Ints) for v in values):

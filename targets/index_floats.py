@@ -163,3 +163,23 @@ def rounded(name: str, v: Floats) -> Floats:
     monotone; infinite bounds stay."""
     f = ROUNDINGS[name]
     return Floats(tuple(tuple(float(f(b)) if math.isfinite(b) else b for b in r) for r in v.lanes), v.t)
+
+
+
+def ordered_max_min(op: str, n: int, a: Value, b: Value) -> Value:
+    """``a > b ? a : b`` (op max) or ``a < b ? a : b`` (min) over ``n`` float32 lanes (targets/minmax.py): where
+    ``b`` may be NaN, anything; where only ``a`` may be, ``b``'s lane or beyond it (NaN fails the comparison and
+    gives ``b``); else the larger (smaller) of each bound."""
+    t = CType("float", 4, True, n)
+    la, lb = lanes(a, n), lanes(b, n)
+    if la is None or lb is None or any(y is None for y in lb):
+        return Opaque(t)
+    pick = max if op == "max" else min
+    out = []
+    for x, y in zip(la, lb, strict=True):
+        assert y is not None
+        if x is None:  # NaN in a gives b: a max is at least b's, a min at most
+            out.append((y[0], math.inf) if op == "max" else (-math.inf, y[1]))
+        else:
+            out.append((pick(x[0], y[0]), pick(x[1], y[1])))
+    return Floats(tuple(out), t)

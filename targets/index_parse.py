@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from jit.common.errors import DrivepackError
+from targets.minmax import HELPER_TEXTS as MINMAX_HELPER_TEXTS
 from targets.scatter import HELPER_TEXTS
 
 MAX_DEPTH = 64  # nested expressions and statements; the renderer's deepest brackets nest 18 levels
@@ -120,9 +121,10 @@ def parse_kernel(source: str, entry: str) -> Kernel:
     if "\\" in source:
         raise IndexParseError("expected no backslash (a line splice would hide text from this analysis)")
     if (sig := re.search(rf"(?:__kernel\s+)?void\s+{re.escape(entry)}\s*\(", source)) is not None:
-        # the scatter helpers reach memory, which targets/index_calls.py follows at each call: exactly their texts
+        # the scatter helpers reach memory, which targets/index_calls.py follows at each call, and the min/max
+        # helpers' fallback subscripts its parameters: exactly their texts
         head = source[:sig.start()]
-        for helper in (*HELPER_TEXTS["C"], *HELPER_TEXTS["OPENCL"]):
+        for helper in (*HELPER_TEXTS["C"], *HELPER_TEXTS["OPENCL"], *MINMAX_HELPER_TEXTS):
             head = head.replace(helper, "")
         source = head + source[sig.start():]
     for line in source.split("\n"):

@@ -4,7 +4,8 @@ A package's kernels are text that the runtime hands to a compiler (the system C 
 a signed or ``--allow-unsigned`` package may not steer that compiler: its recorded flags must be the target's own
 (``check_flags``), and every source must have the shape the C-style renderer (targets/cstyle) gives it
 (``check_source``): the dialect's fixed prelude (its includes or extension pragmas, then helpers inside
-``#ifndef`` guards: vector typedefs, the OpenMP team-size variable, integer power, the image read), then exactly
+``#ifndef`` guards: vector typedefs, the OpenMP team-size variable, integer power, the image read, scatter and
+min/max), then exactly
 one kernel named the command buffer's entry, whose body has no preprocessor line but the renderer's loop pragmas.
 Anything else is refused before anything is compiled: other ``#`` lines, ``asm``, ``_Pragma``, attributes other
 than a vector typedef's ``vector_size``, storage classes (``extern``, ``static``), another top-level definition,
@@ -26,6 +27,7 @@ from collections.abc import Collection
 
 from targets.cmdbuf import CommandBuffer, KernelSpec
 from targets.cpu_runtime import OMP_THREADS_SETUP
+from targets.minmax import HELPER_TEXTS as MINMAX_HELPER_TEXTS
 from targets.opencl_runtime import IMAGE_HELPER
 from targets.replay import ReplayError
 from targets.scatter import HELPER_TEXTS
@@ -81,7 +83,7 @@ _CALLABLE = frozenset({"if", "for", "while", "switch", "return", "sizeof",
                        "barrier", "mem_fence", "select", "shuffle", "shuffle2", "read_imagef", "mad", "clamp",
                        "max", "min", "dp_read_image", *(w for w in _RESERVED_OK if w.startswith("__builtin_"))})
 _CALLABLE_PATTERN = re.compile(r"(vload|vstore)(2|3|4|8|16)|(as|convert)_[a-z]+(2|3|4|8|16)?(_rte|_rtz|_sat)*|"
-                               r"dp_ipow_[a-z0-9_]+|dp_scatter_(float32|int32)x(4|8|16)")
+                               r"dp_ipow_[a-z0-9_]+|dp_scatter_(float32|int32)x(4|8|16)|dp_(max|min)_float32x(4|8|16)")
 _C_KEYWORDS = frozenset({"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
                          "enum", "float", "int", "long", "restrict", "short", "signed", "struct", "union",
                          "unsigned", "void", "volatile", "main", "system", "memcpy", "memset", "malloc", "free"})
@@ -140,7 +142,7 @@ def _prelude_end(lines: list[str], dialect: str, where: str) -> int:
         block = "\n".join(lines[n:end + 1])
         if not _known_helper(block, dialect):
             raise KernelSourceError(f"{where}: line {n + 1}: expected one of the renderer's helpers (vector "
-                                    f"typedef, OpenMP team size, integer power, image read, scatter), got "
+                                    f"typedef, OpenMP team size, integer power, image read, scatter, min/max), got "
                                     f"{_excerpt(' '.join(lines[n:end + 1]))!r}")
         n = end + 1
     return n
@@ -157,7 +159,7 @@ def _guard_end(lines: list[str], start: int) -> int | None:
 
 
 def _known_helper(block: str, dialect: str) -> bool:
-    if block in HELPER_TEXTS[dialect] or (dialect == C and block == OMP_THREADS_SETUP):
+    if block in HELPER_TEXTS[dialect] or (dialect == C and block in (OMP_THREADS_SETUP, *MINMAX_HELPER_TEXTS)):
         return True
     if dialect == OPENCL and block == IMAGE_HELPER:
         return True

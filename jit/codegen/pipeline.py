@@ -13,7 +13,8 @@
 5. codegen: symbolic, then (unless NOOPT) the kernel optimizer (jit/codegen/opt: register tiling of reduce kernels,
    unrolling of small loops in the rest), then symbolic again, then, for a target whose language has no vector
    ``exp`` or a slow one, ``lower_vector_exp`` (float32 exp and erf on vector lanes as arithmetic), and for one whose
-   vector ``rint`` is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds);
+   vector ``rint`` is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds); then
+   ``fold_reciprocal_products`` (``a * (1 / b)`` as ``a / b`` where that saves an operation: SiLU's epilogue);
 6. ``finish_kernel``, under NOOPT too: the optimizer's steps that shape how the renderer spells loops, addresses
    and accumulators (unroll hints, base pointers, parked accumulators), where the kernel's options turn them on
    (the target's ``default_opts`` when no tuning chose any).
@@ -35,6 +36,7 @@ from jit.codegen.passes.guards import skip_weak
 from jit.codegen.passes.index_simplify import pm_index_simplify
 from jit.codegen.passes.long_decomp import decompose_longs
 from jit.codegen.passes.lower_weak import pm_lower_weak
+from jit.codegen.passes.quotients import fold_reciprocal_products
 from jit.codegen.passes.symbolic import pm_symbolic
 from jit.codegen.passes.vector_exp import lower_vector_exp
 from jit.codegen.passes.vector_rint import lower_vector_rint
@@ -98,6 +100,7 @@ def rewrite_kernel(sink: UOp, target: Target, default_opts: OptOptions | None = 
             sink = lower_vector_exp(sink)
         if not getattr(language, "vector_rint", True):
             sink = lower_vector_rint(sink)
+        sink = fold_reciprocal_products(sink)
     # the SINK records the options: the target reads launch choices (work-group size) from it, the renderer whether
     # accumulators are parked
     sink = with_options(finish_kernel(sink, opts), opts)

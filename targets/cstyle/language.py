@@ -117,6 +117,11 @@ class CStyleLanguage:
     # accumulators in its reduce loop for a ReLU epilogue (43 vs 66 GFLOP/s)
     vector_compare: str = ""
     vector_select: str = ""
+    # by op (max, min): the definition of a helper ``dp_<op>_float32x<n>(a, b)`` computing ``a > b ? a : b`` (``a <
+    # b ? a : b``) lane by lane for float32 vectors of ``vector_minmax_lanes`` lanes in one instruction
+    # (targets/minmax.py), emitted once per file; none = compare and select
+    vector_minmax: dict[str, str] = field(default_factory=dict)
+    vector_minmax_lanes: int = 0
     # vector ``x`` as vector type ``vt``: its bits (``vector_reinterpret``, same size) or its lanes' values converted
     # as C casts convert them (``vector_convert``, same lane count); "" = lane by lane
     vector_reinterpret: str = ""

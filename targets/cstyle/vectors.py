@@ -34,6 +34,26 @@ def _not_nan_const(u: UOp) -> bool:
     return u.op is Ops.CONST and isinstance(u.arg, (int, float)) and u.arg == u.arg
 
 
+def _minmax_operands(u: UOp) -> tuple[str, UOp, UOp] | None:
+    """``(op, a, b)`` where float32 ``u`` is exactly ``a > b ? a : b`` (op max) or ``a < b ? a : b`` (min) lane
+    by lane, NaN and zeros included (targets/minmax.py): a where of a comparison of the two values it picks, or a
+    MAX/MIN with a constant bound other than NaN and zero (``x <= c ? c : x`` is ``c > x ? c : x`` unless both
+    are zeros); else None."""
+    if u.dtype is not dtypes.float32:
+        return None
+    if u.op is Ops.WHERE and u.src[0].op is Ops.CMPLT:
+        p, q = u.src[0].src
+        if (u.src[1], u.src[2]) == (q, p):
+            return "max", q, p
+        if (u.src[1], u.src[2]) == (p, q):
+            return "min", p, q
+    if u.op in (Ops.MAX, Ops.MIN):
+        bound, x = u.src if u.src[0].op is Ops.CONST else u.src[::-1]
+        if _not_nan_const(bound) and bound.arg != 0:
+            return ("max" if u.op is Ops.MAX else "min"), bound, x
+    return None
+
+
 def lane32(d: object) -> bool:
     """Whether ``d`` is a 32-bit lane type the vector compare and select take (float32, 32-bit ints; not bool)."""
     return d is dtypes.float32 or (isinstance(d, DType) and d.is_int and not d.is_bool and d.itemsize == 4)
@@ -231,6 +251,12 @@ class VectorExprs(ABC):
             return f"{FLOAT_FN[op]}{lang.f32_math_suffix}({self.expr(u.src[0])})"
         if op is Ops.RECIPROCAL and d is dtypes.float32:  # a scalar 1 divides every lane (sigmoid's 1 / (1 + e))
             return f"(1.0f/{self.expr(u.src[0])})"
+        if self.lanes == lang.vector_minmax_lanes and (picked := _minmax_operands(u)) is not None and \
+                (helper := lang.vector_minmax.get(picked[0])) is not None:
+            fn, _ = f"dp_{picked[0]}_float32x{self.lanes}", self.vtname(d)  # the typedef first: the helper names it
+            a, b = (self.as_vector(s, d) for s in picked[1:])
+            self.helpers.setdefault(fn, helper)
+            return f"{fn}({a}, {b})"
         if op in (Ops.MAX, Ops.MIN) and lang.vector_select and lane32(d):
             return self.vector_min_max(op, d, self.as_vector(u.src[0], d), self.as_vector(u.src[1], d),
                                        _not_nan_const(u.src[0]), _not_nan_const(u.src[1]))

@@ -22,7 +22,7 @@ from jit.frontend import nn_ops
 from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
 from packager.modeld.warp import model_frame
-from targets.cpu import CPU_VECTOR_WIDTH
+from targets.cpu import CPU_LANGUAGE, CPU_VECTOR_WIDTH
 from tests.codegen.test_beam import _pre_opt_sink
 from tests.codegen.test_opt_tiling_threads import _conv_reference
 
@@ -157,8 +157,34 @@ def test_relu_epilogue_compares_and_selects_whole_vectors() -> None:
     out = Tensor(a).matmul(Tensor(b)).relu()
     src = _source(out)
     assert "[0]" not in src  # no lane is extracted
-    assert "<0.0f))" in src and "&-alu" in src  # relu: (x < 0) ? 0 : x, which keeps NaN
+    if CPU_LANGUAGE.vector_minmax:  # relu: (x < 0) ? 0 : x, which keeps NaN: x86's maxps(0, x) exactly
+        assert f"dp_max_float32x{CPU_LANGUAGE.vector_minmax_lanes}(" in src and "&-alu" not in src
+    else:
+        assert "<0.0f))" in src and "&-alu" in src
     np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+
+def _specials(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    x = _rand(*shape, seed=seed)
+    x.flat[::7], x.flat[3::11], x.flat[5::13], x.flat[2::17], x.flat[4::19] = np.nan, -np.inf, -0.0, 0.0, np.inf
+    return x
+
+
+def test_min_max_helpers_compute_the_selects_they_replace() -> None:
+    """A where of a comparison of the two values it picks, and a clamp to a constant bound other than zero, are
+    rendered as the min/max helpers where the language has them (targets/minmax.py) and give the ternary's lanes
+    (the clamps: ``test_vector_float_max_min_against_a_constant_...`` below):
+    NaN from whichever side the comparison fails to, -0.0 and +0.0 kept as picked, infinities."""
+    x, y = _specials((32, 48), 8), _specials((32, 48), 9)
+    tx, ty = Tensor(x), Tensor(y)
+    cases = {"relu": (tx.relu(), np.where(x < 0, np.float32(0), x)),
+             "where max": ((tx < ty).where(ty, tx), np.where(x < y, y, x)),
+             "where min": ((tx < ty).where(tx, ty), np.where(x < y, x, y))}
+    for name, (out, want) in cases.items():
+        assert "dp_m" in _source(out) or not CPU_LANGUAGE.vector_minmax, name
+        got = out.numpy()
+        np.testing.assert_array_equal(got, want, err_msg=name)  # NaN where want has NaN
+        assert np.array_equal(np.signbit(got), np.signbit(want)), name
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32])
@@ -260,8 +286,9 @@ def test_vector_float_max_min_propagate_nan_like_numpy() -> None:
 
 
 def test_vector_float_max_min_against_a_constant_take_one_compare_and_match_numpy_bit_for_bit() -> None:
-    """Against a constant bound (a clip's) MAX and MIN are one compare and a select, with numpy's lanes exactly:
-    NaN propagates and a zero of either sign is the one numpy returns."""
+    """Against a constant bound (a clip's) MAX and MIN are one compare and a select (a min/max helper against a
+    bound other than zero, where the language has them), with numpy's lanes exactly: NaN propagates and a zero of
+    either sign is the one numpy returns."""
     rng = np.random.default_rng(11)
     a = rng.standard_normal((16, 64), dtype=np.float32) * 4
     a.flat[::5], a.flat[1::7], a.flat[2::11], a.flat[3::13] = -0.0, 0.0, np.nan, np.inf
@@ -270,7 +297,8 @@ def test_vector_float_max_min_against_a_constant_take_one_compare_and_match_nump
         for fn, ref in ((Tensor.maximum, np.maximum), (Tensor.minimum, np.minimum)):
             out = fn(Tensor(a), bound)
             src = _source(out)
-            assert "<=" in src and "!=" not in src and "[0]" not in src
+            helper = bool(CPU_LANGUAGE.vector_minmax) and bound != 0
+            assert ("dp_m" in src if helper else "<=" in src) and "!=" not in src and "[0]" not in src
             want = ref(a, np.float32(bound))
             np.testing.assert_array_equal(out.numpy().view(np.int32), want.view(np.int32))
     clipped = Tensor(a).clip(0, 3)

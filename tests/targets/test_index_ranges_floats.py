@@ -11,6 +11,7 @@ from targets.index_floats import add_sub, literal
 from targets.index_parse import CType
 from targets.index_ranges import IndexRangeError, access_extents, check_extents
 from targets.index_values import Floats
+from targets.minmax import minmax_helpers
 
 V8 = ("#ifndef DP_FLOAT32X8_T\n#define DP_FLOAT32X8_T\ntypedef float dp_float32x8 __attribute__((vector_size(32)));\n"
       "#endif\n#ifndef DP_INT32X8_T\n#define DP_INT32X8_T\ntypedef int dp_int32x8 __attribute__((vector_size(32)));\n"
@@ -74,9 +75,19 @@ CPU_NAN_CLIP = (f"dp_float32x8 c0 = {blend(ZF, 'r', '(-(r<=' + ZF + '))')};\n"
                 f"    dp_float32x8 c1 = {blend(TF, 'c0', '(-(' + TF + '<=c0))')};")
 CL_NAN_CLIP = (f"float8 c0 = select(r, {cl_splat('0.0f')}, -(-(r<={cl_splat('0.0f')})));\n"
                f"  float8 c1 = select(c0, {cl_splat('3.0f')}, -(-({cl_splat('3.0f')}<=c0)));")
+# the same kernel with the C target's min/max helpers (targets/minmax.py: ``a > b ? a : b``, ``a < b ? a : b``)
+CPU_MINMAX = V8 + minmax_helpers(8)["max"] + "\n" + minmax_helpers(8)["min"] + "\n" + CPU[len(V8):]
+MINMAX_CLAMP = f"dp_float32x8 c0 = dp_max_float32x8(r, {ZF});\n    dp_float32x8 c1 = dp_min_float32x8(c0, {TF});"
 
 # (name, source, data1 bytes it reads: None where it must be refused)
 CASES = [
+    ("cpu clamp by the min/max helpers", CPU_MINMAX.replace("CLAMP", MINMAX_CLAMP).replace("CONVERT", CPU_CONVERT),
+     16),
+    # max(0, r) is r where 0 > r fails: a NaN r gets through
+    ("cpu min/max helpers letting NaN through", CPU_MINMAX.replace("CLAMP", MINMAX_CLAMP.replace(
+        f"dp_max_float32x8(r, {ZF})", f"dp_max_float32x8({ZF}, r)")).replace("CONVERT", CPU_CONVERT), None),
+    ("cpu min/max helpers, lower clamp only", CPU_MINMAX.replace("CLAMP", MINMAX_CLAMP.replace(
+        f"dp_min_float32x8(c0, {TF})", "c0")).replace("CONVERT", CPU_CONVERT), None),
     ("cpu clamp, masks in variables", CPU.replace("CLAMP", cpu_clamp("0.0f", "3.0f")).replace(
         "CONVERT", CPU_CONVERT), 16),
     ("cpu clamp, masks inline", CPU.replace("CLAMP", cpu_clamp("0.0f", "3.0f", inline=True)).replace(
