@@ -14,8 +14,9 @@ outputs inside the row and the last one ends at the row's end. The outputs where
 before it are computed and stored twice, by the same expression at the same index: the same value each time.
 That holds only where no store of the kernel is read back by it (a state updated in place): such a kernel keeps
 its plan. Every other output is stored once, as before. A row whose loads cannot be vectors (each output reads its
-own contiguous run: softmax's max and sum over 197 tokens) and that has fewer than ``SCALAR_OVERLAP_WIDTH``
-outputs a tile and no reuse axis gets that many scalar outputs a tile, overlapped alike (``plan_scalar_overlap``).
+own contiguous run: softmax's max and sum over 197 tokens, where ``reduce_lanes`` did not take them) and that has
+fewer than ``SCALAR_OVERLAP_WIDTH`` outputs a tile and no reuse axis gets that many scalar outputs a tile,
+overlapped alike (``plan_scalar_overlap``).
 
 The same for an elementwise kernel (``plan_overlapped_row``) whose row no vector width divides (softmax's exp over
 a ViT's 197 tokens, a transformer's 25) and whose row computes float32 ``EXP`` or ``ERF``: as scalars these are one

@@ -13,6 +13,12 @@ over the lanes, which the renderer spells as a tree of lane combines (targets/cs
 axis is then tiled ``LANE_REDUCE_TILE`` outputs a step (plain copies, one vector accumulator each), so several
 independent accumulators hide the add latency.
 
+A reduce of n values no vector width divides (softmax's max and sum over a ViT's 197 tokens, which ran as one
+scalar per value) takes ``ceil(n / lanes)`` steps, the last one's vector shifted back to end at the row's end (as
+overlapped rows do: jit/codegen/opt/overlap.py), so every load is a whole vector inside the row. A max or min sees
+the values the last vector shares with the one before twice, which changes nothing; a sum adds 0 in those lanes
+instead (a compare and a select a step).
+
 Before: a lowered kernel (global, reduce ranges), not vectorized yet. After: the same outputs; the reduce's
 additions grouped differently (``lanes`` interleaved partial sums, then their pairwise sum), so float sums agree
 within rounding; max, min and integer sums are exact.
@@ -46,7 +52,8 @@ def plan_reduce_lanes(sink: UOp, opts: OptOptions, vector_width: int) -> tuple[U
     """``(r, lanes)`` for ``split_reduce_lanes``, or None. It applies to a kernel of one STORE and one ADD/MAX/MIN
     REDUCE of a vector dtype, where every load that depends on the reduce's innermost range ``r`` reads it
     contiguously and reads the contiguous output axis (if any) at a stride no vector load takes (so no tile of that
-    axis shares it): ``lanes`` is the widest power of two up to ``vector_width`` dividing ``r``."""
+    axis shares it): ``lanes`` is the widest power of two up to ``vector_width`` dividing ``r``, else (none of at
+    least ``MIN_LANES``) the widest up to ``r``'s size, the last step shifted back (module docstring)."""
     if not (opts.reduce_lanes and opts.vectorize) or vector_width < MIN_LANES or len(sink.src) != 1:
         return None
     nodes = toposort([sink])
@@ -59,9 +66,11 @@ def plan_reduce_lanes(sink: UOp, opts: OptOptions, vector_width: int) -> tuple[U
     n = int(rng.src[0].arg)
     if n < MIN_LANES:  # an empty reduce among them
         return None
-    lanes = 1 << (min(vector_width, n).bit_length() - 1)
+    widest = lanes = 1 << (min(vector_width, n).bit_length() - 1)
     while lanes >= MIN_LANES and n % lanes:
         lanes //= 2
+    if lanes < MIN_LANES:  # no width divides the row: the widest, its last vector shifted back
+        lanes = widest
     trips = math.prod(int(r.src[0].arg) for r in red.src[1:])
     if lanes < MIN_LANES or trips // lanes < LANE_REDUCE_MIN_STEPS:
         return None
@@ -84,10 +93,17 @@ def split_reduce_lanes(sink: UOp, rng: UOp, lanes: int) -> UOp:
     (module docstring)."""
     nodes = toposort([sink])
     red = next(u for u in nodes if u.op is Ops.REDUCE)
-    steps = UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(int(rng.src[0].arg) // lanes),), rng.arg)
+    n = int(rng.src[0].arg)
+    steps = UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-n // lanes)),), rng.arg)
     lane = lane_range(sink, lanes)
-    partial = UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: steps * lanes + lane}), *red.src[1:-1], steps),
-                  red.arg)
+    if n % lanes == 0:
+        value = red.src[0].substitute({rng: steps * lanes + lane})
+    else:  # the last step shifted back to end at n; a sum adds 0 where it repeats the step before
+        start = (steps * lanes).minimum(n - lanes)
+        value = red.src[0].substitute({rng: start + lane})
+        if red.arg is Ops.ADD:
+            value = (start + lane < steps * lanes).where(value.const_like(0), value)
+    partial = UOp(Ops.REDUCE, red.dtype, (value, *red.src[1:-1], steps), red.arg)
     split = sink.substitute({red: UOp(Ops.REDUCE, red.dtype, (partial, lane), red.arg)})
     if (inner := _contiguous_output_axis(nodes)) is None:
         return split
