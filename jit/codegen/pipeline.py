@@ -14,7 +14,7 @@
    unrolling of small loops in the rest), then symbolic again, then, for a target whose language has no vector
    ``exp`` or a slow one, ``lower_vector_exp`` (float32 exp and erf on vector lanes as arithmetic), and for one whose
    vector ``rint`` is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds); then
-   ``fold_reciprocal_products`` (``a * (1 / b)`` as ``a / b`` and back, whichever is fewer operations);
+   ``fold_reciprocal_products`` (``a * (1 / b)`` as ``a / b`` where that saves an operation: SiLU's epilogue);
 6. ``finish_kernel``, under NOOPT too: the optimizer's steps that shape how the renderer spells loops, addresses
    and accumulators (unroll hints, base pointers, parked accumulators), where the kernel's options turn them on
    (the target's ``default_opts`` when no tuning chose any).

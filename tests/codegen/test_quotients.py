@@ -1,6 +1,5 @@
 """``fold_reciprocal_products`` (jit/codegen/passes/quotients.py): ``a * (1 / b)`` becomes ``a / b`` only where
-the reciprocal varies with every range ``a`` does and has no other consumer, and ``a / b`` becomes ``a * (1 / b)``
-where ``b`` varies with fewer ranges than ``a`` (a softmax's division by its row's sum)."""
+the reciprocal varies with every range ``a`` does and has no other consumer; the results are the quotient's."""
 
 from __future__ import annotations
 
@@ -43,14 +42,3 @@ def test_a_reciprocal_used_twice_stays() -> None:
     assert len(lines) == 1 and "1.0f/" in lines[0], lines
     recip = np.float32(1) / (X + np.float32(2))
     np.testing.assert_allclose(out.numpy(), X * recip + recip, rtol=1e-6, atol=1e-6)
-
-
-def test_a_division_by_a_value_of_fewer_ranges_is_a_product_with_its_reciprocal() -> None:
-    """A softmax's normalization: one reciprocal a row (the C compiler hoists it) and a multiply an element, where
-    a division an element cost more than the rest of the kernel; within an ulp of the quotient."""
-    out = Tensor(X) / Tensor(ROW)
-    lines = _divisions(out)
-    assert len(lines) == 1 and "*" in lines[0] and "1/" in lines[0], lines
-    np.testing.assert_allclose(out.numpy(), X / ROW, rtol=2.5e-7, atol=0)
-    same = Tensor(X) / (Tensor(X) + 2)  # the divisor varies with every range: the division stays
-    assert "*" not in _divisions(same)[0]
