@@ -165,7 +165,6 @@ def rounded(name: str, v: Floats) -> Floats:
     return Floats(tuple(tuple(float(f(b)) if math.isfinite(b) else b for b in r) for r in v.lanes), v.t)
 
 
-
 def ordered_max_min(op: str, n: int, a: Value, b: Value) -> Value:
     """``a > b ? a : b`` (op max) or ``a < b ? a : b`` (min) over ``n`` float32 lanes (targets/minmax.py): where
     ``b`` may be NaN, anything; where only ``a`` may be, ``b``'s lane or beyond it (NaN fails the comparison and

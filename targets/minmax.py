@@ -4,7 +4,7 @@ GCC's C vector extensions have no min or max, and a select is a compare and a bl
 ``maxps``/``minps`` is one. Those compute exactly ``a > b ? a : b`` and ``a < b ? a : b`` lane by lane (``b``
 where either is NaN or both are zeros), which is what the C renderer (targets/cstyle/vectors.py) spells with them:
 a where of a comparison between the two values it picks (a ReLU's ``x < 0 ? 0 : x``) and a clamp to a constant
-bound other than zero (for a zero bound, ``a <= 0 ? 0 : a`` would give -0.0 where ``maxps`` gives +0.0). The
+bound other than zero (for a zero bound, ``a <= 0 ? 0 : a`` gives +0.0 for a -0.0 ``a``, ``maxps(0, a)`` -0.0). The
 exp lowering's two clamps and HardSwish's ``min(x, 6)`` are in every epilogue of EfficientNet and MobileNetV3.
 
 ``dp_max_float32x<n>(a, b)`` and ``dp_min_float32x<n>(a, b)`` for 4, 8 and 16 lanes, emitted by the C target

@@ -5,8 +5,8 @@ a signed or ``--allow-unsigned`` package may not steer that compiler: its record
 (``check_flags``), and every source must have the shape the C-style renderer (targets/cstyle) gives it
 (``check_source``): the dialect's fixed prelude (its includes or extension pragmas, then helpers inside
 ``#ifndef`` guards: vector typedefs, the OpenMP team-size variable, integer power, the image read, scatter and
-min/max), then exactly
-one kernel named the command buffer's entry, whose body has no preprocessor line but the renderer's loop pragmas.
+min/max), then exactly one kernel named the command buffer's entry, whose body has no preprocessor line but the
+renderer's loop pragmas.
 Anything else is refused before anything is compiled: other ``#`` lines, ``asm``, ``_Pragma``, attributes other
 than a vector typedef's ``vector_size``, storage classes (``extern``, ``static``), another top-level definition,
 string or character literals, comments, backslashes, digraphs, reserved identifiers the renderer never writes,

@@ -253,7 +253,8 @@ class VectorExprs(ABC):
             return f"(1.0f/{self.expr(u.src[0])})"
         if self.lanes == lang.vector_minmax_lanes and (picked := _minmax_operands(u)) is not None and \
                 (helper := lang.vector_minmax.get(picked[0])) is not None:
-            fn, _ = f"dp_{picked[0]}_float32x{self.lanes}", self.vtname(d)  # the typedef first: the helper names it
+            self.vtname(d)  # the typedef first: the helper names it
+            fn = f"dp_{picked[0]}_float32x{self.lanes}"
             a, b = (self.as_vector(s, d) for s in picked[1:])
             self.helpers.setdefault(fn, helper)
             return f"{fn}({a}, {b})"
