@@ -28,6 +28,13 @@ inline on its own thread, as do calls for one thread or one element. Workers are
 largest count asked for) and never end; the library is loaded once per process and never unloaded. A forked child
 starts with no workers and starts its own.
 
+A worker descheduled in the middle of a chunk holds the region up until the OS runs it again: on cores shared with
+busy processes, a time slice of theirs (milliseconds) in almost every call of a model of many small regions. So when
+the caller waits for other threads' chunks longer than ``STALL_RATIO`` times its own part of the region took, and at
+least ``STALL_MIN_NS``, the regions that follow run on the caller alone for ``SOLO_FACTOR`` times that wait (at most
+``SOLO_MAX_NS``), then share out again: under lasting contention the caller computes alone rather than waiting a
+slice per region for a worker, and on a quiet machine a rare stall costs a few alone regions.
+
 A woken worker keeps off the core its caller runs on: the caller notes its core (``sched_getcpu``) when it
 publishes a region or a hold, and a worker that finds it changed sets its own affinity to every core the process may
 use but that one. Left to the OS, a worker woken after an idle spell ran on the caller's core for the next several
@@ -50,6 +57,12 @@ import cffi
 SPIN_NS = 20_000  # at most this long spinning before a futex wait (workers and caller alike)
 LINGER_NS = 500_000  # idle workers poll (yielding, module docstring) this long after the last call or region
 SPLIT = 4  # chunks per thread: a late thread costs at most about 1 / (threads * SPLIT) of a region
+# a wait for other threads' chunks counts as a stall (module docstring) past this many times the caller's own part
+# and this long: a chunk runs for a fraction of the caller's part, a descheduled thread for a time slice
+STALL_RATIO = 4
+STALL_MIN_NS = 500_000
+SOLO_FACTOR = 16  # regions after a stall run on the caller alone for this many times the stall
+SOLO_MAX_NS = 1_000_000_000
 MAX_THREADS = 256
 
 POOL_SOURCE = r"""
@@ -100,6 +113,8 @@ static cpu_set_t dp_cores;               /* the cores the process may run on, wh
 static _Atomic int dp_avoid;             /* workers keep off the caller's core (dp_pool_avoid_caller) */
 static _Atomic int dp_caller_cpu = -1;   /* the core the caller published its last region or hold from */
 static _Atomic int64_t dp_stall_ns;
+static _Atomic int64_t dp_solo_until;    /* dp_now() until which regions run on the caller alone (a worker stalled) */
+static _Atomic int64_t dp_solo_factor = SOLO_FACTOR;
 
 static void dp_futex_wait(_Atomic uint32_t *w, uint32_t v) {
   syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
@@ -255,6 +270,12 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
     fn(ctx, 0, n);  /* one thread, one element, or a region already running (nested or another caller) */
     return;
   }
+  int64_t started = dp_now();
+  if (started < atomic_load_explicit(&dp_solo_until, memory_order_relaxed)) {
+    fn(ctx, 0, n);  /* a worker stalled a region lately: the caller alone until the solo spell ends */
+    atomic_flag_clear_explicit(&dp_busy, memory_order_release);
+    return;
+  }
   int workers = dp_start_workers(threads - 1);
   if (workers > threads - 1) workers = threads - 1;
   int64_t nch = chunks > 0 ? chunks : (int64_t)(workers + 1) * SPLIT;
@@ -280,6 +301,7 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
   atomic_store(&dp_gen, gen);
   dp_wake_sleepers();
   dp_run_chunks(gen, 0);
+  int64_t own_done = dp_now();
   /* wait for the chunks other threads hold: spin a little, then sleep until the last one is done */
   for (;;) {
     uint32_t d = atomic_load(&dp_done);
@@ -289,6 +311,11 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
     while ((d = atomic_load(&dp_done)) != (uint32_t)nch) dp_futex_wait(&dp_done, d);
     atomic_store(&dp_caller_waiting, 0);
     break;
+  }
+  int64_t finished = dp_now(), waited = finished - own_done;
+  if (waited >= STALL_MIN_NS && waited > STALL_RATIO * (own_done - started)) {
+    int64_t solo = waited * atomic_load_explicit(&dp_solo_factor, memory_order_relaxed);
+    atomic_store_explicit(&dp_solo_until, finished + (solo < SOLO_MAX_NS ? solo : SOLO_MAX_NS), memory_order_relaxed);
   }
   dp_linger();
   atomic_flag_clear_explicit(&dp_busy, memory_order_release);
@@ -300,7 +327,9 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
    many sleeping workers it woke. */
 int dp_pool_hold(int delta) {
   if (delta < 0) dp_linger();
-  if (atomic_fetch_add(&dp_holds, delta) + delta <= 0 || delta <= 0 || atomic_load(&dp_sleepers) == 0) return 0;
+  if (atomic_fetch_add(&dp_holds, delta) + delta <= 0 || delta <= 0 || atomic_load(&dp_sleepers) == 0 ||
+      dp_now() < atomic_load_explicit(&dp_solo_until, memory_order_relaxed))
+    return 0;
   if (atomic_flag_test_and_set_explicit(&dp_busy, memory_order_acquire)) return 0;
   dp_note_caller_cpu();
   atomic_fetch_add(&dp_gen, 1);
@@ -330,12 +359,17 @@ void dp_pool_set_linger_ns(int64_t ns) {
   if (ns <= 0) atomic_store(&dp_linger_until, 0);
 }
 int dp_pool_lingering(void) { return dp_now() < atomic_load(&dp_linger_until); }
+int dp_pool_solo(void) { return dp_now() < atomic_load(&dp_solo_until); }
+void dp_pool_end_solo(void) { atomic_store(&dp_solo_until, 0); }
+void dp_pool_set_solo_factor(int64_t f) { atomic_store(&dp_solo_factor, f < 0 ? 0 : f); }
 void dp_pool_stall_worker(int worker, int64_t ns) {
   atomic_store(&dp_stall_ns, ns);
   atomic_store(&dp_stall_worker, worker);
 }
 """.replace("MAX_THREADS", str(MAX_THREADS)).replace("SPIN_NS", str(SPIN_NS)).replace("LINGER_NS", str(LINGER_NS)) \
-    .replace("SPLIT", str(SPLIT))
+    .replace("SPLIT", str(SPLIT)).replace("STALL_RATIO", str(STALL_RATIO)) \
+    .replace("STALL_MIN_NS", str(STALL_MIN_NS)).replace("SOLO_FACTOR", str(SOLO_FACTOR)) \
+    .replace("SOLO_MAX_NS", str(SOLO_MAX_NS))
 
 POOL_CDEF = """
 typedef void (*dp_fn)(void *ctx, int lo, int hi);
@@ -348,6 +382,9 @@ void dp_pool_set_spin_ns(int64_t ns);
 void dp_pool_set_linger_ns(int64_t ns);
 int dp_pool_lingering(void);
 void dp_pool_stall_worker(int worker, int64_t ns);
+int dp_pool_solo(void);
+void dp_pool_end_solo(void);
+void dp_pool_set_solo_factor(int64_t f);
 """
 POOL_FLAGS = ("-pthread",)
 

@@ -230,7 +230,10 @@ class CPUReplay(Replay):
         key = split_key(self.source, self.threads)
         choice = stored_choice(key, self.n_dispatches)
         if choice is None:
+            self._pool.dp_pool_end_solo()  # a stall before or while measuring would time every dispatch inline
             choice = self._measure_split(inputs)
+            if self._pool.dp_pool_solo():
+                return [False] * self.n_dispatches  # a worker stalled: timings of a shared core, not stored
             store_choice(key, choice)
         return choice
 

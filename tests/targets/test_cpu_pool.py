@@ -56,13 +56,28 @@ void who(void *ctx, int lo, int hi) {
     while (now_ns() < end) {}
   }
 }
+/* ctx: the caller's thread id, how long a chunk sleeps when another thread runs it (microseconds), and how long
+   each index keeps the caller busy: a worker descheduled in the middle of its first chunk */
+void nap(void *ctx, int lo, int hi) {
+  int32_t *c = ctx;
+  if ((int32_t)syscall(SYS_gettid) != c[0]) {
+    struct timespec ts = {c[1] / 1000000, (long)(c[1] % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+    return;
+  }
+  for (int i = lo; i < hi; i++) {
+    int64_t end = now_ns() + (int64_t)c[2] * 1000;
+    while (now_ns() < end) {}
+  }
+}
 """
 
 
 @pytest.fixture(scope="module")
 def work() -> tuple[cffi.FFI, object, object]:
     ffi = cffi.FFI()
-    ffi.cdef("void work(void *ctx, int lo, int hi); void who(void *ctx, int lo, int hi);")
+    ffi.cdef("void work(void *ctx, int lo, int hi); void who(void *ctx, int lo, int hi); "
+             "void nap(void *ctx, int lo, int hi);")
     lib = ffi.dlopen(str(cpu.compile_shared(WORK)))
     p = cpu.thread_pool()
     fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.work)))
@@ -115,6 +130,48 @@ def test_a_worker_that_is_not_scheduled_does_not_hold_the_region_up(work: tuple)
     time.sleep(0.45)  # the sleeper wakes to a finished job: it claims nothing
     counts, _ = region(work[2], 2, 16)
     assert (counts == 1).all()
+
+
+def _napping_region(work: tuple, nap_us: int) -> None:
+    """8 chunks on 2 threads while the pool is held (its worker polls, so it takes part): a chunk the worker runs
+    sleeps ``nap_us``, the caller's are busy 300 us an index."""
+    ffi, lib, _ = work
+    p = cpu.thread_pool()
+    ctx = np.array([threading.get_native_id(), nap_us, 300], dtype=np.int32)
+    p.lib.dp_pool_hold(1)
+    try:
+        p.lib.dp_parallel_for(2, 8, 8, p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.nap))),
+                              p.ffi.cast("void*", ctx.ctypes.data))
+    finally:
+        p.lib.dp_pool_hold(-1)
+
+
+def test_a_worker_stalled_in_a_chunk_leaves_the_next_regions_to_the_caller(work: tuple) -> None:
+    """A worker that sleeps 60 ms in its first chunk (as one descheduled there by a busy process would) holds that
+    region up; the regions after it run on the caller alone, every index once, until the solo spell ends. With the
+    spell's factor 0 a stall changes nothing."""
+    ffi, lib, _ = work
+    p = cpu.thread_pool()
+    region(work[2], 2, 8)  # the worker exists
+    p.lib.dp_pool_end_solo()
+    try:
+        for _ in range(5):  # on a loaded machine the caller may claim every chunk before the worker comes
+            _napping_region(work, 60_000)
+            if p.lib.dp_pool_solo():
+                break
+        assert p.lib.dp_pool_solo()
+        ctx = held_who_region(cpu.thread_pool().ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who))), 100)
+        assert set(ctx[2::2].tolist()) == {threading.get_native_id()}
+        counts, _ = region(work[2], 2, 16)
+        assert (counts == 1).all()
+        p.lib.dp_pool_end_solo()
+        assert not p.lib.dp_pool_solo()
+        p.lib.dp_pool_set_solo_factor(0)
+        _napping_region(work, 60_000)
+        assert not p.lib.dp_pool_solo()
+    finally:
+        p.lib.dp_pool_set_solo_factor(cpu_pool.SOLO_FACTOR)
+        p.lib.dp_pool_end_solo()
 
 
 def test_a_region_inside_a_region_runs_on_its_thread(work: tuple) -> None:
@@ -172,6 +229,7 @@ def test_holding_the_pool_wakes_its_sleeping_workers(work: tuple) -> None:
     try:
         assert _all_asleep(p)
         p.lib.dp_pool_set_spin_ns(cpu_pool.SPIN_NS)
+        p.lib.dp_pool_end_solo()  # a stall in an earlier test leaves the workers asleep for a while
         woken = p.lib.dp_pool_hold(1)
         try:
             assert woken >= p.workers()
