@@ -298,17 +298,26 @@ def _constant(u: UOp) -> bool:
     return u.op is Ops.CONST
 
 
+def _input_scaled(weight: Tensor, input_scale: Tensor | None) -> Tensor:
+    """``weight`` (Cout, Cin/groups, *k) times ``input_scale`` (Cin,) per input channel; ``weight`` when None."""
+    if input_scale is None:
+        return weight
+    return weight * input_scale.reshape(1, weight.shape[1], *(1,) * (weight.ndim - 2))
+
+
 def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: IntOrTuple = 1,
-           dilation: IntOrTuple = 1, padding: Any = 0) -> Tensor:
+           dilation: IntOrTuple = 1, padding: Any = 0, input_scale: Tensor | None = None) -> Tensor:
     """N-d convolution (cross-correlation): input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel).
 
     ``padding`` is an int, one value per spatial dim, (begin, end) pairs, or flat ONNX pads
-    (begin..., end...) for asymmetric padding. Conv and bias compute in one reduce kernel.
+    (begin..., end...) for asymmetric padding. Conv and bias compute in one reduce kernel. ``input_scale`` (Cin,):
+    the conv of ``self`` times that scale per input channel, carried by the weights (jit/frontend/channel_scale.py).
     """
-    if scaled := channel_scaled(self, weight, groups):  # squeeze-and-excitation's scale onto the weights
-        return conv2d(scaled[0], scaled[1], bias, groups, stride, dilation, padding)
+    if input_scale is None and (scaled := channel_scaled(self, weight, groups)):  # squeeze-and-excitation's scale
+        return conv2d(scaled[0], weight, bias, groups, stride, dilation, padding, input_scale=scaled[1])
     if tile := pick_tile(self, weight, groups, stride, dilation, padding):
-        return winograd_conv2d(self, weight, bias, padding, tile, int_tuple(stride, 2, "conv stride")[0])
+        return winograd_conv2d(self, _input_scaled(weight, input_scale), bias, padding, tile,
+                               int_tuple(stride, 2, "conv stride")[0])
     nd = weight.ndim - 2
     if nd < 1 or self.ndim != weight.ndim:
         raise ShapeError(f"conv: input {self.shape} and weight {weight.shape} expected the same rank >= 3")
@@ -320,6 +329,9 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
                          f"input {self.shape}, weight {weight.shape}")
     if bias is not None and bias.shape != (cout,):
         raise ShapeError(f"conv: bias expected shape ({cout},), got {bias.shape}")
+    if input_scale is not None and (groups != 1 or input_scale.shape != (cin,)):
+        raise ShapeError(f"conv: input_scale expected shape ({cin},) with groups 1, got {input_scale.shape} with "
+                         f"groups {groups}")
     st, dl = int_tuple(stride, nd, "conv stride"), int_tuple(dilation, nd, "conv dilation")
     pads = spatial_pads(padding, nd, "conv padding")
     x = self.pad(((0, 0), (0, 0), *pads))
@@ -327,11 +339,13 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     out_sp = win.shape[2:2 + nd]
     macs = bs * cout * math.prod(out_sp) * cin_g * math.prod(kernel)
     if macs >= PAD_MATERIALIZE_MIN_MACS and rows_across_memory(self):
-        return conv2d(self.contiguous(), weight, bias, groups, stride, dilation, padding)
+        return conv2d(self.contiguous(), weight, bias, groups, stride, dilation, padding, input_scale)
     if math.prod(kernel) == 1 and max(st) > 1 and macs >= PAD_MATERIALIZE_MIN_MACS:
         # a strided 1x1 conv (resnet's projection shortcuts) over a subsampled copy: a stride-1 pointwise conv's
         # rows merge into one long vector row (jit/codegen/opt/merge.py) instead of 28- or 14-wide rows read at stride 2
-        return conv2d(win.reshape(bs, cin, *out_sp).contiguous(), weight, bias, groups)
+        return conv2d(win.reshape(bs, cin, *out_sp).contiguous(), weight, bias, groups, input_scale=input_scale)
+    if input_scale is not None and math.prod(kernel) > 1:
+        weight, input_scale = _input_scaled(weight, input_scale), None
     if _channels_last_depthwise(out_sp[-1], tuple(kernel), cin_g, cout // groups, cout, macs, self.device):
         x, weight = _depthwise_channels_last(x, weight)
         win = window(x, tuple(kernel), st, dl)
@@ -345,7 +359,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     if pointwise and groups == 1 and math.prod(out_sp) == 1:
         # over one pixel (squeeze-and-excitation's two convs after a global pool) a 1x1 conv is a matrix-vector
         # product: tiled as one, its weights stored (Cin, Cout) rows, not gathered a channel at a time
-        out = x.reshape(bs, cin).matmul(weight.reshape(cout, cin).T).reshape(bs, cout, *out_sp)
+        out = x.reshape(bs, cin).matmul(_input_scaled(weight, input_scale).reshape(cout, cin).T).reshape(bs, cout,
+                                                                                                         *out_sp)
         return out + bias.reshape(1, cout, *ones) if bias is not None else out
     row = math.prod(out_sp) if pointwise else out_sp[-1]
     if _channels_last_weights(row, out_sp[-1], cout_g, macs, self.device):
@@ -354,7 +369,11 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
         # resnet's 512 (2 KB) lands every tap in the same few cache sets (measured 3x slower)
         n, v = weight.ndim, channel_block(cout_g, self.device)
         blocked = weight.reshape(cout // v, v, *weight.shape[1:]).permute(0, *range(2, n + 1), 1).contiguous()
+        if input_scale is not None:  # scaled in the layout the conv reads: one contiguous pass
+            blocked = (blocked * input_scale.reshape(1, cin, *ones, 1)).contiguous()
+            input_scale = None
         weight = blocked.permute(0, n, *range(1, n)).reshape(weight.shape)
+    weight = _input_scaled(weight, input_scale)
     xw = win.reshape(bs, g, 1, cin_g, *out_sp, *kernel)
     ww = weight.reshape(1, g, cout_g, cin_g, *ones, *kernel)
     out_dtype = least_upper_dtype(self.dtype, weight.dtype)
