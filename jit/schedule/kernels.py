@@ -21,6 +21,7 @@ from jit.common.dtype import DType, commit_weak
 from jit.common.helpers import STORE_VIEWS
 from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
+from jit.schedule.channels_last import channels_last_view
 from jit.schedule.concat_stores import find_concats, pieces_to_compute
 from jit.schedule.fusion_cost import dear_producers
 from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel, lower_zero_fill
@@ -214,11 +215,18 @@ def _close_boundaries(start: set[UOp], rank: dict[UOp, int]) -> set[UOp]:
     return boundaries
 
 
+def _computes_a_reduce(node: UOp, boundaries: set[UOp]) -> bool:
+    """Whether ``node``'s kernel computes a reduce: ``node`` is one, or its epilogue (elementwise and reshapes)."""
+    return node.op is Ops.REDUCE_AXIS or ((node.op in GroupOp.Elementwise or node.op is Ops.RESHAPE) and
+                                         _epilogue_of_reduce(node, boundaries))
+
+
 def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKernel], dict[UOp, UOp]]:
     """Kernels computing ``targets`` in order, and the map from every computed node to its buffer view."""
     # reuse what earlier realizes computed
     known = {n: realized[n] for n in toposort(targets) if n in realized}
     graph = [_substitute_stopping(t, known) if known else t for t in targets]
+    roots = set(graph)  # the values asked for: their buffers keep the values' own layout
     kernels: list[ScheduledKernel] = []
     views: dict[UOp, UOp] = {}
     boundaries = find_boundaries(graph)
@@ -274,7 +282,13 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             views[node] = buffer_view(buf, node.shape)
         if size:
             body = _substitute_stopping(node, views)
-            add(node, body, buf, lower_kernel(body, buf, None if is_view_of_buffer(views[node]) else views[node]))
+            lowered = lower_kernel(body, buf, None if is_view_of_buffer(views[node]) else views[node])
+            # a conv's output tiled across channels: stored channels-last, read through the view (channels_last.py)
+            if STORE_VIEWS and piece_of is None and copy is None and node not in roots and _computes_a_reduce(
+                    node, boundaries) and (view := channels_last_view(node, buf, lowered[0], device)) is not None:
+                views[node] = view
+                lowered = lower_kernel(body, buf, view)
+            add(node, body, buf, lowered)
     becomes: dict[UOp, UOp] = dict(known)
     for original, rebuilt in zip(targets, graph, strict=True):
         becomes[original] = views.get(rebuilt, rebuilt)
