@@ -52,9 +52,14 @@ def channels_last_view(node: UOp, buf: UOp, ast: UOp, device: str) -> UOp | None
     way) or tiled otherwise."""
     shape = node.shape
     dims = tuple(d for d in shape or () if d != 1)
-    if shape is None or len(dims) not in (3, 4) or not tiles_across_channels(ast, device):
+    if shape is None or len(dims) not in (3, 4):
         return None
     *batch, c, h, w = dims
+    opts = target_default_opts(Device[device])
+    if w % opts.channel_vector == 0 and w >= opts.wide_channel_vector:
+        return None  # rows that split into vectors: tiled along them (planning is the slow part of a warm capture)
+    if not tiles_across_channels(ast, device):
+        return None
     stored = UOp(Ops.RESHAPE, buf.dtype, (buf,), (*batch, h, w, c))
     plain = UOp(Ops.PERMUTE, node.dtype, (stored,), (*range(len(batch)), len(batch) + 2, len(batch), len(batch) + 1))
     return UOp(Ops.RESHAPE, node.dtype, (plain,), shape)
