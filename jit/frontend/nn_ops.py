@@ -359,8 +359,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     if pointwise and groups == 1 and math.prod(out_sp) == 1:
         # over one pixel (squeeze-and-excitation's two convs after a global pool) a 1x1 conv is a matrix-vector
         # product: tiled as one, its weights stored (Cin, Cout) rows, not gathered a channel at a time
-        out = x.reshape(bs, cin).matmul(_input_scaled(weight, input_scale).reshape(cout, cin).T).reshape(bs, cout,
-                                                                                                         *out_sp)
+        matrix = _input_scaled(weight, input_scale).reshape(cout, cin)
+        out = x.reshape(bs, cin).matmul(matrix.T).reshape(bs, cout, *out_sp)
         return out + bias.reshape(1, cout, *ones) if bias is not None else out
     row = math.prod(out_sp) if pointwise else out_sp[-1]
     if _channels_last_weights(row, out_sp[-1], cout_g, macs, self.device):

@@ -4,11 +4,11 @@ Before: a kernel's output buffer holds its value in the value's own (N, C, H, W)
 do not split into vectors (the 14-, 7- and 13-wide rows of a 224 input's late stages) is tiled across output
 channels instead (jit/codegen/opt/tiling.py): each vector holds one pixel of 8 or 16 channels, which lie a whole
 plane apart in that order, so every vector is stored lane by lane (an AVX-512 scatter, a store per lane on
-OpenCL), and on a CPU split over threads those scattered lines are what the next kernel reads from the other core.
+OpenCL).
 
 After ``channels_last_view``: such a kernel's buffer is laid out (N, H, W, C) and its value read back through a
 permute, so the same vectors store whole and contiguous; every reader indexes it through that view (a 1x1 conv
-reads one value per pixel and channel either way, a depthwise conv's padded copy gathers from it no worse). The
+tiled across its own output channels loads one input value per pixel and channel either way). The
 kernel is planned as the optimizer will plan it (``plan_tiles`` after the same dtype and symbolic passes, its rows
 merged as ``merge_output_dims`` merges them), and only one tiled across channels stores channels-last: a kernel
 tiled along its rows (56-, 111-wide) stores its row vectors whole in the plain order, where channels-last they
