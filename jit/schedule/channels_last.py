@@ -7,12 +7,11 @@ plane apart in that order, so every vector is stored lane by lane (an AVX-512 sc
 OpenCL).
 
 After ``channels_last_view``: such a kernel's buffer is laid out (N, H, W, C) and its value read back through a
-permute, so the same vectors store whole and contiguous; every reader indexes it through that view (a 1x1 conv
-tiled across its own output channels loads one input value per pixel and channel either way). The
-kernel is planned as the optimizer will plan it (``plan_tiles`` after the same dtype and symbolic passes, its rows
-merged as ``merge_output_dims`` merges them), and only one tiled across channels stores channels-last: a kernel
-tiled along its rows (56-, 111-wide) stores its row vectors whole in the plain order, where channels-last they
-would scatter.
+permute, so the same vectors store whole and contiguous; every reader indexes it through that view (a 1x1 conv tiled
+across its own output channels loads one input value per pixel and channel either way). The kernel is planned as the
+optimizer will plan it (``plan_tiles`` after the same dtype and symbolic passes, its rows merged as
+``merge_output_dims`` merges them), and only one tiled across channels stores channels-last: a kernel tiled along
+its rows (56-, 111-wide) stores its row vectors whole in the plain order, where channels-last they would scatter.
 
 What holds: the buffer holds the same values at permuted positions and every kernel reads them through the view,
 so each value is computed and read exactly as before; results are unchanged bit for bit.
