@@ -5,7 +5,9 @@ at any thread count, the count is per replay, and the range parameters are check
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 
 import targets.cpu_runtime as cpu
+from jit.common.errors import CompileError
 from jit.onnx.loader import load_onnx
 from jit.trace import capture_onnx
 from packager import samples
@@ -370,6 +373,67 @@ def test_woken_workers_keep_off_the_callers_core(work: tuple) -> None:
     for core in (cores[0], cores[-1]):
         masks = _worker_masks(fn, core)
         assert masks and all(m == set(cores) - {core} for m in masks), (core, masks)
+
+
+class SchedAttr(ctypes.Structure):
+    """Linux's ``struct sched_attr`` up to ``sched_period`` (SCHED_ATTR_SIZE_VER0)."""
+
+    _fields_ = [("size", ctypes.c_uint32), ("policy", ctypes.c_uint32), ("flags", ctypes.c_uint64),
+                ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32), ("runtime", ctypes.c_uint64),
+                ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64)]
+
+
+SYS_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}
+
+
+def _slice_ns(tid: int) -> int:
+    """The thread's ``sched_runtime``: its EEVDF slice on Linux 6.12 and later, 0 for a fair thread before."""
+    attr = SchedAttr()
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(SYS_SCHED_GETATTR[platform.machine()], tid, ctypes.byref(attr), ctypes.sizeof(attr), 0) == 0
+    return int(attr.runtime)
+
+
+@pytest.mark.skipif(platform.machine() not in SYS_SCHED_GETATTR, reason="sched_getattr's number known here")
+def test_workers_ask_for_a_short_time_slice(work: tuple) -> None:
+    """Workers take the slice request when woken (the shortest EEVDF takes by default, then whatever is set, 0 back
+    to the kernel's), and the caller's thread keeps its own."""
+    ffi, lib, _ = work
+    p = cpu.thread_pool()
+    fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
+    kernel_default = _slice_ns(threading.get_native_id())  # 0 where the kernel has no custom slices
+
+    def worker_slices() -> set[int]:
+        ctx = held_who_region(fn, 2000)
+        workers = set(ctx[2::2].tolist()) - {threading.get_native_id()}
+        assert workers, "no worker took a chunk"
+        return {_slice_ns(t) for t in workers}
+
+    try:
+        assert worker_slices() == {cpu_pool.SLICE_NS if kernel_default else 0}
+        p.lib.dp_pool_set_slice_ns(300_000)
+        assert worker_slices() == {300_000 if kernel_default else 0}
+        p.lib.dp_pool_set_slice_ns(0)
+        assert worker_slices() == {kernel_default}
+        assert _slice_ns(threading.get_native_id()) == kernel_default
+    finally:
+        p.lib.dp_pool_set_slice_ns(cpu_pool.slice_ns())
+
+
+@pytest.mark.parametrize(("value", "expected"), [("250", 250_000), ("0", 0), (None, cpu_pool.SLICE_NS)])
+def test_the_slice_setting(monkeypatch: pytest.MonkeyPatch, value: str | None, expected: int) -> None:
+    if value is None:
+        monkeypatch.delenv(cpu_pool.SLICE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(cpu_pool.SLICE_ENV, value)
+    assert cpu_pool.slice_ns() == expected
+
+
+def test_a_bad_slice_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cpu_pool.SLICE_ENV, "fast")
+    with pytest.raises(CompileError, match=r"DRIVEPACK_CPU_SLICE_US: expected a whole number of microseconds, "
+                                           r"got 'fast'"):
+        cpu_pool.slice_ns()
 
 
 @pytest.mark.parametrize(("setting", "cores"), [("0", "all"), ("1", "one")],
