@@ -157,6 +157,7 @@ def test_a_worker_stalled_in_a_chunk_leaves_the_next_regions_to_the_caller(work:
     p = cpu.thread_pool()
     region(work[2], 2, 8)  # the worker exists
     p.lib.dp_pool_end_solo()
+    p.lib.dp_pool_set_solo_factor(cpu_pool.SOLO_FACTOR)
     try:
         for _ in range(5):  # on a loaded machine the caller may claim every chunk before the worker comes
             _napping_region(work, 60_000)
@@ -173,7 +174,7 @@ def test_a_worker_stalled_in_a_chunk_leaves_the_next_regions_to_the_caller(work:
         _napping_region(work, 60_000)
         assert not p.lib.dp_pool_solo()
     finally:
-        p.lib.dp_pool_set_solo_factor(cpu_pool.SOLO_FACTOR)
+        p.lib.dp_pool_set_solo_factor(p.solo_factor)
         p.lib.dp_pool_end_solo()
 
 
@@ -418,6 +419,20 @@ def test_workers_ask_for_a_short_time_slice(work: tuple) -> None:
         assert _slice_ns(threading.get_native_id()) == kernel_default
     finally:
         p.lib.dp_pool_set_slice_ns(cpu_pool.slice_ns())
+
+
+@pytest.mark.skipif(platform.machine() not in SYS_SCHED_GETATTR, reason="sched_getattr's number known here")
+@pytest.mark.parametrize("setting", ["100", "0"])
+def test_no_solo_spells_where_workers_have_short_slices(setting: str) -> None:
+    """The pool's default solo factor: 0 where the kernel takes the workers' slice request, else SOLO_FACTOR."""
+    script = "import targets.cpu_runtime as cpu; p = cpu.thread_pool(); print(p.solo_factor, p.lib.dp_pool_slices())"
+    env = {**os.environ, cpu_pool.SLICE_ENV: setting, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    factor, slices = map(int, proc.stdout.split())
+    assert bool(slices) == (_slice_ns(threading.get_native_id()) != 0)
+    assert factor == (0 if slices and setting != "0" else cpu_pool.SOLO_FACTOR)
 
 
 @pytest.mark.parametrize(("value", "expected"), [("250", 250_000), ("0", 0), (None, cpu_pool.SLICE_NS)])
