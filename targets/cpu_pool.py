@@ -134,10 +134,7 @@ static _Atomic int64_t dp_solo_until;    /* dp_now() until which regions run on 
 static _Atomic int64_t dp_solo_factor = SOLO_FACTOR;
 static _Atomic int64_t dp_slice_ns = SLICE_NS;  /* the workers' slice request; 0: the kernel's */
 static _Atomic uint32_t dp_slice_gen = 1;       /* bumped when dp_slice_ns changes: workers apply it when woken */
-static _Atomic int dp_worker_tid[MAX_THREADS];
 
-/* the calling thread's slice request (sched_attr.sched_runtime: EEVDF's slice on Linux 6.12 and later, ignored
-   before; 0: the kernel's default), its policy and nice kept; a real-time or idle thread is left alone */
 struct dp_sched_attr {
   uint32_t size, policy;
   uint64_t flags;
@@ -145,10 +142,17 @@ struct dp_sched_attr {
   uint32_t priority;
   uint64_t runtime, deadline, period;
 };
+/* the calling thread's scheduling attributes, where its policy is a fair one (real-time and idle threads are left
+   alone) */
+static int dp_fair_attr(struct dp_sched_attr *a) {
+  *a = (struct dp_sched_attr){0};
+  return syscall(SYS_sched_getattr, 0, a, sizeof *a, 0) == 0 && (a->policy == SCHED_OTHER || a->policy == SCHED_BATCH);
+}
+/* the calling thread's slice request (sched_attr.sched_runtime: EEVDF's slice on Linux 6.12 and later, ignored
+   before; 0: the kernel's default), its policy and nice kept */
 static void dp_set_own_slice(int64_t ns) {
-  struct dp_sched_attr a = {0};
-  if (syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0) return;
-  if (a.policy != SCHED_OTHER && a.policy != SCHED_BATCH) return;
+  struct dp_sched_attr a;
+  if (!dp_fair_attr(&a)) return;
   a.size = sizeof a;
   a.flags = 0;
   a.runtime = (uint64_t)ns;
@@ -251,7 +255,6 @@ static void *dp_worker(void *arg) {
   int me = (int)(intptr_t)arg;
   int avoided = -2;  /* the caller's core this worker's affinity keeps it off (-2: none set yet) */
   uint32_t seen = atomic_load(&dp_gen), slice_seen = 0;
-  atomic_store(&dp_worker_tid[me], (int)syscall(SYS_gettid));
   for (;;) {
     uint32_t slice_gen = atomic_load_explicit(&dp_slice_gen, memory_order_relaxed);
     if (slice_gen != slice_seen) {
@@ -415,12 +418,8 @@ void dp_pool_set_slice_ns(int64_t ns) {
 }
 /* whether this kernel takes slice requests: it reports a fair thread's slice (Linux 6.12 and later) */
 int dp_pool_slices(void) {
-  struct dp_sched_attr a = {0};
-  return syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) == 0 && (a.policy == SCHED_OTHER || a.policy == SCHED_BATCH) &&
-         a.runtime != 0;
-}
-int dp_pool_worker_tid(int worker) {
-  return worker >= 0 && worker < dp_workers ? atomic_load(&dp_worker_tid[worker]) : 0;
+  struct dp_sched_attr a;
+  return dp_fair_attr(&a) && a.runtime != 0;
 }
 void dp_pool_stall_worker(int worker, int64_t ns) {
   atomic_store(&dp_stall_ns, ns);
@@ -446,7 +445,6 @@ int dp_pool_solo(void);
 void dp_pool_end_solo(void);
 void dp_pool_set_solo_factor(int64_t f);
 void dp_pool_set_slice_ns(int64_t ns);
-int dp_pool_worker_tid(int worker);
 int dp_pool_slices(void);
 """
 POOL_FLAGS = ("-pthread",)
@@ -478,8 +476,9 @@ class Pool:
         self.lib: Any = self.ffi.dlopen(path)
         self.parallel_for_address = int(self.ffi.cast("uintptr_t", self.lib.dp_parallel_for))
         self.avoids_caller = bool(self.lib.dp_pool_avoid_caller(os.environ.get(PIN_ENV, "1") != "0"))
-        slices = slice_ns() > 0 and bool(self.lib.dp_pool_slices())
-        self.lib.dp_pool_set_slice_ns(slice_ns())
+        slice_request = slice_ns()
+        slices = slice_request > 0 and bool(self.lib.dp_pool_slices())
+        self.lib.dp_pool_set_slice_ns(slice_request)
         self.solo_factor = 0 if slices else SOLO_FACTOR  # module docstring: no solo spells with short slices
         self.lib.dp_pool_set_solo_factor(self.solo_factor)
 
