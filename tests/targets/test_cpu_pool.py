@@ -5,9 +5,7 @@ at any thread count, the count is per replay, and the range parameters are check
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import subprocess
 import sys
 import textwrap
@@ -73,6 +71,13 @@ void nap(void *ctx, int lo, int hi) {
     while (now_ns() < end) {}
   }
 }
+/* the thread's sched_attr.sched_runtime (its EEVDF slice on Linux 6.12 and later, 0 for a fair thread before);
+   -1 where sched_getattr fails */
+long long slice_of(int tid) {
+  struct { uint32_t size, policy; uint64_t flags; int32_t nice; uint32_t priority;
+           uint64_t runtime, deadline, period; } a = {0};
+  return syscall(SYS_sched_getattr, tid, &a, sizeof a, 0) == 0 ? (long long)a.runtime : -1;
+}
 """
 
 
@@ -80,7 +85,7 @@ void nap(void *ctx, int lo, int hi) {
 def work() -> tuple[cffi.FFI, object, object]:
     ffi = cffi.FFI()
     ffi.cdef("void work(void *ctx, int lo, int hi); void who(void *ctx, int lo, int hi); "
-             "void nap(void *ctx, int lo, int hi);")
+             "void nap(void *ctx, int lo, int hi); long long slice_of(int tid);")
     lib = ffi.dlopen(str(cpu.compile_shared(WORK)))
     p = cpu.thread_pool()
     fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.work)))
@@ -376,39 +381,25 @@ def test_woken_workers_keep_off_the_callers_core(work: tuple) -> None:
         assert masks and all(m == set(cores) - {core} for m in masks), (core, masks)
 
 
-class SchedAttr(ctypes.Structure):
-    """Linux's ``struct sched_attr`` up to ``sched_period`` (SCHED_ATTR_SIZE_VER0)."""
-
-    _fields_ = [("size", ctypes.c_uint32), ("policy", ctypes.c_uint32), ("flags", ctypes.c_uint64),
-                ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32), ("runtime", ctypes.c_uint64),
-                ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64)]
+def _slice_ns(lib: object, tid: int) -> int:
+    ns = int(lib.slice_of(tid))
+    assert ns >= 0, f"sched_getattr failed for thread {tid}"
+    return ns
 
 
-SYS_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}
-
-
-def _slice_ns(tid: int) -> int:
-    """The thread's ``sched_runtime``: its EEVDF slice on Linux 6.12 and later, 0 for a fair thread before."""
-    attr = SchedAttr()
-    libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.syscall(SYS_SCHED_GETATTR[platform.machine()], tid, ctypes.byref(attr), ctypes.sizeof(attr), 0) == 0
-    return int(attr.runtime)
-
-
-@pytest.mark.skipif(platform.machine() not in SYS_SCHED_GETATTR, reason="sched_getattr's number known here")
 def test_workers_ask_for_a_short_time_slice(work: tuple) -> None:
     """Workers take the slice request when woken (the shortest EEVDF takes by default, then whatever is set, 0 back
     to the kernel's), and the caller's thread keeps its own."""
     ffi, lib, _ = work
     p = cpu.thread_pool()
     fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
-    kernel_default = _slice_ns(threading.get_native_id())  # 0 where the kernel has no custom slices
+    kernel_default = _slice_ns(lib, threading.get_native_id())  # 0 where the kernel has no custom slices
 
     def worker_slices() -> set[int]:
         ctx = held_who_region(fn, 2000)
         workers = set(ctx[2::2].tolist()) - {threading.get_native_id()}
         assert workers, "no worker took a chunk"
-        return {_slice_ns(t) for t in workers}
+        return {_slice_ns(lib, t) for t in workers}
 
     try:
         assert worker_slices() == {cpu_pool.SLICE_NS if kernel_default else 0}
@@ -416,14 +407,13 @@ def test_workers_ask_for_a_short_time_slice(work: tuple) -> None:
         assert worker_slices() == {300_000 if kernel_default else 0}
         p.lib.dp_pool_set_slice_ns(0)
         assert worker_slices() == {kernel_default}
-        assert _slice_ns(threading.get_native_id()) == kernel_default
+        assert _slice_ns(lib, threading.get_native_id()) == kernel_default
     finally:
         p.lib.dp_pool_set_slice_ns(cpu_pool.slice_ns())
 
 
-@pytest.mark.skipif(platform.machine() not in SYS_SCHED_GETATTR, reason="sched_getattr's number known here")
 @pytest.mark.parametrize("setting", ["100", "0"])
-def test_no_solo_spells_where_workers_have_short_slices(setting: str) -> None:
+def test_no_solo_spells_where_workers_have_short_slices(work: tuple, setting: str) -> None:
     """The pool's default solo factor: 0 where the kernel takes the workers' slice request, else SOLO_FACTOR."""
     script = "import targets.cpu_runtime as cpu; p = cpu.thread_pool(); print(p.solo_factor, p.lib.dp_pool_slices())"
     env = {**os.environ, cpu_pool.SLICE_ENV: setting, "PYTHONPATH": str(ROOT)}
@@ -431,7 +421,7 @@ def test_no_solo_spells_where_workers_have_short_slices(setting: str) -> None:
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     factor, slices = map(int, proc.stdout.split())
-    assert bool(slices) == (_slice_ns(threading.get_native_id()) != 0)
+    assert bool(slices) == (_slice_ns(work[1], threading.get_native_id()) != 0)
     assert factor == (0 if slices and setting != "0" else cpu_pool.SOLO_FACTOR)
 
 
