@@ -70,3 +70,19 @@ def test_dropping_graphs_frees_them() -> None:
         del x
     gc.collect()
     assert len(UOp._interned) - before < 50
+
+
+def test_toposort_orders_sources_first_and_each_call_owns_its_list() -> None:
+    from jit.ir.uop import toposort
+    a, b = UOp.const(dtypes.int32, 3), UOp.const(dtypes.int32, 4)
+    mul = a * b
+    root = mul + a
+    first = toposort([root])
+    assert first == [a, b, mul, root]
+    first.append(a)  # a caller's own list: the root's kept order is not touched
+    first.reverse()
+    assert toposort([root]) == [a, b, mul, root] == root.toposort()
+    assert toposort([root]) is not toposort([root])
+    # with roots or edges of its own a walk is never the kept one
+    assert toposort([mul, root]) == [a, b, mul, root]
+    assert toposort([root], lambda u: u.src[:1]) == [a, mul, root]
