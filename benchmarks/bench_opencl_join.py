@@ -1,21 +1,23 @@
-"""How late an OpenCL CPU driver's second thread joins a dispatch (issue 25: why PoCL lags the CPU target).
+"""How late an OpenCL CPU driver's second thread joins a dispatch, against the CPU target's pool (issue 25: why PoCL
+lags the CPU target).
 
-    python3 benchmarks/bench_opencl_join.py [--steps 1000,5000,20000,60000] [--chain 64] [--rounds 20] [--json]
+    python3 benchmarks/bench_opencl_join.py [--steps 5000,20000,60000] [--chain 64] [--rounds 20] [--json]
 
 The kernel: each work-item runs a dependent multiply-add chain of ``steps`` iterations on its own float and
 stores it, so a work-group's time is the chain's and nothing is shared. A chain of ``--chain`` dispatches of it is
 enqueued on drivepack's in-order OPENCL queue, once with one work-group per dispatch and once with two (one
 work-item each), and timed to ``clFinish`` (the fastest of ``--rounds``: a preempted round only adds time).
-Printed per chain length: microseconds per dispatch with one group and with two, and how long after the first the
-second group started: two groups on two threads take one group's time, so the excess over it is the second thread's
-join delay; where the second group added about its own work (one group's time less an empty dispatch's, ``steps``
-0), one thread ran both: it finished the first before the second thread came. The outputs are checked against the
-same chain in numpy first.
+The same chain runs on the CPU target's thread pool too (targets/cpu_pool.py ``dp_parallel_for``: one index on one
+thread, two indices on two, a region a dispatch). Printed per device and chain length: microseconds per dispatch
+with one group and with two, and how long after the first the second group started: two groups on two threads take
+one group's time, so the excess over it is the second thread's join delay; where the second group added about its
+own work (one group's time less an empty dispatch's, ``steps`` 0), one thread ran both: it finished the first before
+the second thread came. The outputs are checked against the same chain in numpy first.
 
 A driver thread that sleeps between commands (PoCL's wait on a condition variable) must be woken for each
 dispatch; on a VM whose idle vCPUs halt at once, that wake-up is what this prints, and a kernel shorter than about
 twice it gains nothing from the second thread. The CPU target's pool workers spin a few microseconds before they
-sleep (targets/cpu_pool.py), which covers the gap between one dispatch and the next.
+sleep, which covers the gap between one region and the next.
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
+import cffi
 import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 from jit import Device  # noqa: E402
+from targets import cpu_runtime  # noqa: E402
 from targets.cl_binding import CL_MEM_READ_WRITE, check, checked_create  # noqa: E402
 
 SOURCE = """__kernel void chain(__global float* a, int steps) {
@@ -38,6 +43,18 @@ SOURCE = """__kernel void chain(__global float* a, int steps) {
   for (int k = 0; k < steps; k++) s = s * 0.999f + 1.0f;
   a[i] = s;
 }"""
+POOL_SOURCE = """
+/* ctx: the steps, then one float per index */
+void chain(void *ctx, int lo, int hi) {
+  int steps = *(int *)ctx;
+  float *a = (float *)ctx + 1;
+  for (int i = lo; i < hi; i++) {
+    float s = a[i];
+    for (int k = 0; k < steps; k++) s = s * 0.999f + 1.0f;
+    a[i] = s;
+  }
+}
+"""
 # below this share of one group's work added by the second, the two groups overlapped: a second thread took one
 OVERLAP = 0.9
 
@@ -58,12 +75,22 @@ def expected(x: np.ndarray, steps: int, dispatches: int) -> np.ndarray:
     return y.astype(np.float32)
 
 
+class Runner(Protocol):
+    name: str
+
+    def write(self, x: np.ndarray) -> None: ...
+    def read(self) -> np.ndarray: ...
+    def run(self, steps: int, groups: int, dispatches: int) -> float: ...
+    def release(self) -> None: ...
+
+
 class ChainRunner:
     """The kernel built on drivepack's OPENCL device, a 2-float buffer, and timed chains of its dispatches."""
 
     def __init__(self) -> None:
         rt = Device.runtime("OPENCL")
         self.rt, self.ffi, self.lib = rt, rt.ffi, rt.lib
+        self.name = f"OPENCL, {rt.info.max_compute_units} threads"
         src = self.ffi.new("char[]", SOURCE.encode())
         self.program = checked_create("clCreateProgramWithSource", self.lib.clCreateProgramWithSource, rt.context,
                                       1, self.ffi.new("char*[1]", [src]), self.ffi.NULL)
@@ -103,7 +130,38 @@ class ChainRunner:
         self.lib.clReleaseProgram(self.program)
 
 
-def fastest_us(runner: ChainRunner, steps: int, dispatches: int, rounds: int) -> dict[int, float]:
+class PoolRunner:
+    """The same chain as a C function split over the CPU target's thread pool, a region per dispatch."""
+
+    def __init__(self) -> None:
+        self.pool = cpu_runtime.thread_pool()
+        self.ffi = cffi.FFI()
+        self.ffi.cdef("void chain(void *ctx, int lo, int hi);")
+        self.lib = self.ffi.dlopen(str(cpu_runtime.compile_shared(POOL_SOURCE)))
+        self.fn = self.pool.ffi.cast("dp_fn", int(self.ffi.cast("uintptr_t", self.lib.chain)))
+        self.ctx = np.zeros(3, np.int32)
+        self.name = "CPU target's pool"
+
+    def write(self, x: np.ndarray) -> None:
+        self.ctx[1:].view(np.float32)[:] = x
+
+    def read(self) -> np.ndarray:
+        return self.ctx[1:].view(np.float32).copy()
+
+    def run(self, steps: int, groups: int, dispatches: int) -> float:
+        """Seconds for ``dispatches`` regions of ``groups`` indices on as many threads."""
+        self.ctx[0] = steps
+        parallel_for, ctx = self.pool.lib.dp_parallel_for, self.pool.ffi.cast("void*", self.ctx.ctypes.data)
+        start = time.perf_counter()
+        for _ in range(dispatches):
+            parallel_for(groups, groups, groups, self.fn, ctx)
+        return time.perf_counter() - start
+
+    def release(self) -> None:
+        pass
+
+
+def fastest_us(runner: Runner, steps: int, dispatches: int, rounds: int) -> dict[int, float]:
     """Per-dispatch microseconds with one group and with two, alternating, the fastest round of each."""
     best = {1: float("inf"), 2: float("inf")}
     for _ in range(rounds):
@@ -112,7 +170,7 @@ def fastest_us(runner: ChainRunner, steps: int, dispatches: int, rounds: int) ->
     return {g: t / dispatches * 1e6 for g, t in best.items()}
 
 
-def measure(runner: ChainRunner, steps: int, dispatches: int, rounds: int, empty_us: float) -> dict[str, float | None]:
+def measure(runner: Runner, steps: int, dispatches: int, rounds: int, empty_us: float) -> dict[str, float | None]:
     """``fastest_us`` at ``steps`` and the second group's join delay (``join_us``)."""
     t = fastest_us(runner, steps, dispatches, rounds)
     return {"steps": steps, "one_group_us": t[1], "two_groups_us": t[2], "join_us": join_us(empty_us, t[1], t[2])}
@@ -120,30 +178,35 @@ def measure(runner: ChainRunner, steps: int, dispatches: int, rounds: int, empty
 
 def main(argv: list[str] | None = None) -> list[dict[str, float | None]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", default="1000,5000,20000,60000", help="multiply-adds per work-item (a list)")
+    parser.add_argument("--steps", default="5000,20000,60000", help="multiply-adds per work-item (a list)")
     parser.add_argument("--chain", type=int, default=64, help="dispatches per timed chain (default 64)")
     parser.add_argument("--rounds", type=int, default=20, help="timed chains per setting; the fastest counts")
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON line after the table")
     args = parser.parse_args(argv)
-    runner = ChainRunner()
-    try:
-        x = np.array([0.5, -2.0], np.float32)
-        runner.write(x)
-        runner.run(37, 2, 3)
-        np.testing.assert_allclose(runner.read(), expected(x, 37, 3), rtol=1e-4, err_msg="the chain kernel")
-        empty_us = fastest_us(runner, 0, args.chain, args.rounds)[1]
-        rows = [measure(runner, int(s), args.chain, args.rounds, empty_us) for s in args.steps.split(",")]
-    finally:
-        runner.release()
-    info = runner.rt.info
-    print(f"\nOpenCL ({info.platform}: {info.name}, {info.max_compute_units} compute units): chains of {args.chain} "
-          f"dispatches, fastest of {args.rounds}, us per dispatch (an empty one: {empty_us:.1f} us)")
-    print(f"{'steps':>7s} {'one group':>10s} {'two groups':>11s}  second group started")
-    for r in rows:
-        joined = "(one thread ran both)" if r["join_us"] is None else f"{r['join_us']:.1f} us after the first"
-        print(f"{r['steps']:7d} {r['one_group_us']:10.1f} {r['two_groups_us']:11.1f}  {joined}")
+    x = np.array([0.5, -2.0], np.float32)
+    steps = [int(s) for s in args.steps.split(",")]
+    info = Device.runtime("OPENCL").info
+    print(f"\nOPENCL is {info.platform}: {info.name}; chains of {args.chain} dispatches, fastest of {args.rounds}, "
+          f"us per dispatch")
+    print(f"{'device':24s} {'steps':>7s} {'one group':>10s} {'two groups':>11s}  second group started")
+    rows = []
+    for runner in (ChainRunner(), PoolRunner()):
+        try:
+            runner.write(x)
+            runner.run(37, 2, 3)
+            np.testing.assert_allclose(runner.read(), expected(x, 37, 3), rtol=1e-4, err_msg=runner.name)
+            empty_us = fastest_us(runner, 0, args.chain, args.rounds)[1]
+            for n in steps:
+                row = {"device": runner.name, **measure(runner, n, args.chain, args.rounds, empty_us),
+                       "empty_us": empty_us}
+                rows.append(row)
+                joined = "(one thread ran both)" if row["join_us"] is None else \
+                    f"{row['join_us']:.1f} us after the first"
+                print(f"{runner.name:24s} {n:7d} {row['one_group_us']:10.1f} {row['two_groups_us']:11.1f}  {joined}")
+        finally:
+            runner.release()
     if args.json:
-        print(json.dumps({"chain": args.chain, "rounds": args.rounds, "empty_us": empty_us, "rows": rows}))
+        print(json.dumps({"chain": args.chain, "rounds": args.rounds, "rows": rows}))
     return rows
 
 
