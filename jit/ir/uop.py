@@ -306,14 +306,16 @@ def toposort(roots: list[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | None 
     ``node.src``) says which edges to follow. Iterative: driving models give graphs thousands of nodes deep.
 
     One root's order along ``node.src`` is kept on the root (nodes never change; the passes of a kernel's codegen
-    walked the same roots again for two thirds of the nodes they visited): each call returns a list of its own."""
+    walked the same roots again for two thirds of the nodes they visited), less the root itself, which comes last:
+    a node holding itself would be freed only by the cycle collector, and the interning table would hand it out
+    again meanwhile. Each call returns a list of its own."""
     if sources is None and len(roots) == 1:
-        return list(roots[0]._cached("toposort", _walk_one))
+        root = roots[0]
+        below = root._cache.get("toposort")
+        if below is None:
+            below = root._cache["toposort"] = _walk([root], None)[:-1]
+        return [*below, root]
     return _walk(roots, sources)
-
-
-def _walk_one(root: UOp) -> list[UOp]:
-    return _walk([root], None)
 
 
 def _walk(roots: list[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | None) -> list[UOp]:

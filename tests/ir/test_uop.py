@@ -86,3 +86,18 @@ def test_toposort_orders_sources_first_and_each_call_owns_its_list() -> None:
     # with roots or edges of its own a walk is never the kept one
     assert toposort([mul, root]) == [a, b, mul, root]
     assert toposort([root], lambda u: u.src[:1]) == [a, mul, root]
+
+
+def test_a_walked_graph_is_freed_without_the_cycle_collector() -> None:
+    import weakref
+
+    from jit.ir.uop import toposort
+    gc.disable()
+    try:
+        root = UOp.const(dtypes.int32, 12345) * UOp.const(dtypes.int32, 678)
+        assert toposort([root])[-1] is root and toposort([root])[-1] is root  # walked, then kept
+        gone = weakref.ref(root)
+        del root
+        assert gone() is None
+    finally:
+        gc.enable()
