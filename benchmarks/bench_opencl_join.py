@@ -84,7 +84,7 @@ class Runner(Protocol):
     def release(self) -> None: ...
 
 
-class ChainRunner:
+class OpenCLRunner:
     """The kernel built on drivepack's OPENCL device, a 2-float buffer, and timed chains of its dispatches."""
 
     def __init__(self) -> None:
@@ -170,13 +170,15 @@ def fastest_us(runner: Runner, steps: int, dispatches: int, rounds: int) -> dict
     return {g: t / dispatches * 1e6 for g, t in best.items()}
 
 
-def measure(runner: Runner, steps: int, dispatches: int, rounds: int, empty_us: float) -> dict[str, float | None]:
-    """``fastest_us`` at ``steps`` and the second group's join delay (``join_us``)."""
+def measure(runner: Runner, steps: int, dispatches: int, rounds: int,
+            empty_us: float) -> dict[str, str | float | None]:
+    """``fastest_us`` at ``steps``, the second group's join delay (``join_us``) and the empty dispatch it used."""
     t = fastest_us(runner, steps, dispatches, rounds)
-    return {"steps": steps, "one_group_us": t[1], "two_groups_us": t[2], "join_us": join_us(empty_us, t[1], t[2])}
+    return {"device": runner.name, "steps": steps, "one_group_us": t[1], "two_groups_us": t[2],
+            "join_us": join_us(empty_us, t[1], t[2]), "empty_us": empty_us}
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, float | None]]:
+def main(argv: list[str] | None = None) -> list[dict[str, str | float | None]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="5000,20000,60000", help="multiply-adds per work-item (a list)")
     parser.add_argument("--chain", type=int, default=64, help="dispatches per timed chain (default 64)")
@@ -190,15 +192,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, float | None]]:
           f"us per dispatch")
     print(f"{'device':24s} {'steps':>7s} {'one group':>10s} {'two groups':>11s}  second group started")
     rows = []
-    for runner in (ChainRunner(), PoolRunner()):
+    for runner in (OpenCLRunner(), PoolRunner()):
         try:
             runner.write(x)
             runner.run(37, 2, 3)
             np.testing.assert_allclose(runner.read(), expected(x, 37, 3), rtol=1e-4, err_msg=runner.name)
             empty_us = fastest_us(runner, 0, args.chain, args.rounds)[1]
             for n in steps:
-                row = {"device": runner.name, **measure(runner, n, args.chain, args.rounds, empty_us),
-                       "empty_us": empty_us}
+                row = measure(runner, n, args.chain, args.rounds, empty_us)
                 rows.append(row)
                 joined = "(one thread ran both)" if row["join_us"] is None else \
                     f"{row['join_us']:.1f} us after the first"
