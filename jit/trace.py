@@ -150,16 +150,30 @@ def _contiguous(u: UOp) -> UOp:
 
 
 def _output_targets(outs: dict[str, UOp]) -> dict[str, UOp]:
-    """Each output as a node that a kernel writes into a buffer of its own (a copy where it would not be)."""
+    """Each output as a node that a kernel writes into a buffer of its own (a copy where it would not be). An output
+    that only views a value made contiguous (a recurrent cell's state, reshaped per output) in its element order
+    is that value's own node: its kernel writes the output, and another output of it copies from there."""
     seen: set[UOp] = set()
     result = {}
     for name, u in outs.items():
-        node = u if u.op is Ops.CONTIGUOUS else _contiguous(u)
+        value = _in_element_order(u)
+        if value.op is Ops.CONTIGUOUS and value not in seen and value not in realized and value.size == u.size:
+            node = value
+        else:
+            node = u if u.op is Ops.CONTIGUOUS else _contiguous(u)
         while node in seen:  # two outputs of one value: the second gets a copy
             node = _contiguous(node)
         seen.add(node)
         result[name] = node
     return result
+
+
+def _in_element_order(u: UOp) -> UOp:
+    """The node under ``u``'s reshapes and permutes of size-1 axes: views listing its elements in its own order."""
+    while u.op is Ops.RESHAPE or (u.op is Ops.PERMUTE and [a for a in u.arg if u.src[0].shape[a] != 1] ==
+                                  sorted(a for a in u.arg if u.src[0].shape[a] != 1)):
+        u = u.src[0]
+    return u
 
 
 # --- weight folding ------------------------------------------------------------------------------------------
@@ -422,7 +436,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         for name, u in out_targets.items():
             buf = becomes[u].base
             assert buf.op is Ops.BUFFER and isinstance(u.shape, tuple)
-            bindings.table[f"output:{name}"] = _flat_spec(f"output:{name}", buf, u.shape)
+            bindings.table[f"output:{name}"] = _flat_spec(f"output:{name}", buf, outs[name].shape)
         for name, arr in state.items():
             init = bindings.weight(_constant_buffer(arr, device))
             bindings.table[f"state:{name}"] = BufferSpec(f"state:{name}", from_numpy(arr.dtype).name, arr.shape,

@@ -227,6 +227,10 @@ class OpenCLReplay(Replay):
         self._host_ptr_refusal = "" if info.host_unified_memory else \
             f"copied: {info.name} reports no CL_DEVICE_HOST_UNIFIED_MEMORY"
         self._host_align = max(info.base_addr_align_bytes, 1)
+        # per input, why it is copied whatever its address ("" where it may be bound in place)
+        self._always_copied = [self._host_ptr_refusal or (f"copied: {n} bytes, below HOST_PTR_MIN_BYTES = "
+                                                          f"{HOST_PTR_MIN_BYTES}" if n < HOST_PTR_MIN_BYTES else "")
+                               for _, n in self._in]
         self.reset_own_states()
         self.prewarm = self._start_prewarm(warmed)
 
@@ -394,7 +398,16 @@ class OpenCLReplay(Replay):
     def _bind_inputs(self, inputs: list[np.ndarray]) -> _InputBinding:
         """Write the inputs that are copied, map and unmap those bound in place, and return the binding to run
         with."""
-        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        if not all(self._always_copied):
+            return self._bind_by_address(inputs)
+        # every input copied whatever its address (a model's small inputs): no address looked at, no binding sought
+        modes = self.input_modes
+        self._copy_inputs(inputs, [note if (note := modes.get(name, IN_PLACE)) != IN_PLACE else why
+                                   for name, why in zip(self.input_names, self._always_copied, strict=True)])
+        return self._own
+
+    def _bind_by_address(self, inputs: list[np.ndarray]) -> _InputBinding:
+        """``_bind_inputs`` where some input may be bound in place: bound where its address allows and recurs."""
         addresses = [a.__array_interface__["data"][0] for a in inputs]
         reasons = []
         for (_, n), address, name in zip(self._in, addresses, self.input_names, strict=True):
@@ -408,19 +421,25 @@ class OpenCLReplay(Replay):
             reasons = [r or ("copied: first call at this address (bound in place when it recurs)" if k else "")
                        for r, k in zip(reasons, key, strict=True)]
             key = (None,) * len(key)
-        for (mem, n), shared, address, name, reason in zip(self._in, self._in_shared, addresses, self.input_names,
-                                                           reasons, strict=True):
-            if n and reason and shared is not None:  # no command pending: the last call finished
-                ffi.memmove(shared, ffi.cast("void*", address), n)
-            elif n and reason:  # non-blocking: the call's clFinish waits for it before the caller may touch the input
-                check("clEnqueueWriteBuffer", lib.clEnqueueWriteBuffer(
-                    queue, mem, CL_FALSE, 0, n, ffi.cast("void*", address), 0, ffi.NULL, ffi.NULL))
-            self.input_modes[name] = reason or IN_PLACE
+        self._copy_inputs(inputs, reasons)
         binding = self._own if not any(key) else self._host_binding(key)
         for mem, (_, n), k in zip(binding.mems, self._in, key, strict=True):
             if mem is not None:
                 self._sync_host_ptr(mem, k[0], n)
         return binding
+
+    def _copy_inputs(self, inputs: list[np.ndarray], reasons: list[str]) -> None:
+        """Copy each input with a reason to be copied into its buffer (into its shared memory, or by a write), and
+        record each input's mode."""
+        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        for (mem, n), shared, a, name, reason in zip(self._in, self._in_shared, inputs, self.input_names, reasons,
+                                                     strict=True):
+            if n and reason and shared is not None:  # no command pending: the last call finished
+                ffi.memmove(shared, a, n)
+            elif n and reason:  # non-blocking: the call's clFinish waits for it before the caller may touch the input
+                check("clEnqueueWriteBuffer", lib.clEnqueueWriteBuffer(
+                    queue, mem, CL_FALSE, 0, n, ffi.from_buffer(a), 0, ffi.NULL, ffi.NULL))
+            self.input_modes[name] = reason or IN_PLACE
 
     def _seen_before(self, key: tuple[Any, ...]) -> bool:
         """Whether an earlier call came with these input addresses (remembering this one, boundedly)."""
@@ -486,7 +505,7 @@ class OpenCLReplay(Replay):
         check("clFinish", lib.clFinish(queue))
         for (_, n), shared, a in zip(self._out, self._out_shared, outputs, strict=True):
             if shared is not None:  # finished: the device's writes are visible to the host
-                ffi.memmove(ffi.cast("void*", a.__array_interface__["data"][0]), shared, n)
+                ffi.memmove(a, shared, n)
         if self.prewarm is not None:  # the first call compiled every kernel the helper had not
             self.prewarm.stop()
             self.prewarm = None

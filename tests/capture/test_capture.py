@@ -102,6 +102,26 @@ def test_identity_duplicate_and_weight_only_outputs() -> None:
     np.testing.assert_array_equal(out["w"], W.T)
 
 
+@pytest.mark.parametrize("target", ["CPU", pytest.param("OPENCL", marks=pytest.mark.opencl)])
+def test_outputs_viewing_one_contiguous_value_are_written_by_its_kernel(target: str) -> None:
+    """A value made contiguous and returned as two views in its element order (a GRU's state as Y and Y_h): its
+    kernel writes the first output and one copy the second; a transposed view still gets a copy of its own."""
+    def fn(x: Tensor) -> dict[str, Tensor]:
+        h = (x * 2 + 1).contiguous()
+        return {"y": h.reshape(1, 4, 8).permute(1, 0, 2), "y_h": h.reshape(1, 1, 4, 8), "t": h.T}
+
+    cap = capture(fn, x_input(), target=target)
+    inp = x_input(6)
+    out = cap(inp)
+    want = inp["x"] * 2 + 1
+    np.testing.assert_array_equal(out["y"], want.reshape(4, 1, 8))
+    np.testing.assert_array_equal(out["y_h"], want.reshape(1, 1, 4, 8))
+    np.testing.assert_array_equal(out["t"], want.T)
+    assert not np.shares_memory(out["y"], out["y_h"])
+    assert len(cap.cmdbuf.dispatches) == 3  # the value into y, y_h copied from y, t transposed from y
+    assert [b.shape for b in cap.cmdbuf.outputs] == [(4, 1, 8), (1, 1, 4, 8), (8, 4)]
+
+
 def test_intermediates_share_the_arena() -> None:
     def chain(x: Tensor) -> dict[str, Tensor]:
         for i in range(8):

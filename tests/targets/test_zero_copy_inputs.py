@@ -222,3 +222,29 @@ def test_opencl_shared_memory_is_refused_on_a_device_without_fine_grained_svm() 
     runtime.info = dataclasses.replace(runtime.info, svm_fine_grain_buffer=False)
     with pytest.raises(OpenCLError, match=r"^clSVMAlloc: a device with CL_DEVICE_SVM_FINE_GRAIN_BUFFER expected, got "):
         runtime.allocate_shared(64)
+
+
+def scaled(tfm: Tensor, bias: Tensor) -> dict[str, Tensor]:
+    return {"out": tfm * 2.0 + bias.sum()}
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("use_command_buffer", [True, False])
+def test_opencl_with_only_small_inputs_copies_each_call_and_says_why(use_command_buffer: bool) -> None:
+    """No input may be bound in place (every one below HOST_PTR_MIN_BYTES): each call copies every input, whatever
+    kind of memory it lies in, and ``input_modes`` gives the reason for each."""
+    bias = np.arange(4, dtype=np.float32)
+    cap = capture(scaled, {"tfm": TFM, "bias": bias}, target="OPENCL")
+    rep = OpenCLReplay(cap.cmdbuf, cap.weights, Device.runtime("OPENCL"), use_command_buffer=use_command_buffer)
+    bias_mode = f"copied: 16 bytes, below HOST_PTR_MIN_BYTES = {HOST_PTR_MIN_BYTES}"
+    raw = bytearray(TFM.nbytes + 8)
+    start = (-np.frombuffer(raw, np.uint8).ctypes.data) % 4 + 1
+    for seed in range(3):  # new values each call, in the same arrays: nothing of an earlier call is read again
+        tfm = np.random.default_rng(seed).standard_normal((3, 3)).astype(np.float32)
+        bias[:] = seed
+        np.testing.assert_allclose(rep(tfm=tfm, bias=bias)["out"], tfm * 2 + bias.sum(), rtol=1e-6)
+        assert rep.input_modes == {"tfm": TFM_MODE, "bias": bias_mode}
+        raw[start:start + TFM.nbytes] = tfm.tobytes()
+        got = rep(tfm=memoryview(raw)[start:start + TFM.nbytes], bias=RawBuffer(bias.ctypes.data, bias.nbytes))
+        np.testing.assert_allclose(got["out"], tfm * 2 + bias.sum(), rtol=1e-6)
+        assert rep.input_modes == {"tfm": "copied: address not 4-byte aligned (address % 4 == 1)", "bias": bias_mode}
