@@ -238,6 +238,10 @@ class Replay(abc.ABC):
         self._names = frozenset(c.name for c in self._checks)
         self.output_specs = cmdbuf.outputs
         self.output_dtypes = [to_numpy(dtypes.from_name(b.dtype)) for b in self.output_specs]
+        # what every call reads: a call of a small model costs microseconds, of which building these took a fifth
+        self._input_names = tuple(c.name for c in self._checks)
+        self._output_names = tuple(b.name for b in self.output_specs)
+        self._output_layouts = tuple(zip((b.shape for b in self.output_specs), self.output_dtypes, strict=True))
         # one run at a time: engines bind inputs into tables and buffers every call of this replay shares
         self.lock = threading.Lock()
         # how the last call read each input (``in place`` / ``copied: why``)
@@ -298,11 +302,11 @@ class Replay(abc.ABC):
 
     @property
     def input_names(self) -> list[str]:
-        return [c.name for c in self._checks]
+        return list(self._input_names)
 
     @property
     def output_names(self) -> list[str]:
-        return [b.name for b in self.output_specs]
+        return list(self._output_names)
 
     def check_inputs(self, given: Mapping[str, Any]) -> list[np.ndarray]:
         """The inputs in command-buffer order, each checked; InputError on the first mismatch."""
@@ -321,9 +325,9 @@ class Replay(abc.ABC):
     def __call__(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, np.ndarray]:
         arrays, modes = self.checked_inputs({**inputs, **kwargs} if inputs else kwargs)
         with self.lock:
-            self.input_modes = dict(zip(self.input_names, modes, strict=True))
+            self.input_modes = dict(zip(self._input_names, modes, strict=True))
             outputs = self._run(arrays) if not DEBUG >= 2 else self._debug_run(arrays)
-        return dict(zip(self.output_names, outputs, strict=True))
+        return dict(zip(self._output_names, outputs, strict=True))
 
     def _debug_run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """One call, dispatch by dispatch, printing a line per dispatch to stderr (``DEBUG=2``, as the eager
@@ -361,7 +365,7 @@ class Replay(abc.ABC):
 
     def new_outputs(self) -> list[np.ndarray]:
         """Fresh arrays for one call's outputs: nothing a caller holds is ever written again."""
-        return [np.empty(b.shape, dtype=d) for b, d in zip(self.output_specs, self.output_dtypes, strict=True)]
+        return [np.empty(shape, dtype=dtype) for shape, dtype in self._output_layouts]
 
     def profile(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> list[DispatchTime]:
         """Run once, one dispatch at a time, timing each (slower than a replay; for attribution only)."""

@@ -215,6 +215,7 @@ class OpenCLReplay(Replay):
         self._in = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.inputs]
         self._out = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.outputs]
         self._in_shared = [self._shared.get(b.binding) for b in cmdbuf.inputs]
+        self._in_names = tuple(self.input_names)
         self._out_shared = [self._shared.get(b.binding) for b in cmdbuf.outputs]
         self._queue1 = self.ffi.new("cl_command_queue[1]", [target.queue])
         self._own = _InputBinding([None] * len(self._in), self._launches, [])
@@ -403,14 +404,14 @@ class OpenCLReplay(Replay):
         # every input copied whatever its address (a model's small inputs): no address looked at, no binding sought
         modes = self.input_modes
         self._copy_inputs(inputs, [note if (note := modes.get(name, IN_PLACE)) != IN_PLACE else why
-                                   for name, why in zip(self.input_names, self._always_copied, strict=True)])
+                                   for name, why in zip(self._in_names, self._always_copied, strict=True)])
         return self._own
 
     def _bind_by_address(self, inputs: list[np.ndarray]) -> _InputBinding:
         """``_bind_inputs`` where some input may be bound in place: bound where its address allows and recurs."""
         addresses = [a.__array_interface__["data"][0] for a in inputs]
         reasons = []
-        for (_, n), address, name in zip(self._in, addresses, self.input_names, strict=True):
+        for (_, n), address, name in zip(self._in, addresses, self._in_names, strict=True):
             host_note = self.input_modes.get(name, IN_PLACE)
             reasons.append(host_note if host_note != IN_PLACE else self._host_ptr_reason(address, n))
         key = tuple(None if r or not n else (address, n) for r, (_, n), address in zip(reasons, self._in, addresses,
@@ -432,7 +433,7 @@ class OpenCLReplay(Replay):
         """Copy each input with a reason to be copied into its buffer (into its shared memory, or by a write), and
         record each input's mode."""
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
-        for (mem, n), shared, a, name, reason in zip(self._in, self._in_shared, inputs, self.input_names, reasons,
+        for (mem, n), shared, a, name, reason in zip(self._in, self._in_shared, inputs, self._in_names, reasons,
                                                      strict=True):
             if n and reason and shared is not None:  # no command pending: the last call finished
                 ffi.memmove(shared, a, n)
@@ -558,7 +559,7 @@ class OpenCLReplay(Replay):
         """(seconds to write the inputs and enqueue one replay, seconds until its outputs were read back)."""
         arrays, modes = self.checked_inputs(inputs)
         with self.lock:  # a call's own run, like __call__'s
-            self.input_modes = dict(zip(self.input_names, modes, strict=True))
+            self.input_modes = dict(zip(self._in_names, modes, strict=True))
             start = time.perf_counter()
             self._submit(arrays)
             enqueued = time.perf_counter()
