@@ -157,7 +157,7 @@ def _output_targets(outs: dict[str, UOp]) -> dict[str, UOp]:
     result = {}
     for name, u in outs.items():
         value = _in_element_order(u)
-        if value.op is Ops.CONTIGUOUS and value not in seen and value not in realized and value.size == u.size:
+        if value.op is Ops.CONTIGUOUS and value not in seen and value not in realized:
             node = value
         else:
             node = u if u.op is Ops.CONTIGUOUS else _contiguous(u)
