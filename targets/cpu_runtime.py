@@ -17,6 +17,7 @@ import hashlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -187,10 +188,14 @@ def _start_job(text: str, cc: str, flags: tuple[str, ...], shared: bool, ahead: 
     cc_invocations += 1
     args = [*flags, str(src), "-o", str(out), "-lm"] if shared else \
         [*(f for f in flags if f != "-shared"), "-c", str(src), "-o", str(out)]
-    proc = subprocess.Popen([cc, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # its own process group, so that stopping it stops the compiler proper and assembler the driver started (killing
+    # the driver alone left them running, orphaned), and its own TMPDIR, so that their intermediate files go with
+    # the directory (a killed driver left its assembly files in /tmp)
+    proc = subprocess.Popen([cc, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": tmp.name}, process_group=0)
     if ahead:
         with contextlib.suppress(OSError):  # best effort: the compile is the same at any priority
-            os.setpriority(os.PRIO_PROCESS, proc.pid, AHEAD_NICENESS)
+            os.setpriority(os.PRIO_PGRP, proc.pid, AHEAD_NICENESS)  # the group: children forked before this too
     return _CompilerJob(text, proc, out, tmp)
 
 
@@ -221,7 +226,8 @@ def abandon_ahead(parts: list[str] | None = None, cc: str | None = None, flags: 
             keys = [k for k in (_object_key(part, cc, flags) for part in parts) if k in _ahead]
         jobs = [_ahead.pop(k) for k in keys]
     for job in jobs:
-        job.proc.kill()
+        with contextlib.suppress(ProcessLookupError):  # the whole group may have exited already
+            os.killpg(job.proc.pid, signal.SIGKILL)
         job.proc.wait()
         job.tmp.cleanup()
 

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import tempfile
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -167,6 +171,38 @@ def test_an_ahead_build_stops_the_units_the_command_buffer_does_not_make(monkeyp
     flags = (*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)
     assert cpu.compile_ahead([specs[0].source], flags=flags) == 1  # stopped, so started anew
     cpu.abandon_ahead([specs[0].source], flags=flags)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if text.encode() in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_a_stopped_compile_leaves_no_compiler_running_and_no_file_behind(tmp_path, monkeypatch) -> None:
+    """Regression: stopping a compile killed the compiler driver only; its compiler proper ran on, orphaned, and
+    the assembly file it was writing stayed in the temporary directory."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path / "cache"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    flags = (*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)
+    body = "\n".join(f"  a[{i}] = a[{i - 1}] * b[{i % 7}] + c[{i % 5}];" for i in range(1, 40000))
+    part = f"void dp_slow_{tmp_path.name.replace('-', '_')}(float *a, float *b, float *c) {{\n{body}\n}}"
+    assert cpu.compile_ahead([part], flags=flags) == 1
+    deadline = time.monotonic() + 30
+    while len(_processes_mentioning(str(scratch))) < 2:  # the driver and the compiler proper it started
+        assert time.monotonic() < deadline, "the compiler proper never started"
+        time.sleep(0.01)
+    cpu.abandon_ahead([part], flags=flags)
+    deadline = time.monotonic() + 5
+    while _processes_mentioning(str(scratch)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _processes_mentioning(str(scratch)) == []
+    assert list(scratch.iterdir()) == []
 
 
 def test_objects_compiled_ahead_are_cached_and_a_failed_one_is_reported_at_the_link(tmp_path, monkeypatch) -> None:
