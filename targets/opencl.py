@@ -17,7 +17,7 @@ from jit.ir.uop import UOp
 from targets.base import DEFAULT_L2, CacheLevel, Target, TargetLimits
 from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level
-from targets.cpu_fma import wide_vectors_pay
+from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import global_launch_size, group_range, render_kernel
 from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime, group_local_size
@@ -123,12 +123,14 @@ class OpenCLTarget(OpenCLRuntime, Target):
         self.language = device_language(info)
         # the optimizer's defaults for this device (jit/codegen/opt): a GPU shares long reduces across work-groups,
         # a CPU device's compiler wants its accumulators parked, and its 16-lane vectors the CPU target's wide tiles
-        # where they pay (a CPU device is the host: targets/cpu_fma.py probes it)
+        # where they pay (a CPU device is the host: targets/cpu_fma.py probes it); Winograd's choice goes by the
+        # host's multiply-add units as on the CPU target (jit/frontend/winograd.py)
         if info.device_type & CL_DEVICE_TYPE_GPU:
             self.default_opts = GPU_OPTS
         else:
             wide = wide_vectors_pay(self.language.vector_width)
             self.default_opts = WIDE_CPU_DEVICE_OPTS if wide else CPU_DEVICE_OPTS
+            self.halved_wide_fma = halved_wide_fma(self.language.vector_width)
 
     # --- declared capabilities -----------------------------------------------------------------------------
     def supported_dtypes(self) -> frozenset[DType]:

@@ -21,7 +21,7 @@ from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
 from targets.cl_binding import CL_DEVICE_TYPE_GPU
 from targets.cpu import CPU_VECTOR_WIDTH, WIDE_VECTOR_OPTS
-from targets.cpu_fma import wide_vectors_pay
+from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS, WIDE_CPU_DEVICE_OPTS
 from targets.opencl_runtime import group_local_size
 
@@ -107,6 +107,8 @@ def test_defaults_follow_the_device_type() -> None:
     # a CPU device (PoCL) is the host: the CPU target's wide tiles where its 16-lane vectors pay there too
     cpu_device_opts = WIDE_CPU_DEVICE_OPTS if wide_vectors_pay(cl.language.vector_width) else CPU_DEVICE_OPTS
     assert target_default_opts(cl) == (GPU_OPTS if is_gpu else cpu_device_opts)
+    # and Winograd's choice by the host's multiply-add units (resnet18's 7x7 convs by F(2,3) on halved ones)
+    assert cl.halved_wide_fma == (not is_gpu and halved_wide_fma(cl.language.vector_width))
     assert target_default_opts(Device["QCOM"]) == GPU_OPTS  # an Adreno profile, whatever stands in for it
     # 16-lane channel vectors where this machine's probe finds they pay (targets/cpu_fma.py)
     wide = wide_vectors_pay(CPU_VECTOR_WIDTH)
