@@ -117,7 +117,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     if (row := plan_vector_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)
-    if not launch_dims and (row := plan_overlapped_row(sink, opts, vector_width)) is not None and \
+    if not (launch_dims if peel_dims is None else peel_dims) and \
+            (row := plan_overlapped_row(sink, opts, vector_width)) is not None and \
             (lanes := choose_lanes(sink, row, opts, vector_width)):
         return tile_kernel(sink, row, lanes)
     if opts.peel:

@@ -23,8 +23,9 @@ a ViT's 197 tokens, a transformer's 25) and whose row computes float32 ``EXP`` o
 library call per element, which the C compiler cannot vectorize; as vectors the pipeline lowers them to
 polynomials on whole vectors (jit/codegen/passes/vector_exp.py). Before: a plain loop over the row. After: the row
 as ``ceil(n / w)`` vectors of ``w`` lanes, the last shifted back. Rows without such ops keep their loop, which the C
-compiler vectorizes itself; targets that launch rows as work-items (OpenCL, whose exp takes vectors and whose
-work-items a CPU device vectorizes itself) keep their launch.
+compiler vectorizes itself; targets that launch rows as work-items keep their launch (a GPU's exp is a few
+instructions a work-item), except a CPU device that runs a work-item's loops as cheaply (``peel_launched_rows``):
+PoCL's exp is a library call per work-item, so the row is vectors there too.
 """
 
 from __future__ import annotations
