@@ -59,6 +59,9 @@ OPENCL_LANGUAGE = CStyleLanguage(
     vector_convert="convert_{vt}({x})",
 )
 
+# a vector store on a CPU device (``device_language``)
+CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}"
+
 
 # work-items sharing one output's reduce on a GPU (jit/codegen/opt/group.py): half a wave on most GPUs, and within every
 # device's minimum work-group size of 64 the OpenCL specification allows
@@ -103,9 +106,11 @@ def device_language(info: CLDeviceInfo) -> CStyleLanguage:
     lanes = opencl_vector_width(info)
     # a CPU device's rint(floatN), exp(floatN), erf(floatN) and rounding conversions are library code (PoCL's), a
     # GPU's a few instructions; and its compiler takes a scatter helper's call far faster than lane-by-lane stores
-    # (targets/scatter.py)
+    # (targets/scatter.py). Its vstoreN is library code too, a float16 stored as three pieces (16, 16 and 32 bytes):
+    # a vector copied by memcpy is one unaligned store, as on the C target
+    cpu_store = {"vector_store": CPU_DEVICE_VECTOR_STORE} if cpu_device else {}
     return replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=lanes, peel_launched_rows=cpu_device,
-                   vector_rint=not cpu_device, vector_exp=not cpu_device,
+                   vector_rint=not cpu_device, vector_exp=not cpu_device, **cpu_store,
                    vector_scatter=opencl_scatter_helpers(lanes) if cpu_device else {}, vector_scatter_lanes=lanes)
 
 

@@ -174,6 +174,11 @@ CASES = [
     ("work-items gated", cl("if (g < 4) *(data0+g) = *(data1+g);"), (8,), None, (16, 16), None),
     ("opencl vector", cl("float4 v = vload4(0, data1+(g*4));\n  vstore4(v, 0, data0+(g*4));"), (4,), None,
      (64, 60), "data1 (b1) expected the 64"),
+    ("opencl vector stored by memcpy", cl("{ float16 _v = vload16(0, data1+g); __builtin_memcpy(data0+(g+3), &_v, "
+                                          "sizeof(_v)); }"), (2,), None, (80, 68), None),
+    ("opencl vector stored by memcpy past the end", cl("{ float16 _v = vload16(0, data1+g); __builtin_memcpy("
+                                                       "data0+(g+3), &_v, sizeof(_v)); }"), (2,), None, (76, 68),
+     "data0 (b0) expected the 80 bytes"),
     ("opencl byte vector as words", CL_WORDS, (4,), None, (64, 64), None),
     ("opencl byte vector as words past the end", CL_WORDS, (4,), None, (64, 60), "data1 (b1) expected the 64"),
     ("past the launch's dimensions", cl("*(data0+get_global_id(1)) = 0.0f;"), (4,), None, (4, 0), None),
