@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from jit.codegen.opt.options import WIDE_VECTOR_OPTS, OptOptions
+from jit.codegen.stats import kernel_stats
 from jit.common.dtype import DType, dtypes
 from jit.ir.uop import UOp
 from targets.base import DEFAULT_L2, CacheLevel, Target, TargetLimits
@@ -59,6 +60,11 @@ OPENCL_LANGUAGE = CStyleLanguage(
     vector_convert="convert_{vt}({x})",
 )
 
+# work-groups per compute unit for a CPU device's large kernels (``LARGE_KERNEL_FLOPS`` and more), four times the
+# usual: PoCL's threads take a kernel's groups in halving chunks, so smaller groups even out the threads' shares where
+# the work is long enough; small kernels lost more to the extra groups than they gained
+LARGE_KERNEL_GROUPS_PER_UNIT = 16
+LARGE_KERNEL_FLOPS = 10_000_000
 # a vector store on a CPU device (``device_language``)
 CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}"
 
@@ -136,6 +142,7 @@ class OpenCLTarget(OpenCLRuntime, Target):
             wide = wide_vectors_pay(self.language.vector_width)
             self.default_opts = WIDE_CPU_DEVICE_OPTS if wide else CPU_DEVICE_OPTS
             self.halved_wide_fma = halved_wide_fma(self.language.vector_width)
+            self.large_kernel_groups = LARGE_KERNEL_GROUPS_PER_UNIT * max(info.max_compute_units, 1)
 
     # --- declared capabilities -----------------------------------------------------------------------------
     def supported_dtypes(self) -> frozenset[DType]:
@@ -155,9 +162,11 @@ class OpenCLTarget(OpenCLRuntime, Target):
         self.check_dtypes(name, sink)
         global_size = global_launch_size(self.language, sink)
         group = int(g.src[0].arg) if (g := group_range(sink)) is not None else 0
-        local_size = group_local_size(global_size, group, self.max_group, self.max_items, self.preferred_local,
-                                      self.min_groups)
-        meta: dict[str, Any] = {"global_size": global_size, "local_size": local_size, "group": group}
+        meta: dict[str, Any] = {"global_size": global_size, "group": group}
+        if self.large_kernel_groups and kernel_stats(sink).flops >= LARGE_KERNEL_FLOPS:
+            meta["min_groups"] = self.large_kernel_groups
+        meta["local_size"] = group_local_size(global_size, group, self.max_group, self.max_items,
+                                              self.preferred_local, meta.get("min_groups", self.min_groups))
         if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/codegen/opt/search.py)
             meta["local_request"] = tuple(requested)
         return render_kernel(self.language, name, sink), meta

@@ -226,6 +226,7 @@ class OpenCLRuntime(Runtime):
         self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes
         self.preferred_local = PREFERRED_LOCAL_SIZE
         self.min_groups = GROUPS_PER_COMPUTE_UNIT * max(info.max_compute_units, 1)
+        self.large_kernel_groups = 0  # a CPU device's target sets more groups for large kernels
 
     def __repr__(self) -> str:
         i = self.info
@@ -443,7 +444,7 @@ class OpenCLRuntime(Runtime):
                                                          min(max_group, self.max_group), self.max_items)
         if local_size is None:  # a group reduce's work-group is fixed: one output's group items
             local_size = group_local_size(global_size, group, min(max_group, self.max_group), self.max_items,
-                                          self.preferred_local, self.min_groups)
+                                          self.preferred_local, int(meta.get("min_groups", self.min_groups)))
         return Program(name, source, handle, global_size=global_size, local_size=local_size, meta=meta)
 
     # --- memory --------------------------------------------------------------------------------------------

@@ -231,6 +231,25 @@ def test_choose_local_size_leaves_enough_work_groups_for_the_compute_units() -> 
     assert Device["OPENCL"].min_groups == clrt.GROUPS_PER_COMPUTE_UNIT * Device["OPENCL"].info.max_compute_units
 
 
+def test_a_cpu_devices_large_kernels_are_split_into_more_work_groups(target: cl.OpenCLTarget) -> None:
+    """A kernel of LARGE_KERNEL_FLOPS or more on a CPU device asks for LARGE_KERNEL_GROUPS_PER_UNIT groups per
+    compute unit (PoCL's threads share them out more evenly), recorded in its metadata for the runtime that
+    compiles it; a small kernel, and any kernel on a GPU, keeps GROUPS_PER_COMPUTE_UNIT."""
+    rng = np.random.default_rng(4)
+    cpu_device = not target.info.device_type & cllib.CL_DEVICE_TYPE_GPU
+    units = target.info.max_compute_units
+    for n, large in ((96, False), (384, True)):  # n^3 multiply-adds: 1.8 and 113 MFLOP
+        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+        ck = compile_uops([(Tensor(a, device="OPENCL") @ Tensor(b, device="OPENCL")).uop], "OPENCL")[-1]
+        want = (cl.LARGE_KERNEL_GROUPS_PER_UNIT if large and cpu_device else clrt.GROUPS_PER_COMPUTE_UNIT) * units
+        assert ck.program.meta.get("min_groups", target.min_groups) == want
+        max_group = min(ck.program.handle.max_group, target.max_group)
+        assert ck.program.local_size == clrt.choose_local_size(ck.program.global_size, max_group, target.max_items,
+                                                               target.preferred_local, want)
+        np.testing.assert_allclose(Tensor(a, device="OPENCL").matmul(Tensor(b, device="OPENCL")).numpy(), a @ b,
+                                   rtol=1e-4, atol=1e-3)
+
+
 def test_nolocals_and_timing(target: cl.OpenCLTarget) -> None:
     a = RNG.standard_normal((64, 48)).astype(np.float32)
     with Context(NOLOCALS=1):
