@@ -337,6 +337,10 @@ def pick_tile(x: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any
     setting = setting_tile()
     if not setting or weight.ndim != 4 or x.ndim != 4 or tuple(weight.shape[2:]) != (3, 3) or groups != 1:
         return 0
+    # U's kernels run on the conv's device and read the weight there: a weight held by another device (a
+    # Tensor(array) on the default device in an OPENCL capture) handed them the CPU's memory and failed
+    if weight.device != x.device:
+        return 0
     strides = int_tuple(stride, 2, "conv stride")
     if strides not in ((1, 1), (2, 2)) or int_tuple(dilation, 2, "conv dilation") != (1, 1):
         return 0

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit import Tensor, capture
+from jit import Context, Tensor, capture
+from jit.frontend.winograd import pick_tile
 from jit.realize import copy_from_device
 
 RNG = np.random.default_rng(5)
@@ -69,3 +70,17 @@ def test_weights_made_on_the_default_device_fold_for_an_opencl_capture() -> None
     assert run.report.kernels_traced > run.report.kernels_kept  # the weight copy was folded
     want = Tensor(x).conv2d(Tensor(w1)).conv2d(Tensor(w2), padding=1).numpy()
     np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_winograd_sized_conv_with_default_device_weights_captures_for_opencl() -> None:
+    """Regression: a 3x3 conv Winograd takes (32 channels and more), its weight a Tensor(array) on the default
+    device, captured for OPENCL: U's transform kernels ran on OPENCL with the CPU's memory and failed with a
+    TypeError. Such a conv is direct; the same conv with the weight on OPENCL still takes Winograd."""
+    x = RNG.standard_normal((1, 32, 27, 27), dtype=np.float32)
+    w = RNG.standard_normal((48, 32, 3, 3), dtype=np.float32)
+    run = capture(lambda x: {"y": x.conv2d(Tensor(w), padding=1)}, {"x": x}, target="OPENCL")
+    want = Tensor(x).conv2d(Tensor(w), padding=1).numpy()  # sums of 288 products: as the reference's own error
+    np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-4, atol=1e-3)
+    assert pick_tile(Tensor(x, device="OPENCL"), Tensor(w), 1, 1, 1, 1) == 0
+    with Context(WINO="4"):
+        assert pick_tile(Tensor(x, device="OPENCL"), Tensor(w, device="OPENCL"), 1, 1, 1, 1) == 4
