@@ -136,6 +136,7 @@ class OpenCLTarget(OpenCLRuntime, Target):
         # a CPU device's compiler wants its accumulators parked, and its 16-lane vectors the CPU target's wide tiles
         # where they pay (a CPU device is the host: targets/cpu_fma.py probes it); Winograd's choice goes by the
         # host's multiply-add units as on the CPU target (jit/frontend/winograd.py)
+        self.large_kernel_groups = 0  # a GPU's groups follow GROUPS_PER_COMPUTE_UNIT only
         if info.device_type & CL_DEVICE_TYPE_GPU:
             self.default_opts = GPU_OPTS
         else:

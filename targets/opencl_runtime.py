@@ -226,7 +226,6 @@ class OpenCLRuntime(Runtime):
         self.max_group, self.max_items = info.max_work_group_size, info.max_work_item_sizes
         self.preferred_local = PREFERRED_LOCAL_SIZE
         self.min_groups = GROUPS_PER_COMPUTE_UNIT * max(info.max_compute_units, 1)
-        self.large_kernel_groups = 0  # a CPU device's target sets more groups for large kernels
 
     def __repr__(self) -> str:
         i = self.info

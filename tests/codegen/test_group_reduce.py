@@ -110,6 +110,7 @@ def test_defaults_follow_the_device_type() -> None:
     # and Winograd's choice by the host's multiply-add units (resnet18's 7x7 convs by F(2,3) on halved ones)
     assert cl.halved_wide_fma == (not is_gpu and halved_wide_fma(cl.language.vector_width))
     assert target_default_opts(Device["QCOM"]) == GPU_OPTS  # an Adreno profile, whatever stands in for it
+    assert not Device["QCOM"].halved_wide_fma and not Device["QCOM"].large_kernel_groups  # nor the host's units
     # 16-lane channel vectors where this machine's probe finds they pay (targets/cpu_fma.py)
     wide = wide_vectors_pay(CPU_VECTOR_WIDTH)
     assert target_default_opts(Device["CPU"]) == (WIDE_VECTOR_OPTS if wide else DEFAULT_OPTS)
