@@ -366,6 +366,56 @@ def _states_in_place(kept: list[ScheduledKernel], compiled: list[CompiledKernel]
     return kept, compiled
 
 
+def _zeroed_once(kept: list[ScheduledKernel], compiled: list[CompiledKernel], role: dict[UOp, str],
+                 budget: int) -> tuple[list[ScheduledKernel], list[CompiledKernel], dict[UOp, tuple[object, ...]]]:
+    """The schedule without the kernels writing padded copies' zeros (jit/schedule/padded_stores.py), and those
+    copies' arena buffers with their layouts. The zeros are the same on every call and the producer writes only the
+    interior, so the replay zeroes each copy once when it is made (CommandBuffer.zeroed) instead of a dispatch per
+    call, and the memory plan keeps the copy's bytes for it alone. Bytes kept so cost cache: layouts are taken
+    smallest first (the short kernels of a network's late stages, where a dispatch's fixed cost weighs most) while
+    their bytes stay within ``budget`` (the arena's size without them)."""
+    produced = {k.out_buffer for k in kept if k.zero_layout is None}
+    sizes = {k.zero_layout: k.out_buffer.arg[2] * k.out_buffer.dtype.itemsize for k in kept
+             if k.zero_layout is not None and k.out_buffer in produced and k.out_buffer not in role}
+    taken: set[tuple[object, ...]] = set()
+    for layout in sorted(sizes, key=sizes.__getitem__):
+        if sizes[layout] > budget:
+            break
+        taken.add(layout)
+        budget -= sizes[layout]
+    drop = {i: k.zero_layout for i, k in enumerate(kept)
+            if k.zero_layout in taken and k.out_buffer in produced and k.out_buffer not in role}
+    return ([k for i, k in enumerate(kept) if i not in drop], [ck for i, ck in enumerate(compiled) if i not in drop],
+            {kept[i].out_buffer: layout for i, layout in drop.items()})
+
+
+def _zeroed_sharing(zeroed: dict[UOp, tuple[object, ...]], users: dict[UOp, list[int]],
+                    segments: list[Segment]) -> dict[UOp, UOp]:
+    """For each zeroed copy, the copy whose bytes it takes (itself for the first of each such bytes): copies of one
+    layout have their zeros at the same bytes, so one whose uses all come after another's last can reuse them (a
+    network's repeated blocks); a copy used in a lane of a concurrent segment counts as used over the whole segment."""
+    def span(buf: UOp) -> tuple[int, int]:
+        lt = segment_lifetime(0, 0, users[buf], segments)
+        if lt.lane is None:
+            return lt.first, lt.last
+        seg = segments[lt.lane[0]]
+        return seg.start, seg.end - 1
+
+    sharing: dict[UOp, UOp] = {}
+    free_after: dict[tuple[object, ...], list[tuple[UOp, int]]] = {}  # layout -> (first copy, last use) per bytes
+    for buf in sorted(zeroed, key=lambda b: users[b][0]):
+        first, last = span(buf)
+        places = free_after.setdefault(zeroed[buf], [])
+        slot = next((j for j, (_, end) in enumerate(places) if end < first), None)
+        if slot is None:
+            places.append((buf, last))
+            sharing[buf] = buf
+        else:
+            sharing[buf] = places[slot][0]
+            places[slot] = (places[slot][0], last)
+    return sharing
+
+
 # --- the entry points ----------------------------------------------------------------------------------------
 def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None = None,
             state: Mapping[str, Any] | None = None, fold_weights: bool = True) -> Captured:
@@ -450,9 +500,19 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
             run_schedule(group)
     written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}
     kept, compiled = _states_in_place(kept, compiled, written_back, tgt)
+    alignment = plan_alignment(tgt.limits.buffer_alignment)
+    base = _plan_arena(_arena_buffers(kept, role), _lane_segments(kept, compiled, tgt.lanes, role), alignment)[1]
+    kept, compiled, zeroed = _zeroed_once(kept, compiled, role, base.arena_bytes)
     users = _arena_buffers(kept, role)
     segments = _lane_segments(kept, compiled, tgt.lanes, role)
-    arena, plan = _plan_arena(users, segments, plan_alignment(tgt.limits.buffer_alignment))
+    sharing = _zeroed_sharing(zeroed, users, segments)
+    for buf, first in sharing.items():
+        if buf is first:  # live for the whole call: no other value ever takes its bytes and overwrites the zeros
+            users[buf] = [0, *users[buf], len(kept) - 1]
+        else:
+            del users[buf]
+    arena, plan = _plan_arena(users, segments, alignment)
+    arena |= {buf: arena[first] for buf, first in sharing.items()}
     role.update(arena)
     for binding in arena.values():
         bindings.table[binding] = BufferSpec(binding, "uint8", (int(binding.split("+")[1]),),
@@ -480,7 +540,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     table = sorted(bindings.table.values(), key=lambda b: order.index(b.kind))
     cmdbuf = CommandBuffer(tgt.name, tuple(kernel_specs), tuple(dispatches), tuple(table), plan.arena_bytes,
                            plan.alignment, {"kernels_traced": report.kernels_traced,
-                                            "kernels_kept": report.kernels_kept}, tuple(segments))
+                                            "kernels_kept": report.kernels_kept}, tuple(segments),
+                           tuple(sorted({arena[b] for b in zeroed})))
     return Captured(cmdbuf, bindings.weights, make_replay(cmdbuf, bindings.weights, tgt), report)
 
 

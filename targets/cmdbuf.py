@@ -10,6 +10,10 @@ size). Bindings are strings:
 * ``state:<name>``: a buffer that persists across replays (initial bytes in ``weight:<init>``);
 * ``arena:<offset>+<nbytes>``: intermediate bytes inside the one arena of ``arena_bytes``.
 
+``zeroed`` (optional) lists arena bindings the replay fills with zeros once, when it is made, and whose bytes no
+other arena binding shares (``validate`` checks it): a padded copy, whose producer writes only the interior on every
+call while the zero border stays as it was made (jit/trace.py).
+
 ``segments`` (optional) mark runs of dispatches whose lanes may run concurrently, one thread each; no dispatch
 of one lane touches bytes another lane of its segment writes (``validate`` checks it), so a replay that ignores
 them and runs every dispatch in order computes the same results.
@@ -161,6 +165,7 @@ class CommandBuffer:
     alignment: int
     meta: dict[str, int | str] = field(default_factory=dict)
     segments: tuple[Segment, ...] = ()
+    zeroed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -270,6 +275,7 @@ class CommandBuffer:
             raise CmdbufError(f"arena_bytes: expected {-(-arena_end // self.alignment) * self.alignment} (the end "
                               f"of the last arena binding, aligned), got {self.arena_bytes}")
         _check_arena_lifetimes(self)
+        _check_zeroed(self, table)
         end = 0
         for j, seg in enumerate(self.segments):
             _check_segment(self, seg, f"segments[{j}]", end)
@@ -290,7 +296,7 @@ class CommandBuffer:
             "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape), "nbytes": b.nbytes,
                          "init": b.init, "image": None if b.image is None else list(b.image)} for b in self.buffers],
         } | ({"segments": [{"start": s.start, "lanes": list(s.lanes)} for s in self.segments]} if self.segments
-             else {})  # written only when present: a document without lanes reads the same in older drivepacks
+             else {}) | ({"zeroed": list(self.zeroed)} if self.zeroed else {})  # written only when present
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -325,8 +331,9 @@ class CommandBuffer:
                         for r in root.items("buffers"))
         segments = tuple(Segment(r.get("start", int), r.ints("lanes"))
                          for r in (root.items("segments") if "segments" in root.obj else ()))
+        zeroed = tuple(root.strs("zeroed")) if "zeroed" in root.obj else ()
         return CommandBuffer(root.get("target", str), kernels, dispatches, buffers, root.get("arena_bytes", int),
-                             root.get("alignment", int), dict(meta), segments)
+                             root.get("alignment", int), dict(meta), segments, zeroed)
 
     @staticmethod
     def from_bytes(data: bytes) -> CommandBuffer:
@@ -387,6 +394,20 @@ def _check_arena_lifetimes(cb: CommandBuffer) -> None:
                 raise CmdbufError(f"dispatches[{i}].bindings[0]: expected arena bytes no live buffer holds, got "
                                   f"{out} overlapping {b} (read until dispatches[{last}])")
         live[out] = last_read.get(i, i)
+
+
+def _check_zeroed(cb: CommandBuffer, table: dict[str, BufferSpec]) -> None:
+    """CmdbufError unless every zeroed binding is an arena binding of the table, listed once, whose bytes no other
+    arena binding overlaps: a value placed there would overwrite zeros the replay writes only once."""
+    for j, z in enumerate(cb.zeroed):
+        if z not in table or table[z].kind != "arena":
+            raise CmdbufError(f"zeroed[{j}]: expected an arena binding of the buffer table, got {z!r}")
+        if cb.zeroed.index(z) != j:
+            raise CmdbufError(f"zeroed[{j}]: expected each binding once, got {z!r} again")
+        for b in cb.of_kind("arena"):
+            if b.binding != z and _same_bytes(b.binding, z):
+                raise CmdbufError(f"zeroed[{j}]: expected bytes no other arena binding holds, got {z} overlapping "
+                                  f"{b.binding}")
 
 
 def _check_segment(cb: CommandBuffer, seg: Segment, where: str, prev_end: int) -> None:

@@ -132,6 +132,9 @@ class CPUReplay(Replay):
             os.register_at_fork(after_in_child=cpu.call_if_alive(weakref.WeakMethod(self._single_thread)))
         # memory the table points at; kept referenced for as long as the replay lives
         self._arena = target.allocate(cmdbuf.arena_bytes)
+        for binding in cmdbuf.zeroed:  # once: no dispatch writes their zeros (CommandBuffer.zeroed)
+            offset, size = parse_arena(binding)
+            self._arena.handle[offset:offset + size] = 0
         self._keep: dict[str, np.ndarray] = {"arena:": self._arena.handle}
         for wid, data in self.weights.items():
             self._keep[f"weight:{wid}"] = data if data.ctypes.data % cmdbuf.alignment == 0 else _aligned_copy(

@@ -295,6 +295,9 @@ class OpenCLReplay(Replay):
             self._mems[b.binding] = sub
             subs.append(sub)
         weakref.finalize(self, _release_mems, self.lib, subs).atexit = False
+        for binding in cb.zeroed:  # once: no dispatch writes their zeros (CommandBuffer.zeroed)
+            size = parse_arena(binding)[1]
+            t.copyin(Buffer(t, size, self._mems[binding]), memoryview(bytes(size)))
 
     def _make_kernels(self) -> list[Any]:
         """One cl_kernel per dispatch, every argument set now (a kernel object keeps its arguments)."""

@@ -56,6 +56,9 @@ class ScheduledKernel:
     buffers: list[UOp]  # every BUFFER in parameter order, the output first
     device: str
     onnx_nodes: tuple[str, ...] = ()  # the ONNX nodes whose ops it computes (jit/ir/provenance.py)
+    # for a kernel writing only a padded copy's zeros (its border, or the whole copy before the producer writes the
+    # interior: the same bytes on every run, which no other kernel writes), the copy's ``PaddedCopy.layout``
+    zero_layout: tuple[object, ...] | None = None
 
 
 def _substitute_stopping(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
@@ -238,11 +241,12 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     filled: set[UOp] = set()  # padded copies zeroed whole before their producer (no border kernel after it)
     line = Device[device].limits.l1.line if padded else 0
 
-    def add(node: UOp, body: UOp, buf: UOp, lowered: tuple[UOp, LoweringContext]) -> None:
+    def add(node: UOp, body: UOp, buf: UOp, lowered: tuple[UOp, LoweringContext],
+            zero_layout: tuple[object, ...] | None = None) -> None:
         assert node.shape is not None
         ast, ctx = lowered
         kernels.append(ScheduledKernel(kernel_name(node.shape, ctx.reduce_dims), ast, buf, _params(ctx), device,
-                                       names_in(toposort([body]))))
+                                       names_in(toposort([body])), zero_layout))
 
     def concat_buffer(top: UOp) -> UOp:
         if top not in views:
@@ -256,7 +260,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             if node in filled:  # zeroed whole before the producer ran
                 continue
             buf = views[node].base
-            add(node, node, buf, lower_border(border.padded_view(views[node]), border.pads, buf, border.inner_dims()))
+            add(node, node, buf, lower_border(border.padded_view(views[node]), border.pads, buf, border.inner_dims()),
+                border.layout)
             continue
         if (concat := concats.get(node)) is not None:  # its pieces' kernels wrote their slices
             buf = concat_buffer(node)
@@ -275,7 +280,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             views[copy.copy] = buffer_view(buf, copy.copy.shape)
             views[node] = copy.interior_view(views[copy.copy])
             if copy.zero_fill_pays(node.dtype.itemsize, line):
-                add(copy.copy, copy.copy, buf, lower_zero_fill(buf, node.dtype, math.prod(copy.copy.shape)))
+                add(copy.copy, copy.copy, buf, lower_zero_fill(buf, node.dtype, math.prod(copy.copy.shape)),
+                    copy.layout)
                 filled.add(copy.copy)
         else:
             buf = new_buffer(device, node.dtype, size)

@@ -49,6 +49,12 @@ class PaddedCopy:
     def pads(self) -> tuple[tuple[int, int], ...]:
         return self.chain[self.pad_at].arg
 
+    @property
+    def layout(self) -> tuple[object, ...]:
+        """Equal for copies whose buffers are the same size with the zero border at the same bytes: the producer's
+        shape and the movement ops between it and the copy (their ops, arguments and shapes), and the dtype."""
+        return (str(self.copy.dtype), self.producer.shape, tuple((c.op.name, c.arg, c.shape) for c in self.chain))
+
     def padded_view(self, copy: UOp) -> UOp:
         """The PAD's output, as movement ops over the copy's buffer (``copy``: that buffer at the copy's shape)."""
         return _undo(copy, self.chain[:self.pad_at])

@@ -4,6 +4,8 @@ captured, on the CPU and OpenCL."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -112,21 +114,62 @@ def test_a_depthwise_conv_over_rows_of_a_wide_vector_keeps_the_plain_layout() ->
     np.testing.assert_allclose(out.numpy(), _reference(x, w1, w2, 1, (2, 2, 2, 2)), rtol=1e-4, atol=1e-4)
 
 
+def _garbage_arenas(monkeypatch: pytest.MonkeyPatch, target: str) -> None:
+    """Every buffer the target allocates from now on starts as 0xFF bytes (NaN as float32), not the zeroed pages a
+    fresh allocation usually gets: a replay must write every zero it reads."""
+    runtime_type = type(Device.runtime(target))
+    allocate = runtime_type.allocate
+
+    def dirty(self: Any, nbytes: int) -> Any:
+        buf = allocate(self, nbytes)
+        if nbytes:
+            self.copyin(buf, memoryview(b"\xff" * nbytes))
+        return buf
+
+    monkeypatch.setattr(runtime_type, "allocate", dirty)
+
+
 @pytest.mark.parametrize("target", ["CPU", "OPENCL"])
-def test_a_capture_runs_the_border_kernel_every_call(target: str) -> None:
-    """Regression: the border kernel reads no input, and capture folded it as weight-only work; its zeros then
-    lived in a weight while the producer wrote into the arena, and the conv read garbage at the border."""
+def test_a_capture_zeroes_the_border_once_and_the_producer_writes_the_interior_every_call(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The border's zeros are the same on every call and no kernel writes them but the border kernel: a capture drops
+    that kernel and its replay zeroes the copy once, when it is made (``CommandBuffer.zeroed``). Regression (an
+    earlier version): the border kernel reads no input, capture folded it as weight-only work, its zeros lived in a
+    weight while the producer wrote into the arena, and the conv read garbage at the border."""
     w1, w2 = _rand(32, 16, 1, 1), _rand(32, 1, 3, 3)
 
     def model(x: Tensor) -> dict[str, Tensor]:
         return {"y": _block(x, w1, w2, 2, 1)}
 
     first, second = _rand(1, 16, 56, 56), _rand(1, 16, 56, 56)
+    _garbage_arenas(monkeypatch, target)
     run = capture(model, {"x": first}, target=target)
-    assert any(len(d.bindings) == 1 for d in run.cmdbuf.dispatches)  # the border kernel, kept as a dispatch
+    assert not any(len(d.bindings) == 1 for d in run.cmdbuf.dispatches)  # no border kernel left
+    assert len(run.cmdbuf.zeroed) == 1 and run.cmdbuf.zeroed[0] in run.cmdbuf.dispatches[0].bindings[:1]
     for x in (first, second, first):
         np.testing.assert_allclose(run({"x": x})["y"], _reference(x, w1, w2, 2, (1, 1, 1, 1)), rtol=1e-4,
                                    atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["CPU", "OPENCL"])
+def test_a_copy_larger_than_the_rest_of_the_arena_keeps_its_border_kernel(target: str) -> None:
+    """Zeroed copies keep their bytes for the whole call; the smallest layouts are taken while their bytes stay
+    within what the arena needs without them. Here the 96 x 58 x 58 copy is (the one copy of 16 x 58 x 58 fits): it
+    keeps a border kernel run every call, and both convs stay right."""
+    w1, w2, w3, w4 = _rand(16, 16, 1, 1), _rand(16, 1, 3, 3), _rand(96, 16, 1, 1), _rand(96, 1, 3, 3)
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": _block(_block(x, w1, w2, 1, 1), w3, w4, 1, 1)}
+
+    first, second = _rand(1, 16, 56, 56), _rand(1, 16, 56, 56)
+    run = capture(model, {"x": first}, target=target)
+    borders = [run.cmdbuf.kernels[d.kernel].name for d in run.cmdbuf.dispatches if len(d.bindings) == 1]
+    assert len(borders) == 1 and borders[0].startswith("E_96_58_58") and len(run.cmdbuf.zeroed) == 1
+    assert run.cmdbuf.zeroed[0].endswith(f"+{16 * 58 * 58 * 4}")
+    for x in (first, second):
+        mid = _reference(x, w1, w2, 1, (1, 1, 1, 1))
+        np.testing.assert_allclose(run({"x": x})["y"], _reference(mid, w3, w4, 1, (1, 1, 1, 1)), rtol=1e-3,
+                                   atol=1e-3)
 
 
 def test_a_small_border_kernel_is_split_over_threads_like_its_producer() -> None:
@@ -134,22 +177,12 @@ def test_a_small_border_kernel_is_split_over_threads_like_its_producer() -> None
     fetched them from the other core's cache line by line (mobilenet_v3_small's 72 x 58 x 58 border: the
     slowest of its small kernels). A kernel as small that loads something keeps one thread."""
     w1, w2 = _rand(72, 16, 1, 1), _rand(72, 1, 3, 3)
-
-    def model(x: Tensor) -> dict[str, Tensor]:
-        return {"y": _block(x, w1, w2, 2, 1), "small": x[:, :4] + 1.0}
-
-    x = _rand(1, 16, 56, 56)
-    run = capture(model, {"x": x}, target="CPU")
-    kernels = {k.name: k for k in run.cmdbuf.kernels}
-    borders = [d for d in run.cmdbuf.dispatches if len(d.bindings) == 1]
-    assert len(borders) == 1
-    border = run.cmdbuf.kernels[borders[0].kernel]
-    assert border.name == "E_72_58_58" and "dp_lo" in border.source  # 72 x 4 x 58 stores, under the work floor
-    small = [k for name, k in kernels.items() if name.startswith("E_4_56_56")]
-    assert small and all("dp_lo" not in k.source for k in small)
-    got = run({"x": x})
-    np.testing.assert_allclose(got["y"], _reference(x, w1, w2, 2, (1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got["small"], x[:, :4] + 1.0, rtol=1e-6)
+    x = Tensor(_rand(1, 16, 56, 56))
+    compiled = compile_uops([_block(x, w1, w2, 2, 1).uop, (x[:, :4] + 1.0).uop], "CPU")
+    borders = [ck for ck in compiled if ck.name.startswith("E_72_58_58")]
+    assert len(borders) == 1 and "dp_lo" in borders[0].program.source  # 72 x 4 x 58 stores, under the work floor
+    small = [ck for ck in compiled if ck.name.startswith("E_4_56_56")]
+    assert small and all("dp_lo" not in ck.program.source for ck in small)
 
 
 @pytest.mark.parametrize("target", ["CPU", "OPENCL"])
@@ -171,7 +204,8 @@ def test_a_copy_of_narrow_rows_is_zeroed_whole_before_its_producer_every_call(ta
         assert kernels.index(fill) < next(i for i, kk in enumerate(kernels) if kk.out_buffer is fill.out_buffer
                                           and kk is not fill)
     run = capture(model, {"x": first}, target=target)
-    assert sum(len(d.bindings) == 1 for d in run.cmdbuf.dispatches) == 2  # kept as dispatches
+    assert not any(len(d.bindings) == 1 for d in run.cmdbuf.dispatches)  # zeroed once, when the replay is made
+    assert len(run.cmdbuf.zeroed) == 2  # one layout, but the last kernel reads both copies: bytes of their own
     for x in (first, second, first):
         want = _reference(x, w1, w2, 1, (2, 2, 2, 2)) + _reference(x * 2, w1, w2, 1, (2, 2, 2, 2))
         np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)

@@ -54,6 +54,16 @@ def test_captured_round_trip_is_exact() -> None:
     assert all(k.source and k.entry in k.source and k.target == "CPU" for k in back.kernels)
 
 
+def test_zeroed_bindings_round_trip_and_are_written_only_when_present() -> None:
+    cb = scale_cmdbuf()
+    assert "zeroed" not in json.loads(cb.to_bytes())  # a document without them reads the same in older drivepacks
+    zeroed = CommandBuffer(cb.target, cb.kernels, cb.dispatches, cb.buffers, cb.arena_bytes, cb.alignment, cb.meta,
+                           zeroed=("arena:0+16",))
+    data = zeroed.to_bytes()
+    assert json.loads(data)["zeroed"] == ["arena:0+16"]
+    assert CommandBuffer.from_bytes(data) == zeroed and CommandBuffer.from_bytes(data).to_bytes() == data
+
+
 def test_views_and_lookup() -> None:
     cb = scale_cmdbuf()
     assert cb.buffer("output:y").nbytes == 16
@@ -82,6 +92,13 @@ def _doc() -> dict:
     (lambda d: d["dispatches"][0].update(kernel="0"), "cmdbuf.dispatches[0].kernel: expected int, got str"),
     (lambda d: d["dispatches"].pop(1), "output:y: expected a dispatch writing it, got none"),
     (lambda d: d["kernels"].append(d["kernels"][0]), "kernels: names expected unique, got ['scale', 'scale']"),
+    (lambda d: d.update(zeroed="arena:0+16"), "cmdbuf.zeroed: expected list, got str"),
+    (lambda d: d.update(zeroed=["output:y"]),
+     "zeroed[0]: expected an arena binding of the buffer table, got 'output:y'"),
+    (lambda d: d.update(zeroed=["arena:0+16", "arena:0+16"]), "zeroed[1]: expected each binding once"),
+    (lambda d: (d["buffers"].append({"binding": "arena:0+8", "dtype": "uint8", "shape": [8], "nbytes": 8,
+                                     "init": None, "image": None}), d.update(zeroed=["arena:0+16"])),
+     "zeroed[0]: expected bytes no other arena binding holds, got arena:0+16 overlapping arena:0+8"),
 ])
 def test_malformed_documents_are_typed_errors(edit, message: str) -> None:
     doc = _doc()
