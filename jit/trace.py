@@ -375,16 +375,16 @@ def _zeroed_once(kept: list[ScheduledKernel], compiled: list[CompiledKernel], ro
     smallest first (the short kernels of a network's late stages, where a dispatch's fixed cost weighs most) while
     their bytes stay within ``budget`` (the arena's size without them)."""
     produced = {k.out_buffer for k in kept if k.zero_layout is None}
-    sizes = {k.zero_layout: k.out_buffer.arg[2] * k.out_buffer.dtype.itemsize for k in kept
-             if k.zero_layout is not None and k.out_buffer in produced and k.out_buffer not in role}
+    eligible = {i: k.zero_layout for i, k in enumerate(kept)
+                if k.zero_layout is not None and k.out_buffer in produced and k.out_buffer not in role}
+    sizes = {layout: kept[i].out_buffer.arg[2] * kept[i].out_buffer.dtype.itemsize for i, layout in eligible.items()}
     taken: set[tuple[object, ...]] = set()
     for layout in sorted(sizes, key=sizes.__getitem__):
         if sizes[layout] > budget:
             break
         taken.add(layout)
         budget -= sizes[layout]
-    drop = {i: k.zero_layout for i, k in enumerate(kept)
-            if k.zero_layout in taken and k.out_buffer in produced and k.out_buffer not in role}
+    drop = {i: layout for i, layout in eligible.items() if layout in taken}
     return ([k for i, k in enumerate(kept) if i not in drop], [ck for i, ck in enumerate(compiled) if i not in drop],
             {kept[i].out_buffer: layout for i, layout in drop.items()})
 
