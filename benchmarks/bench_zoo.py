@@ -26,8 +26,11 @@ Per model, printed in one table (ratios: lower is better, < 1 = drivepack faster
 All peers of a model are timed in alternating blocks (bench_core's ``interleaved_medians``), so a slow spell of
 this shared machine falls on all of them alike. ``--contention N`` starts N busy processes (``while True:
 pass``) for the timed part only and stops them after; the table then shows p50 and p99 of each peer (p99 of
-``--repeat`` calls, interpolated: raise ``--repeat`` for a p99 that is more than the slowest call). The geometric
-mean of drivepack / onnxruntime is over the models where both ran and matched.
+``--repeat`` calls, interpolated: raise ``--repeat`` for a p99 that is more than the slowest call), and a control
+timed with them: one thread hashing a 64 KB buffer over and over (``fixed_work``: no memory traffic, no other
+thread, no system call), as many times as take as long as drivepack CPU's median call on the quiet machine just
+before. Its p99 / p50 is what the scheduler alone does to a computation of that length under that load, the floor
+under every peer's. The geometric mean of drivepack / onnxruntime is over the models where both ran and matched.
 
 A model drivepack fails on (an unsupported op, a crash) is an error row with the one-line message, listed again
 below the table; the other models still run.
@@ -36,6 +39,7 @@ below the table; the other models still run.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -90,6 +94,8 @@ class ModelResult:
     gflop: float | None = None
     ort_p50: float | None = None
     ort_p99: float | None = None
+    control_p50: float | None = None  # the fixed-work control under contention (module docstring)
+    control_p99: float | None = None
     targets: dict[str, TargetResult] = field(default_factory=dict)
     error: str | None = None
 
@@ -204,6 +210,22 @@ def busy_processes(n: int) -> Iterator[list[subprocess.Popen]]:
             p.wait()
 
 
+def fixed_work(seconds: float, calibrate_s: float = 0.05) -> Callable[[], None]:
+    """A call that hashes one 64 KB buffer as many times as took about ``seconds`` here now: a fixed amount of work
+    on one thread, touching no more memory than a core's cache holds."""
+    data = bytes(1 << 16)
+    start, rounds = time.perf_counter(), 0
+    while time.perf_counter() - start < calibrate_s:
+        hashlib.sha256(data).digest()
+        rounds += 1
+    times = max(1, round(seconds * rounds / (time.perf_counter() - start)))
+
+    def work() -> None:
+        for _ in range(times):
+            hashlib.sha256(data).digest()
+    return work
+
+
 def interleaved_samples(fns: dict[str, Callable[[], object]], repeat: int, warmup: int) -> dict[str, list[float]]:
     """Every timed call's seconds per function, scheduled by ``interleaved_medians`` (which keeps only medians):
     each function is wrapped to record its own calls, the warm-up ones dropped after."""
@@ -260,9 +282,14 @@ def bench_model(name: str, path: str, args: argparse.Namespace, work: Path) -> M
             continue
         runs[target] = run
         peers[target] = lambda run=run: run(feeds)
+    if args.contention:
+        quiet = interleaved_samples({"q": peers["CPU" if "CPU" in runs else "ort"]}, 5, warmup=1)["q"]
+        peers["control"] = fixed_work(percentile(quiet, 50))
     with busy_processes(args.contention):
         samples = interleaved_samples(peers, args.repeat, warmup=3)
     result.ort_p50, result.ort_p99 = percentile(samples["ort"], 50), percentile(samples["ort"], 99)
+    if "control" in samples:
+        result.control_p50, result.control_p99 = percentile(samples["control"], 50), percentile(samples["control"], 99)
     for target, run in runs.items():
         tr = result.targets[target]
         tr.p50, tr.p99 = percentile(samples[target], 50), percentile(samples[target], 99)
@@ -298,7 +325,7 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
     p99 = args.contention > 0
     head = f"{'model':22s} {'GFLOP':>7s} {'dp CPU':>8s} {'dp OCL':>8s} {'ORT':>8s} "
     if p99:
-        head += f"{'CPU p99':>8s} {'OCL p99':>8s} {'ORT p99':>8s} "
+        head += f"{'CPU p99':>8s} {'OCL p99':>8s} {'ORT p99':>8s} {'CPU 99/50':>9s} {'ctl 99/50':>9s} "
     head += (f"{'CPU/ORT':>8s} {'OCL/ORT':>8s} {'CPU cold':>8s} {'warm':>6s} {'OCL cold':>8s} {'warm':>6s} "
              f"{'rel err':>8s}")
     what = f"median of {args.repeat} calls after 3 warm-up"
@@ -320,7 +347,8 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
                 f"{cell(t[ocl], lambda v: _ms(v.p50)):>8s} {_ms(r.ort_p50):>8s} ")
         if p99:
             line += (f"{cell(t[cpu], lambda v: _ms(v.p99)):>8s} {cell(t[ocl], lambda v: _ms(v.p99)):>8s} "
-                     f"{_ms(r.ort_p99):>8s} ")
+                     f"{_ms(r.ort_p99):>8s} {cell(t[cpu], lambda v: _x(v.p99, v.p50)):>9s} "
+                     f"{_x(r.control_p99, r.control_p50):>9s} ")
         line += (f"{_x(ok[cpu], r.ort_p50):>8s} {_x(ok[ocl], r.ort_p50):>8s} "
                  f"{cell(t[cpu], lambda v: _s(v.cold_s)):>8s} {cell(t[cpu], lambda v: _s(v.warm_s)):>6s} "
                  f"{cell(t[ocl], lambda v: _s(v.cold_s)):>8s} {cell(t[ocl], lambda v: _s(v.warm_s)):>6s} "

@@ -4,6 +4,7 @@ busy processes, the zoo's cache naming. The real zoo needs the ``.[bench]`` extr
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,35 @@ def test_table_lists_error_rows_and_the_geometric_mean(capsys) -> None:
     assert means["CPU"] == pytest.approx(2.0)  # only the model that ran counts
     assert "b CPU: DrivepackError: no op Foo" in out and "c model: export error: x" in out
     assert "geometric mean drivepack CPU / onnxruntime: 2.00x over 1 models" in out
+
+
+def test_contention_times_a_fixed_work_control_with_the_peers_and_prints_the_p99_ratios(tmp_path: Path,
+                                                                                        capsys) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_gemm_model(), str(path))
+    r = bench_zoo.bench_model("m", str(path), _args(contention=1, repeat=10), tmp_path)
+    cpu = r.targets["CPU"]
+    assert cpu.p50 and cpu.p99 and r.control_p50 and r.control_p99 and r.control_p99 >= r.control_p50
+    bench_zoo.print_table([r], _args(contention=1))
+    lines = capsys.readouterr().out.splitlines()
+    head, row = next(i for i in lines if i.startswith("model")), next(i for i in lines if i.startswith("m "))
+    assert "CPU 99/50" in head and "ctl 99/50" in head
+    assert f"{cpu.p99 / cpu.p50:.2f}x" in row and f"{r.control_p99 / r.control_p50:.2f}x" in row
+    quiet = bench_zoo.bench_model("m", str(path), _args(), tmp_path)
+    assert quiet.control_p50 is None and quiet.control_p99 is None  # no control on a quiet machine
+
+
+def test_fixed_work_repeats_one_amount_of_work_sized_to_the_time_asked() -> None:
+    short, long = bench_zoo.fixed_work(0.0005), bench_zoo.fixed_work(0.005)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+    assert 3 < best(long) / best(short) < 30  # ten times the work, timed on a noisy machine
 
 
 def test_busy_processes_run_inside_the_block_and_are_stopped_after() -> None:
