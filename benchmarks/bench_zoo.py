@@ -28,9 +28,10 @@ this shared machine falls on all of them alike. ``--contention N`` starts N busy
 pass``) for the timed part only and stops them after; the table then shows p50 and p99 of each peer (p99 of
 ``--repeat`` calls, interpolated: raise ``--repeat`` for a p99 that is more than the slowest call), and a control
 timed with them: one thread hashing a 64 KB buffer over and over (``fixed_work``: no memory traffic, no other
-thread, no system call), as many times as take as long as drivepack CPU's median call on the quiet machine just
-before. Its p99 / p50 is what the scheduler alone does to a computation of that length under that load, the floor
-under every peer's. The geometric mean of drivepack / onnxruntime is over the models where both ran and matched.
+thread, no system call), as many times as take as long as drivepack CPU's median call (onnxruntime's where CPU did
+not run) on the quiet machine just before. Its p99 / p50 is what the scheduler alone does to a computation of that
+length under that load, the floor under every peer's. The geometric mean of drivepack / onnxruntime is over the
+models where both ran and matched.
 
 A model drivepack fails on (an unsupported op, a crash) is an error row with the one-line message, listed again
 below the table; the other models still run.
