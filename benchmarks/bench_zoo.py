@@ -31,7 +31,8 @@ timed with them: one thread hashing a 64 KB buffer over and over (``fixed_work``
 thread, no system call), as many times as take as long as drivepack CPU's median call (onnxruntime's where CPU did
 not run) on the quiet machine just before. Its p99 / p50 is what the scheduler alone does to a computation of that
 length under that load, the floor under every peer's. The geometric mean of drivepack / onnxruntime is over the
-models where both ran and matched.
+models where both ran and matched; below it, OPENCL / CPU for each model of at most ``SMALL_MODEL_DISPATCHES``
+dispatches (where a driver's fixed cost per dispatch shows most).
 
 A model drivepack fails on (an unsupported op, a crash) is an error row with the one-line message, listed again
 below the table; the other models still run.
@@ -71,6 +72,10 @@ ORT_THREADS = 2  # each peer's threads unless --threads says
 # relative to the largest reference value: random-init nets end in logits of very different scales
 RTOL = 2e-3
 BUSY = "while True: pass"
+
+
+# the issue's bound for dispatch-bound models: none of at most this many dispatches over 2x the CPU target's time
+SMALL_MODEL_DISPATCHES = 20
 
 
 @dataclass
@@ -304,7 +309,8 @@ def geomean(values: list[float]) -> float | None:
 
 
 def _ms(v: float | None) -> str:
-    return f"{v * 1e3:.2f}" if v is not None else "-"
+    """Milliseconds, to the microsecond below one (a GRU step's 0.07 ms would round its ratios by a seventh)."""
+    return "-" if v is None else f"{v * 1e3:.3f}" if v < 1e-3 else f"{v * 1e3:.2f}"
 
 
 def _s(v: float | None) -> str:
@@ -360,6 +366,12 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
         if k in args.targets:
             g = means[k]
             print(f"geometric mean drivepack {k} / onnxruntime: {f'{g:.2f}x' if g else '-'} over {len(v)} models")
+    small = [(r.name, o.p50 / c.p50, o.dispatches) for r in results if not r.error
+             and (c := r.targets.get(cpu)) is not None and (o := r.targets.get(ocl)) is not None and c.p50 and o.p50
+             and o.dispatches is not None and o.dispatches <= SMALL_MODEL_DISPATCHES]
+    if small:
+        print(f"OPENCL / CPU on models of at most {SMALL_MODEL_DISPATCHES} dispatches: "
+              + ", ".join(f"{n} {x:.2f}x ({d} dispatches)" for n, x, d in small))
     errors = [(r.name, "model", r.error) for r in results if r.error]
     errors += [(r.name, k, v.error) for r in results for k, v in r.targets.items() if v.error]
     if errors:

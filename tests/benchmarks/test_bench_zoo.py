@@ -86,6 +86,20 @@ def test_table_lists_error_rows_and_the_geometric_mean(capsys) -> None:
     assert "geometric mean drivepack CPU / onnxruntime: 2.00x over 1 models" in out
 
 
+def test_table_prints_small_times_to_the_microsecond_and_opencl_over_cpu_on_small_models(capsys) -> None:
+    def both(ocl_dispatches: int) -> dict[str, bench_zoo.TargetResult]:
+        return {"CPU": bench_zoo.TargetResult(p50=70e-6, dispatches=2),
+                "OPENCL": bench_zoo.TargetResult(p50=119e-6, dispatches=ocl_dispatches)}
+    small = bench_zoo.ModelResult("gru", gflop=0.005, ort_p50=120e-6, targets=both(2))
+    large = bench_zoo.ModelResult("big", gflop=1.0, ort_p50=2e-3, targets=both(bench_zoo.SMALL_MODEL_DISPATCHES + 1))
+    bench_zoo.print_table([small, large], _args(targets=("CPU", "OPENCL")))
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("gru "))
+    assert row.split()[2:5] == ["0.070", "0.119", "0.120"]
+    assert "OPENCL / CPU on models of at most 20 dispatches: gru 1.70x (2 dispatches)" in out
+    assert "big " not in out.split("OPENCL / CPU on models")[1]
+
+
 def test_contention_times_a_fixed_work_control_with_the_peers_and_prints_the_p99_ratios(tmp_path: Path,
                                                                                         capsys) -> None:
     path = tmp_path / "m.onnx"

@@ -151,6 +151,28 @@ def test_gru_bidirectional_layouts(linear_before_reset: int, layout: int) -> Non
               linear_before_reset=linear_before_reset)
 
 
+@pytest.mark.parametrize("op,gates,n_out,attrs", [("GRU", 3, 2, {"linear_before_reset": 1}), ("LSTM", 4, 3, {})])
+@pytest.mark.parametrize("target", ["CPU", pytest.param("OPENCL", marks=pytest.mark.opencl)])
+def test_one_step_cell_computes_its_input_projection(op: str, gates: int, n_out: int, attrs: dict[str, int],
+                                                     target: str) -> None:
+    """One step (a driving policy's GRU, as torch exports it): the input projection fuses into the cell's kernel,
+    one dispatch per state plus a copy for the second view of the output state (Y_h of Y); three steps keep one
+    projection for all steps."""
+    from jit import capture_onnx
+
+    for seq, kernels in ((1, n_out), (3, None)):
+        ins = _rnn_inputs(gates, 1, seq, 2, 24, 16, False, True)
+        m = model(op, ins, n_out=n_out, hidden_size=16, **attrs)
+        want = ReferenceEvaluator(m).run(None, given(ins))
+        cap = capture_onnx(load_onnx(m, device=target), given(ins), target=target)
+        got = cap(given(ins))
+        for i, w in enumerate(want):
+            np.testing.assert_allclose(got[f"y{i}"], w, rtol=1e-4, atol=1e-5)
+        if kernels is not None:
+            assert len(cap.cmdbuf.dispatches) == kernels, [cap.cmdbuf.kernels[d.kernel].name
+                                                           for d in cap.cmdbuf.dispatches]
+
+
 def test_rnn_reverse_with_lengths() -> None:
     ins = _rnn_inputs(1, 1, 6, 3, 2, 4, True, True)
     check_rnn("RNN", ins, 2, hidden_size=4, direction="reverse")

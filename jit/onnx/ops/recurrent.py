@@ -49,7 +49,11 @@ def run_body(ctx: OpContext, body: onnx.GraphProto, bound: list[Value | None]) -
 
 def step_slice(t: Tensor, axis: int, i: int) -> Tensor:
     """``t[..., i, ...]`` along ``axis`` (removed), read through a one-element index buffer: every step's kernel
-    then has the same source (compiled once) instead of one with the offset ``i`` baked in per step."""
+    then has the same source (compiled once) instead of one with the offset ``i`` baked in per step. A one-step
+    axis is squeezed: no gather, so what computed ``t`` may fuse into the step's kernel (one GRU step: the input
+    projection into the cell)."""
+    if t.shape[axis] == 1:
+        return t.squeeze(axis)
     idx = Tensor(np.array([i], dtype=np.int32), device=t.device)
     return t.take(idx, axis).squeeze(axis)
 
@@ -259,7 +263,8 @@ def _recurrent(ctx: OpContext, gates: int, defaults: list[str], cell: Cell, n_st
         if b is not None:
             xw = xw + b[d, :gates * hidden].cast(cd)
             rb = b[d, gates * hidden:].cast(cd)
-        xw = xw.contiguous()
+        if steps > 1:
+            xw = xw.contiguous()
         st = [(init[i][d].cast(cd) if init[i] is not None else Tensor.zeros(batch, hidden, dtype=cd, device=xs.device))
               for i in range(n_states)]
         p_d = peep[d].cast(cd) if peep is not None else None
