@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from jit import capture_onnx
 from jit.common.errors import UnsupportedOp
 from jit.onnx.loader import load_onnx
 
@@ -156,10 +157,8 @@ def test_gru_bidirectional_layouts(linear_before_reset: int, layout: int) -> Non
 def test_one_step_cell_computes_its_input_projection(op: str, gates: int, n_out: int, attrs: dict[str, int],
                                                      target: str) -> None:
     """One step (a driving policy's GRU, as torch exports it): the input projection fuses into the cell's kernel,
-    one dispatch per state plus a copy for the second view of the output state (Y_h of Y); three steps keep one
-    projection for all steps."""
-    from jit import capture_onnx
-
+    one dispatch per state plus a copy for the second view of the output state (Y_h of Y); three steps, which keep
+    one projection for all steps, still match."""
     for seq, kernels in ((1, n_out), (3, None)):
         ins = _rnn_inputs(gates, 1, seq, 2, 24, 16, False, True)
         m = model(op, ins, n_out=n_out, hidden_size=16, **attrs)
