@@ -55,7 +55,7 @@ from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, 
 from jit.schedule.memory_plan import plan_alignment, plan_memory
 from jit.schedule.streams import BYTE_COST, dependencies, find_segments, segment_lifetime
 from targets.base import Target
-from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Segment, arena_binding
+from targets.cmdbuf import Alias, BufferSpec, CommandBuffer, Dispatch, KernelSpec, Segment, arena_binding
 from targets.registry import Device
 from targets.replay import DispatchTime, Replay, ahead_build, kernel_flags, make_replay
 
@@ -149,23 +149,26 @@ def _contiguous(u: UOp) -> UOp:
     return UOp(Ops.CONTIGUOUS, u.dtype, (u,))
 
 
-def _output_targets(outs: dict[str, UOp]) -> dict[str, UOp]:
-    """Each output as a node that a kernel writes into a buffer of its own (a copy where it would not be). An output
-    that only views a value made contiguous (a recurrent cell's state, reshaped per output) in its element order
-    is that value's own node: its kernel writes the output, and another output of it copies from there."""
-    seen: set[UOp] = set()
-    result = {}
+def _output_targets(outs: dict[str, UOp]) -> tuple[dict[str, UOp], dict[str, str]]:
+    """(each computed output as a node that a kernel writes into a buffer of its own, a copy where it would not be;
+    each other output's source). An output that only views a value made contiguous (a recurrent cell's state,
+    reshaped per output) in its element order is that value's own node: its kernel writes the output. An output
+    listing another output's elements in their order (a recurrent op's last state and its one-step sequence, or one
+    value returned twice) is an alias of that output (CommandBuffer.aliases): no kernel copies it."""
+    chosen: dict[UOp, str] = {}
+    result: dict[str, UOp] = {}
+    aliases: dict[str, str] = {}
     for name, u in outs.items():
         value = _in_element_order(u)
-        if value.op is Ops.CONTIGUOUS and value not in seen and value not in realized:
-            node = value
-        else:
-            node = u if u.op is Ops.CONTIGUOUS else _contiguous(u)
-        while node in seen:  # two outputs of one value: the second gets a copy
-            node = _contiguous(node)
-        seen.add(node)
+        same = [chosen[n] for n in (value, _contiguous(value)) if n in chosen]
+        if same:
+            aliases[name] = same[0]
+            continue
+        node = value if value.op is Ops.CONTIGUOUS and value not in realized else \
+            u if u.op is Ops.CONTIGUOUS else _contiguous(u)
+        chosen[node] = name
         result[name] = node
-    return result
+    return result, aliases
 
 
 def _in_element_order(u: UOp) -> UOp:
@@ -449,7 +452,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
                                f"{u.dtype.name} {u.shape}")
         if u is not ph.uop:  # computed into an arena temporary first (unless it already is one), copied last
             new_states[name] = _contiguous(u if u.op is Ops.CONTIGUOUS else _contiguous(u))
-    out_targets = _output_targets(outs)
+    out_targets, aliases = _output_targets(outs)
     roots = [*out_targets.values(), *new_states.values()]
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
@@ -483,10 +486,15 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         for name, arr in example_inputs.items():
             bindings.table[f"input:{name}"] = BufferSpec(f"input:{name}", from_numpy(arr.dtype).name, arr.shape,
                                                          arr.nbytes)
-        for name, u in out_targets.items():
-            buf = becomes[u].base
-            assert buf.op is Ops.BUFFER and isinstance(u.shape, tuple)
-            bindings.table[f"output:{name}"] = _flat_spec(f"output:{name}", buf, outs[name].shape)
+        for name, out in outs.items():  # in the model's order
+            if name in aliases:
+                assert isinstance(out.dtype, DType) and isinstance(out.shape, tuple)
+                bindings.table[f"output:{name}"] = BufferSpec(f"output:{name}", out.dtype.name, out.shape,
+                                                              out.size * out.dtype.itemsize)
+                continue
+            buf = becomes[out_targets[name]].base
+            assert buf.op is Ops.BUFFER
+            bindings.table[f"output:{name}"] = _flat_spec(f"output:{name}", buf, out.shape)
         for name, arr in state.items():
             init = bindings.weight(_constant_buffer(arr, device))
             bindings.table[f"state:{name}"] = BufferSpec(f"state:{name}", from_numpy(arr.dtype).name, arr.shape,
@@ -541,7 +549,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     cmdbuf = CommandBuffer(tgt.name, tuple(kernel_specs), tuple(dispatches), tuple(table), plan.arena_bytes,
                            plan.alignment, {"kernels_traced": report.kernels_traced,
                                             "kernels_kept": report.kernels_kept}, tuple(segments),
-                           tuple(sorted({arena[b] for b in zeroed})))
+                           tuple(sorted({arena[b] for b in zeroed})),
+                           tuple(Alias(f"output:{n}", f"output:{source}") for n, source in aliases.items()))
     return Captured(cmdbuf, bindings.weights, make_replay(cmdbuf, bindings.weights, tgt), report)
 
 

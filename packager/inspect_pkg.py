@@ -53,7 +53,8 @@ def entry_json(entry: Entry) -> dict[str, Any]:
                                                "global_size": list(d.global_size),
                                                "local_size": list(d.local_size) if d.local_size else None,
                                                "bindings": list(d.bindings)}
-                                              for i, d in enumerate(cb.dispatches)]}}
+                                              for i, d in enumerate(cb.dispatches)],
+                               "aliases": [{"binding": a.binding, "source": a.source} for a in cb.aliases]}}
 
 
 def inspect_json(pkg: Package) -> dict[str, Any]:
@@ -97,6 +98,8 @@ def _entry_text(entry: Entry) -> list[str]:
     out += ["", "  command buffer:"]
     for i, d in enumerate(entry.cmdbuf.dispatches):
         out.append(f"    {i:3d} {entry.cmdbuf.kernels[d.kernel].name:40s} {' '.join(d.bindings)}")
+    for a in entry.cmdbuf.aliases:
+        out.append(f"        {'alias (copied by the replay)':40s} {a.binding} = {a.source}")
     return out
 
 
@@ -121,6 +124,8 @@ def inspect_dot(pkg: Package) -> str:
                 lines.append(f"    {node} -> {_q(f'{name}/{d.bindings[0]}')};")
             for b in d.bindings[1:]:
                 lines.append(f"    {_q(f'{name}/{b}')} -> {node};")
+        for a in cb.aliases:
+            lines.append(f"    {_q(f'{name}/{a.source}')} -> {_q(f'{name}/{a.binding}')} [style=dashed, label=alias];")
         lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"

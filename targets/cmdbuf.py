@@ -14,6 +14,10 @@ size). Bindings are strings:
 other arena binding shares (``validate`` checks it): a padded copy, whose producer writes only the interior on every
 call while the zero border stays as it was made (jit/trace.py).
 
+``aliases`` (optional) name outputs that no dispatch writes: each holds exactly the bytes of another output (its
+``source``, same dtype and byte size, possibly another shape) after every call, and a replay hands the caller a copy
+of them (a recurrent op's last state, which is also its one-step output sequence: no copy kernel on the device).
+
 ``segments`` (optional) mark runs of dispatches whose lanes may run concurrently, one thread each; no dispatch
 of one lane touches bytes another lane of its segment writes (``validate`` checks it), so a replay that ignores
 them and runs every dispatch in order computes the same results.
@@ -95,6 +99,14 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Alias:
+    """Output ``binding`` holds the bytes of output ``source`` after every call; no dispatch binds it."""
+
+    binding: str
+    source: str
+
+
+@dataclass(frozen=True)
 class BufferSpec:
     """One entry of the buffer table. ``init`` (states only) is the weight id holding the initial bytes;
     ``image`` (float32 weights only) is (height, width) in RGBA float texels when kernels read the weight as an
@@ -166,6 +178,7 @@ class CommandBuffer:
     meta: dict[str, int | str] = field(default_factory=dict)
     segments: tuple[Segment, ...] = ()
     zeroed: tuple[str, ...] = ()
+    aliases: tuple[Alias, ...] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -181,6 +194,12 @@ class CommandBuffer:
     @property
     def outputs(self) -> list[BufferSpec]:
         return self.of_kind("output")
+
+    @property
+    def computed_outputs(self) -> list[BufferSpec]:
+        """The outputs a dispatch writes: every output but the aliases, in table order."""
+        aliased = {a.binding for a in self.aliases}
+        return [b for b in self.outputs if b.binding not in aliased]
 
     @property
     def states(self) -> list[BufferSpec]:
@@ -267,7 +286,8 @@ class CommandBuffer:
                     check_kernel_text(k.source, k.entry, f"kernel {k.name}")
                 except IndexRangeError as e:
                     raise CmdbufError(str(e)) from None
-        for b in self.outputs + self.states:
+        _check_aliases(self, table)
+        for b in self.computed_outputs + self.states:
             if b.nbytes and b.binding not in written:
                 raise CmdbufError(f"{b.binding}: expected a dispatch writing it, got none")
         arena_end = max((parse_arena(b.binding)[0] + b.nbytes for b in self.of_kind("arena")), default=0)
@@ -296,7 +316,8 @@ class CommandBuffer:
             "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape), "nbytes": b.nbytes,
                          "init": b.init, "image": None if b.image is None else list(b.image)} for b in self.buffers],
         } | ({"segments": [{"start": s.start, "lanes": list(s.lanes)} for s in self.segments]} if self.segments
-             else {}) | ({"zeroed": list(self.zeroed)} if self.zeroed else {})  # written only when present
+             else {}) | ({"zeroed": list(self.zeroed)} if self.zeroed else {}) | (  # written only when present
+            {"aliases": [{"binding": a.binding, "source": a.source} for a in self.aliases]} if self.aliases else {})
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -332,8 +353,10 @@ class CommandBuffer:
         segments = tuple(Segment(r.get("start", int), r.ints("lanes"))
                          for r in (root.items("segments") if "segments" in root.obj else ()))
         zeroed = tuple(root.strs("zeroed")) if "zeroed" in root.obj else ()
+        aliases = tuple(Alias(r.get("binding", str), r.get("source", str))
+                        for r in (root.items("aliases") if "aliases" in root.obj else ()))
         return CommandBuffer(root.get("target", str), kernels, dispatches, buffers, root.get("arena_bytes", int),
-                             root.get("alignment", int), dict(meta), segments, zeroed)
+                             root.get("alignment", int), dict(meta), segments, zeroed, aliases)
 
     @staticmethod
     def from_bytes(data: bytes) -> CommandBuffer:
@@ -408,6 +431,27 @@ def _check_zeroed(cb: CommandBuffer, table: dict[str, BufferSpec]) -> None:
             if b.binding != z and _same_bytes(b.binding, z):
                 raise CmdbufError(f"zeroed[{j}]: expected bytes no other arena binding holds, got {z} overlapping "
                                   f"{b.binding}")
+
+
+def _check_aliases(cb: CommandBuffer, table: dict[str, BufferSpec]) -> None:
+    """CmdbufError unless every alias is an output of the table, listed once, that no dispatch binds, whose source is
+    another output a dispatch computes, of the same dtype and byte size."""
+    bound = {b for d in cb.dispatches for b in d.bindings}
+    aliased = [a.binding for a in cb.aliases]
+    for j, a in enumerate(cb.aliases):
+        where = f"aliases[{j}]"
+        if a.binding not in table or table[a.binding].kind != "output":
+            raise CmdbufError(f"{where}.binding: expected an output binding of the buffer table, got {a.binding!r}")
+        if aliased.index(a.binding) != j:
+            raise CmdbufError(f"{where}.binding: expected each output once, got {a.binding!r} again")
+        if a.binding in bound:
+            raise CmdbufError(f"{where}.binding: expected an output no dispatch binds, got {a.binding!r} bound")
+        if a.source not in table or table[a.source].kind != "output" or a.source in aliased:
+            raise CmdbufError(f"{where}.source: expected an output binding a dispatch computes, got {a.source!r}")
+        alias, source = table[a.binding], table[a.source]
+        if (alias.dtype, alias.nbytes) != (source.dtype, source.nbytes):
+            raise CmdbufError(f"{where}.source: expected {alias.dtype} of {alias.nbytes} bytes (the alias's), got "
+                              f"{source.dtype} of {source.nbytes} bytes")
 
 
 def _check_segment(cb: CommandBuffer, seg: Segment, where: str, prev_end: int) -> None:

@@ -215,6 +215,7 @@ class AheadBuild:
         """Every kernel is rendered: ``kernels`` are the command buffer's."""
         return 0
 
+
 class Replay(abc.ABC):
     """A command buffer made runnable on one target. Subclasses implement ``_run``, ``_profile`` and state
     access; this class checks inputs and weights and holds what every engine shares."""
@@ -236,12 +237,16 @@ class Replay(abc.ABC):
         self.weights = {int(b.name): _weight_bytes(b, weights) for b in cmdbuf.weights}
         self._checks = [_input_check(b) for b in cmdbuf.inputs]
         self._names = frozenset(c.name for c in self._checks)
-        self.output_specs = cmdbuf.outputs
-        self.output_dtypes = [to_numpy(dtypes.from_name(b.dtype)) for b in self.output_specs]
         # what every call reads: a call of a small model costs microseconds, of which building these took a fifth
         self._input_names = tuple(c.name for c in self._checks)
-        self._output_names = tuple(b.name for b in self.output_specs)
-        self._output_layouts = tuple(zip((b.shape for b in self.output_specs), self.output_dtypes, strict=True))
+        self._output_names = tuple(b.name for b in cmdbuf.outputs)
+        computed = cmdbuf.computed_outputs  # what an engine's call fills (``new_outputs``), in this order
+        self._output_layouts = tuple((b.shape, to_numpy(dtypes.from_name(b.dtype))) for b in computed)
+        index = {b.binding: i for i, b in enumerate(computed)}
+        source = {a.binding: a.source for a in cmdbuf.aliases}
+        # per output: the computed array it is, or (an alias) the one whose bytes it copies, at its own shape
+        self._assembly = tuple((index[source.get(b.binding, b.binding)], b.shape if b.binding in source else None)
+                               for b in cmdbuf.outputs)
         # one run at a time: engines bind inputs into tables and buffers every call of this replay shares
         self.lock = threading.Lock()
         # how the last call read each input (``in place`` / ``copied: why``)
@@ -327,7 +332,15 @@ class Replay(abc.ABC):
         with self.lock:
             self.input_modes = dict(zip(self._input_names, modes, strict=True))
             outputs = self._run(arrays) if not DEBUG >= 2 else self._debug_run(arrays)
-        return dict(zip(self._output_names, outputs, strict=True))
+        return self._named_outputs(outputs)
+
+    def _named_outputs(self, computed: list[np.ndarray]) -> dict[str, np.ndarray]:
+        """Every output by name from an engine's computed ones: an alias gets a copy of its source's bytes (a
+        caller writing into one output never changes another)."""
+        if not self.cmdbuf.aliases:
+            return dict(zip(self._output_names, computed, strict=True))
+        return {name: computed[i] if shape is None else computed[i].reshape(shape).copy()
+                for name, (i, shape) in zip(self._output_names, self._assembly, strict=True)}
 
     def _debug_run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """One call, dispatch by dispatch, printing a line per dispatch to stderr (``DEBUG=2``, as the eager
@@ -361,10 +374,11 @@ class Replay(abc.ABC):
                 outputs = self._run(arrays) if not DEBUG >= 2 else self._debug_run(arrays)
             finally:
                 self.set_threads(before)
-        return dict(zip(self.output_names, outputs, strict=True))
+        return self._named_outputs(outputs)
 
     def new_outputs(self) -> list[np.ndarray]:
-        """Fresh arrays for one call's outputs: nothing a caller holds is ever written again."""
+        """Fresh arrays for one call's computed outputs (``CommandBuffer.computed_outputs``): nothing a caller holds
+        is ever written again."""
         return [np.empty(shape, dtype=dtype) for shape, dtype in self._output_layouts]
 
     def profile(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> list[DispatchTime]:
@@ -413,11 +427,11 @@ class Replay(abc.ABC):
 
     @abc.abstractmethod
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """One replay over checked inputs (command-buffer order); the outputs in command-buffer order."""
+        """One replay over checked inputs (command-buffer order); the computed outputs in command-buffer order."""
 
     @abc.abstractmethod
     def _profile(self, inputs: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
-        """(seconds per dispatch, each dispatch run and waited for on its own; the call's outputs)."""
+        """(seconds per dispatch, each dispatch run and waited for on its own; the call's computed outputs)."""
 
     @abc.abstractmethod
     def _read_state(self, spec: BufferSpec, out: np.ndarray) -> None: ...

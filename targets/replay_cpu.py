@@ -151,7 +151,7 @@ class CPUReplay(Replay):
             if binding in self._keep:
                 self._table[slot] = self._ffi.cast("void*", self._keep[binding].ctypes.data)
         self._in_slots = [self.slots[b.binding] for b in cmdbuf.inputs]
-        self._out_slots = [self.slots[b.binding] for b in cmdbuf.outputs]
+        self._out_slots = [self.slots[b.binding] for b in cmdbuf.computed_outputs]
         self.reset_own_states()
 
     @staticmethod

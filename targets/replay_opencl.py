@@ -213,10 +213,10 @@ class OpenCLReplay(Replay):
         self._khr = khr_functions(target.platform_id) if self.mode == "command_buffer" else {}
         self._command_buffer = self._record(self._launches) if self.mode == "command_buffer" else None
         self._in = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.inputs]
-        self._out = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.outputs]
+        self._out = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.computed_outputs]
         self._in_shared = [self._shared.get(b.binding) for b in cmdbuf.inputs]
         self._in_names = tuple(self.input_names)
-        self._out_shared = [self._shared.get(b.binding) for b in cmdbuf.outputs]
+        self._out_shared = [self._shared.get(b.binding) for b in cmdbuf.computed_outputs]
         self._queue1 = self.ffi.new("cl_command_queue[1]", [target.queue])
         self._own = _InputBinding([None] * len(self._in), self._launches, [])
         self._own.command_buffer = self._command_buffer
@@ -270,7 +270,10 @@ class OpenCLReplay(Replay):
     # --- setup ---------------------------------------------------------------------------------------------
     def _allocate(self, share: Replay | None) -> None:
         cb, t = self.cmdbuf, self.cl
+        aliased = {a.binding for a in cb.aliases}  # no dispatch binds them: copied on the host
         for b in cb.buffers:
+            if b.binding in aliased:
+                continue
             if b.image is not None:  # read-only: created holding its bytes
                 self._buffers[b.binding] = t.allocate_image(*b.image, memoryview(self.weights[int(b.name)]))
             elif b.kind == "state" and b.name in self.shared_states:

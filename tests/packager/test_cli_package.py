@@ -220,3 +220,30 @@ def test_package_checks_the_role_given_with_role(tmp_path: Path, capsys: pytest.
     code, _, err = run([*argv, "--role", "steering"], capsys)
     assert code == 2 and err.count("\n") == 1 and "--role: expected one of vision, policy" in err
     assert "got 'steering'" in err and not (tmp_path / "p.dpk").exists()
+
+
+def test_an_output_viewing_another_is_packaged_as_an_alias(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two outputs of one value (a GRU's Y and Y_h): the package's command buffer names the second an alias of the
+    first, verify compares both with the reference, and inspect shows it in all three forms."""
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Tanh", ["x"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["y_h"])], "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8]),
+         helper.make_tensor_value_info("y_h", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor("shape", TensorProto.INT64, [2], [1, 8])])
+    model_path, out = tmp_path / "views.onnx", tmp_path / "views.dpk"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model_path))
+    code, _, err = run(["package", str(model_path), "--vehicle", "pc-cpu", "-o", str(out), "--allow-abi-mismatch"],
+                       capsys)
+    assert code == 0, err
+    code, text, _ = run(["verify", str(out)], capsys)
+    assert code == 0 and "    y[0:8] " in text and "    y_h[0:8] " in text
+    code, text, _ = run(["inspect", str(out)], capsys)
+    assert "alias (copied by the replay)             output:y_h = output:y" in text
+    code, text, _ = run(["inspect", str(out), "--json"], capsys)
+    [entry] = json.loads(text)["entries"]
+    assert entry["command_buffer"]["aliases"] == [{"binding": "output:y_h", "source": "output:y"}]
+    assert len(entry["command_buffer"]["dispatches"]) == 1
+    code, text, _ = run(["inspect", str(out), "--dot"], capsys)
+    assert '"views/output:y" -> "views/output:y_h" [style=dashed, label=alias];' in text

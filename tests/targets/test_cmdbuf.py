@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jit import DrivepackError, capture
-from targets.cmdbuf import BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
+from targets.cmdbuf import Alias, BufferSpec, CmdbufError, CommandBuffer, Dispatch, KernelSpec, Scalar, parse_arena
 
 SCALE_C = "void scale(float* restrict data0, const float* restrict data1, float s) {\n" \
           "  for (int i = 0; i < 4; i++) data0[i] = data1[i] * s;\n}\n"
@@ -64,6 +64,29 @@ def test_zeroed_bindings_round_trip_and_are_written_only_when_present() -> None:
     assert CommandBuffer.from_bytes(data) == zeroed and CommandBuffer.from_bytes(data).to_bytes() == data
 
 
+def aliased_cmdbuf() -> CommandBuffer:
+    """``scale_cmdbuf`` with a second output ``h``: y's bytes at shape (2, 2)."""
+    cb = scale_cmdbuf()
+    return CommandBuffer(cb.target, cb.kernels, cb.dispatches,
+                         cb.buffers[:2] + (BufferSpec("output:h", "float32", (2, 2), 16),) + cb.buffers[2:],
+                         cb.arena_bytes, cb.alignment, cb.meta, aliases=(Alias("output:h", "output:y"),))
+
+
+def test_aliases_round_trip_and_are_written_only_when_present() -> None:
+    assert "aliases" not in json.loads(scale_cmdbuf().to_bytes())
+    cb = aliased_cmdbuf()
+    data = cb.to_bytes()
+    assert json.loads(data)["aliases"] == [{"binding": "output:h", "source": "output:y"}]
+    assert CommandBuffer.from_bytes(data) == cb and CommandBuffer.from_bytes(data).to_bytes() == data
+    assert [b.name for b in cb.outputs] == ["y", "h"] and [b.name for b in cb.computed_outputs] == ["y"]
+
+
+def _with_alias(d: dict, alias: dict, dtype: str = "float32", shape: tuple[int, ...] = (2, 2)) -> None:
+    d["buffers"].append({"binding": "output:h", "dtype": dtype, "shape": list(shape),
+                         "nbytes": int(np.prod(shape)) * np.dtype(dtype).itemsize, "init": None, "image": None})
+    d["aliases"] = [alias]
+
+
 def test_views_and_lookup() -> None:
     cb = scale_cmdbuf()
     assert cb.buffer("output:y").nbytes == 16
@@ -99,6 +122,24 @@ def _doc() -> dict:
     (lambda d: (d["buffers"].append({"binding": "arena:0+8", "dtype": "uint8", "shape": [8], "nbytes": 8,
                                      "init": None, "image": None}), d.update(zeroed=["arena:0+16"])),
      "zeroed[0]: expected bytes no other arena binding holds, got arena:0+16 overlapping arena:0+8"),
+    (lambda d: _with_alias(d, {"binding": "output:h", "source": "input:x"}),
+     "aliases[0].source: expected an output binding a dispatch computes, got 'input:x'"),
+    (lambda d: _with_alias(d, {"binding": "output:h", "source": "output:h"}),
+     "aliases[0].source: expected an output binding a dispatch computes, got 'output:h'"),
+    (lambda d: _with_alias(d, {"binding": "input:x", "source": "output:y"}),
+     "aliases[0].binding: expected an output binding of the buffer table, got 'input:x'"),
+    (lambda d: _with_alias(d, {"binding": "output:y", "source": "output:h"}),
+     "aliases[0].binding: expected an output no dispatch binds, got 'output:y' bound"),
+    (lambda d: _with_alias(d, {"binding": "output:h", "source": "output:y"}, shape=(2, 3)),
+     "aliases[0].source: expected float32 of 24 bytes (the alias's), got float32 of 16 bytes"),
+    (lambda d: _with_alias(d, {"binding": "output:h", "source": "output:y"}, dtype="int32"),
+     "aliases[0].source: expected int32 of 16 bytes (the alias's), got float32 of 16 bytes"),
+    (lambda d: (_with_alias(d, {"binding": "output:h", "source": "output:y"}), d["aliases"].append(d["aliases"][0])),
+     "aliases[1].binding: expected each output once, got 'output:h' again"),
+    (lambda d: _with_alias(d, {"binding": "output:h"}), "cmdbuf.aliases[0].source: expected a value, got none"),
+    (lambda d: d["buffers"].append({"binding": "output:h", "dtype": "float32", "shape": [4], "nbytes": 16,
+                                    "init": None, "image": None}),
+     "output:h: expected a dispatch writing it, got none"),
 ])
 def test_malformed_documents_are_typed_errors(edit, message: str) -> None:
     doc = _doc()

@@ -12,7 +12,7 @@ from jit import Captured, Tensor, capture
 from targets.cmdbuf import CommandBuffer
 from targets.replay import ReplayError, make_replay
 from targets.replay_cpu import CPUReplay, driver_source
-from tests.targets.test_cmdbuf import scale_cmdbuf
+from tests.targets.test_cmdbuf import aliased_cmdbuf, scale_cmdbuf
 
 W = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float32)
 
@@ -64,6 +64,18 @@ def test_hand_written_kernel_with_a_scalar_argument() -> None:
     assert "((union { uint32_t u; float v; }){ .u = (uint32_t)1075838976ULL }).v" in driver_source(
         rep.cmdbuf, rep.replay.slots)  # 2.5f exactly, by its bits
     assert struct.unpack("<f", struct.pack("<I", 1075838976))[0] == 2.5
+
+
+def test_an_alias_output_is_a_copy_of_its_source_in_every_kind_of_call() -> None:
+    rep = make_replay(aliased_cmdbuf(), {}, "CPU")
+    x = np.array([1, -2, 0.5, 4], np.float32)
+    want = x * np.float32(2.5) * np.float32(2.5)
+    for out in (rep(x=x), rep.run({"x": x}, threads=1)):
+        assert list(out) == ["y", "h"]
+        np.testing.assert_array_equal(out["y"], want)
+        np.testing.assert_array_equal(out["h"], want.reshape(2, 2))
+        assert not np.shares_memory(out["y"], out["h"])
+    assert [t.kernel for t in rep.profile(x=x)] == ["scale", "scale"]
 
 
 def test_weights_must_match_the_buffer_table() -> None:
