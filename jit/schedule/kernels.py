@@ -149,19 +149,38 @@ def _reaches_reduce(node: UOp, boundaries: set[UOp]) -> set[UOp] | None:
     return seen if any(reduced) and other else None
 
 
+def _row_normalization(node: UOp, reads: list[UOp], boundaries: set[UOp]) -> bool:
+    """Whether epilogue ``node`` shifts or scales rows by a statistic of the very rows the kernel's reduces
+    (``reads``, each over an input of ``node``'s shape) walk: softmax's ``exp(x - max)`` under its sum, a layer
+    norm's ``x - mean`` under its variance. Each element is then evaluated once there, not once per read: fused, it
+    costs no recomputation, where a kernel of its own costs a store, a reload and a dispatch."""
+    stats: list[UOp] = []
+    for leaf in _epilogue_walk(node, boundaries)[1]:
+        if leaf.op is Ops.EXPAND:  # a statistic broadcast over the row: the reduces it is computed from
+            src = leaf.src[0]
+            under = [src] if src in boundaries else _epilogue_walk(src, boundaries)[1]
+            stats += [u for u in under if u.op is Ops.REDUCE_AXIS and u in boundaries]
+    return bool(stats and reads) and all(r.src[0].shape == node.shape and r.arg[1] == s.arg[1]
+                                         and r.src[0].shape == s.src[0].shape for r in reads for s in stats)
+
+
 def _recomputed_epilogues(boundaries: set[UOp]) -> set[UOp]:
     """Elementwise epilogues of reduces (bias, BN, activation, residual add) that a reduce kernel reads at
     other indices than its own: left fused there, each is recomputed on every read (a 3x3 conv reads each input
     element 9 x output-channels times). Each becomes a kernel output instead, so it runs once as the epilogue of
-    the producing reduce; only the topmost node of each such chain."""
+    the producing reduce; only the topmost node of each such chain. A row normalization under a reduce over the
+    same rows (``_row_normalization``) stays fused: that reduce evaluates it once per element."""
     out: set[UOp] = set()
     for k in boundaries:
         region = _kernel_region(k, boundaries)
         if k.op is not Ops.REDUCE_AXIS and not any(n.op is Ops.REDUCE_AXIS and n not in boundaries
                                                    for n, _ in region):
             continue
+        reads = [k] * (k.op is Ops.REDUCE_AXIS) + [n for n, _ in region if n.op is Ops.REDUCE_AXIS
+                                                   and n not in boundaries]
         chains = {n: c for n, direct in region if not direct and n.op in GroupOp.Elementwise
-                  and n not in boundaries and (c := _reaches_reduce(n, boundaries)) is not None}
+                  and n not in boundaries and (c := _reaches_reduce(n, boundaries)) is not None
+                  and not _row_normalization(n, reads, boundaries)}
         inner = set().union(*(c - {n} for n, c in chains.items())) if chains else set()
         out |= set(chains) - inner
     return out

@@ -165,14 +165,38 @@ def attention_model(tokens: int, d: int, heads: int) -> ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def test_attention_matches_onnxruntime_and_exp_runs_once_per_score() -> None:
+def test_attention_matches_onnxruntime_and_exp_runs_once_per_score_in_softmax_kernels() -> None:
+    """The row sum and the normalization each compute exp once per score (jit/schedule/kernels.py
+    ``_row_normalization``: no kernel of its own for exp); no matmul recomputes it."""
     model = attention_model(25, 64, 4)
     x = np.random.default_rng(6).standard_normal((1, 25, 64), dtype=np.float32)
     run = capture_onnx(load_onnx(model), {"x": x})
     # expf, or on vector lanes its polynomial (jit/codegen/passes/vector_exp.py), whose first step scales by log2(e)
-    with_exp = [k.name for k in run.cmdbuf.kernels if "expf" in k.source or "1.44269502" in k.source]
-    assert len(with_exp) == 1 and with_exp[0].startswith("E_")  # one elementwise kernel; no matmul recomputes it
+    with_exp = sorted(k.name for k in run.cmdbuf.kernels if "expf" in k.source or "1.44269502" in k.source)
+    assert [n.split("_")[0] for n in with_exp] == ["E", "r"] and all("_25_25" in n for n in with_exp)
+    assert run.n_dispatches == 8  # q, k, v, scores, max, sum, probabilities, P.V (9 with exp stored)
     np.testing.assert_allclose(run({"x": x})["y"], onnxruntime_output(model, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+def test_a_row_normalization_is_computed_by_its_row_reduce_not_stored(op: str) -> None:
+    """Softmax's ``exp(x - max)`` under its sum, a layer norm's ``x - mean`` under its variance: each element is
+    evaluated once in the reduce's kernel and once more in the normalization, with no kernel storing it between
+    (softmax: max, sum, normalize; layer norm: mean, variance, normalize; after the matmul feeding them)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 16), dtype=np.float32)
+    w = rng.standard_normal((16, 32), dtype=np.float32)
+
+    def fn(x: Tensor) -> dict[str, Tensor]:
+        h = x.matmul(Tensor(w))
+        return {"y": h.softmax(-1) if op == "softmax" else h.layer_norm(32)}
+
+    run = capture(fn, {"x": x})
+    assert [k.name[0] for k in run.cmdbuf.kernels] == ["r", "r", "r", "E"], [k.name for k in run.cmdbuf.kernels]
+    h = x @ w
+    want = softmax_ref(h) if op == "softmax" else (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True)
+                                                                                             + 1e-5)
+    np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
 
 # --- the model's arithmetic ---------------------------------------------------------------------------------
