@@ -8,6 +8,7 @@ from pathlib import Path
 import onnx
 import onnxruntime
 import pytest
+from onnx import TensorProto, helper
 
 from packager.cli import main
 from packager.container import SIGNATURE_SIZE
@@ -225,7 +226,6 @@ def test_package_checks_the_role_given_with_role(tmp_path: Path, capsys: pytest.
 def test_an_output_viewing_another_is_packaged_as_an_alias(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Two outputs of one value (a GRU's Y and Y_h): the package's command buffer names the second an alias of the
     first, verify compares both with the reference, and inspect shows it in all three forms."""
-    from onnx import TensorProto, helper
     graph = helper.make_graph(
         [helper.make_node("Tanh", ["x"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["y_h"])], "views",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8])],
