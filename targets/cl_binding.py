@@ -120,6 +120,9 @@ CL_KERNEL_WORK_GROUP_SIZE = 0x11B0
 CL_PROFILING_COMMAND_START, CL_PROFILING_COMMAND_END = 0x1282, 0x1283
 CL_BUFFER_CREATE_TYPE_REGION = 0x1220
 COMMAND_BUFFER_EXT = "cl_khr_command_buffer"
+CL_DEVICE_COMMAND_BUFFER_CAPABILITIES_KHR, CL_COMMAND_BUFFER_CAPABILITY_SIMULTANEOUS_USE_KHR = 0x12A9, 1 << 2
+CL_COMMAND_BUFFER_FLAGS_KHR, CL_COMMAND_BUFFER_SIMULTANEOUS_USE_KHR = 0x1293, 1 << 0
+CL_INVALID_OPERATION = -59
 
 CL_ERROR_NAMES: dict[int, str] = {
     0: "CL_SUCCESS", -1: "CL_DEVICE_NOT_FOUND", -2: "CL_DEVICE_NOT_AVAILABLE", -3: "CL_COMPILER_NOT_AVAILABLE",
@@ -255,6 +258,9 @@ class CLDeviceInfo:
     # CL_DEVICE_SVM_FINE_GRAIN_BUFFER (OpenCL 2.0+): the host may read and write clSVMAlloc'd memory between commands
     # without a map, a write or a read command
     svm_fine_grain_buffer: bool = False
+    # CL_COMMAND_BUFFER_CAPABILITY_SIMULTANEOUS_USE_KHR: a recorded command buffer may be enqueued again while an
+    # earlier enqueue of it is pending
+    command_buffer_simultaneous_use: bool = False
 
 
 def _platforms() -> list[tuple[Any, str]]:
@@ -290,7 +296,19 @@ def _device_info(index: int, platform: Any, platform_name: str, dev: Any) -> CLD
         global_mem_cache_size=info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE),
         global_mem_cacheline_size=info_uint(q, dev, CL_DEVICE_GLOBAL_MEM_CACHELINE_SIZE),
         host_unified_memory=bool(info_uint(q, dev, CL_DEVICE_HOST_UNIFIED_MEMORY)),
-        svm_fine_grain_buffer=bool(_svm_capabilities(dev) & CL_DEVICE_SVM_FINE_GRAIN_BUFFER))
+        svm_fine_grain_buffer=bool(_svm_capabilities(dev) & CL_DEVICE_SVM_FINE_GRAIN_BUFFER),
+        command_buffer_simultaneous_use=bool(
+            _command_buffer_capabilities(dev) & CL_COMMAND_BUFFER_CAPABILITY_SIMULTANEOUS_USE_KHR))
+
+
+def _command_buffer_capabilities(dev: Any) -> int:
+    """CL_DEVICE_COMMAND_BUFFER_CAPABILITIES_KHR, 0 where the device lacks cl_khr_command_buffer (the query is
+    CL_INVALID_VALUE there)."""
+    ffi, lib = libopencl()
+    bits = ffi.new("cl_ulong*")
+    if lib.clGetDeviceInfo(dev, CL_DEVICE_COMMAND_BUFFER_CAPABILITIES_KHR, ffi.sizeof("cl_ulong"), bits, ffi.NULL):
+        return 0
+    return int(bits[0])
 
 
 def _svm_capabilities(dev: Any) -> int:

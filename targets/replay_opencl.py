@@ -53,8 +53,11 @@ from jit.common.helpers import prod, usable_cores
 from targets.base import Buffer, Program, RenderedKernel, Runtime
 from targets.cl_binding import (
     CL_BUFFER_CREATE_TYPE_REGION,
+    CL_COMMAND_BUFFER_FLAGS_KHR,
+    CL_COMMAND_BUFFER_SIMULTANEOUS_USE_KHR,
     CL_DEVICE_TYPE_CPU,
     CL_FALSE,
+    CL_INVALID_OPERATION,
     CL_MAP_WRITE_INVALIDATE_REGION,
     CL_MEM_READ_ONLY,
     CL_MEM_READ_WRITE,
@@ -83,6 +86,8 @@ HOST_PTR_MIN_BYTES = 1 << 16
 # sets of input addresses kept bound (with their recorded command buffers): room for two cameras' buffer pools
 # that do not advance in step (4 x 4 combinations, say)
 HOST_PTR_BINDINGS = 32
+# how long an enqueue of a recorded command buffer waits for the driver to report an earlier enqueue of it finished
+PENDING_WAIT_S = 1.0
 # input address sets remembered from one call (a recording is made when one recurs)
 SEEN_ADDRESS_SETS = 4 * HOST_PTR_BINDINGS
 
@@ -347,7 +352,10 @@ class OpenCLReplay(Replay):
         binding's own is released with the binding)."""
         ffi, khr = self.ffi, self._khr
         err = ffi.new("cl_int*")
-        cb = khr["clCreateCommandBufferKHR"](1, ffi.new("cl_command_queue[1]", [self.cl.queue]), ffi.NULL, err)
+        # simultaneous use where offered: a driver may keep the buffer pending after the clFinish that waited for it
+        flags = ffi.new("cl_bitfield[3]", [CL_COMMAND_BUFFER_FLAGS_KHR, CL_COMMAND_BUFFER_SIMULTANEOUS_USE_KHR, 0]) \
+            if self.cl.info.command_buffer_simultaneous_use else ffi.NULL
+        cb = khr["clCreateCommandBufferKHR"](1, ffi.new("cl_command_queue[1]", [self.cl.queue]), flags, err)
         if err[0] != 0:
             raise OpenCLError("clCreateCommandBufferKHR", err[0])
         if owned:
@@ -523,8 +531,7 @@ class OpenCLReplay(Replay):
         ffi, lib, queue = self.ffi, self.lib, self.cl.queue
         binding = self._bind_inputs(inputs)
         if binding.command_buffer is not None:
-            check("clEnqueueCommandBufferKHR", self._enqueue_cb(1, self._queue1, binding.command_buffer, 0,
-                                                                ffi.NULL, ffi.NULL))
+            self._enqueue_recorded(binding.command_buffer)
             return
         enqueue = lib.clEnqueueNDRangeKernel
         for launch in binding.launches:
@@ -532,6 +539,21 @@ class OpenCLReplay(Replay):
                 code = enqueue(queue, launch[0], launch[1], ffi.NULL, launch[2], launch[3], 0, ffi.NULL, ffi.NULL)
                 if code != 0:
                     raise OpenCLError("clEnqueueNDRangeKernel", code)
+
+    def _enqueue_recorded(self, command_buffer: Any) -> None:
+        """Enqueue a recorded command buffer. One recorded without simultaneous use stays pending until the driver
+        reports its last enqueue finished, which PoCL does from a completion callback that may run after the
+        clFinish waiting for it returned: CL_INVALID_OPERATION is retried until then, for up to
+        ``PENDING_WAIT_S``."""
+        ffi = self.ffi
+        code = self._enqueue_cb(1, self._queue1, command_buffer, 0, ffi.NULL, ffi.NULL)
+        if code == CL_INVALID_OPERATION and not self.cl.info.command_buffer_simultaneous_use:
+            self.lib.clFlush(self.cl.queue)
+            deadline = time.perf_counter() + PENDING_WAIT_S
+            while code == CL_INVALID_OPERATION and time.perf_counter() < deadline:
+                time.sleep(0)
+                code = self._enqueue_cb(1, self._queue1, command_buffer, 0, ffi.NULL, ffi.NULL)
+        check("clEnqueueCommandBufferKHR", code)
 
     def _run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         self._submit(inputs)

@@ -3,6 +3,7 @@ scalar arguments, the QCOM profile. These tests never skip: a machine without an
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from jit import Captured, Tensor, capture
 from targets.cl_binding import COMMAND_BUFFER_EXT
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar
+from targets.opencl_runtime import OpenCLRuntime
 from targets.registry import Device
 from targets.replay import make_replay
 from targets.replay_opencl import OpenCLReplay, khr_functions
@@ -43,6 +45,25 @@ def test_thousand_command_buffer_replays_are_bit_identical_to_eager(cap: Capture
         assert as_bytes(cap(x)) == eager
     other = as_bytes(cap(inputs(1)))
     assert all(other[k] != eager[k] for k in eager)
+
+
+@pytest.mark.parametrize("simultaneous_use", [True, False])
+def test_a_command_buffer_is_enqueued_again_while_its_last_enqueue_is_pending(cap: Captured,
+                                                                              simultaneous_use: bool) -> None:
+    """Regression: PoCL returns a command buffer to executable from a completion callback that may run after the
+    clFinish waiting for it returned, and the next call's enqueue failed with CL_INVALID_OPERATION (once in CI). Two
+    enqueues with no wait between them hold that window open: the buffer is recorded for simultaneous use where the
+    device offers it, and a device without it has the second enqueue wait for the first."""
+    runtime = OpenCLRuntime("OPENCL")
+    assert runtime.info.command_buffer_simultaneous_use  # PoCL's CPU device offers it
+    runtime.info = dataclasses.replace(runtime.info, command_buffer_simultaneous_use=simultaneous_use)
+    rep = OpenCLReplay(cap.cmdbuf, cap.weights, runtime, use_command_buffer=True)
+    arrays, _ = rep.checked_inputs(inputs(1))
+    want = [v.tobytes() for v in cap(inputs(1)).values()]
+    for _ in range(20):
+        rep._submit(arrays)
+        rep._submit(arrays)
+        assert [a.tobytes() for a in rep._read_outputs()] == want
 
 
 def test_enqueue_loop_matches_the_command_buffer(cap: Captured) -> None:
