@@ -7,10 +7,12 @@ recorded once into a command buffer (entry points fetched with clGetExtensionFun
 types declared by the one libOpenCL binding, targets/cl_binding.py) and a replay is: write the inputs into the
 buffers the recording uses (there is no mutable dispatch to rebind them), one ``clEnqueueCommandBufferKHR``,
 read each output straight into a fresh numpy array, ``clFinish``. Without
-the extension the same dispatches are enqueued one by one; ``mode`` (``command_buffer`` / ``enqueue_loop``) and
-``mode_reason`` say which and why, and verify and replay print them. A recording that fails is an error, never a
-quiet fallback. Every call finishes before it returns, so the
-command buffer (recorded without simultaneous use) is never pending when it is enqueued again.
+the extension, or with a single launch (a recording would only add its own completion command), the same
+dispatches are enqueued one by one; ``mode`` (``command_buffer`` / ``enqueue_loop``) and ``mode_reason`` say which
+and why, and verify and replay print them. A recording that fails is an error, never a quiet fallback. Every call
+finishes before it returns, yet a driver may report the recording pending a little longer (PoCL ends that state in
+a completion callback): it is recorded for simultaneous use where the device offers that, and otherwise an enqueue
+refused as pending is retried until the driver catches up.
 
 Zero-copy inputs: where the device reports CL_DEVICE_HOST_UNIFIED_MEMORY, an input of at least
 ``HOST_PTR_MIN_BYTES`` whose address is a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN is bound as a
@@ -208,13 +210,12 @@ class OpenCLReplay(Replay):
         self._shared: dict[str, Any] = {}  # binding -> host pointer of the fine-grained SVM under its buffer
         self._allocate(share_states_with)
         self._kernels = self._make_kernels()
-        self.mode = "command_buffer" if use_command_buffer is not False and self.has_command_buffer() else \
-            "enqueue_loop"
+        self._launches = [self._launch_args(i) for i in range(self.n_dispatches)]
+        self.mode = self._choose_mode(use_command_buffer)
         self.mode_reason = self._mode_reason(use_command_buffer)
         if use_command_buffer and self.mode != "command_buffer":
             raise ReplayError(f"use_command_buffer: expected a device offering {COMMAND_BUFFER_EXT}, got "
                               f"{target.info.name} without it")
-        self._launches = [self._launch_args(i) for i in range(self.n_dispatches)]
         self._khr = khr_functions(target.platform_id) if self.mode == "command_buffer" else {}
         self._command_buffer = self._record(self._launches) if self.mode == "command_buffer" else None
         self._in = [(self._mems[b.binding], b.nbytes) for b in cmdbuf.inputs]
@@ -253,12 +254,23 @@ class OpenCLReplay(Replay):
     def has_command_buffer(self) -> bool:
         return COMMAND_BUFFER_EXT in self.cl.info.extensions
 
+    def _choose_mode(self, use_command_buffer: bool | None) -> str:
+        """``command_buffer`` where the device offers one, unless turned off or (by default) there is at most one
+        launch: a recording of one command only adds its own completion command to each call."""
+        if use_command_buffer is False or not self.has_command_buffer():
+            return "enqueue_loop"
+        if use_command_buffer is None and sum(launch is not None for launch in self._launches) <= 1:
+            return "enqueue_loop"
+        return "command_buffer"
+
     def _mode_reason(self, use_command_buffer: bool | None) -> str:
         """Why ``mode`` is what it is (verify and replay print it: the enqueue-loop fallback is never silent)."""
         if self.mode == "command_buffer":
             return f"{COMMAND_BUFFER_EXT} on {self.cl.info.name}: every dispatch recorded once"
         if use_command_buffer is False:
             return "use_command_buffer=False: dispatches enqueued one by one"
+        if self.has_command_buffer():
+            return "one launch: enqueued directly (a command buffer would add a completion command of its own)"
         return f"fallback: {self.cl.info.name} lacks {COMMAND_BUFFER_EXT}, dispatches enqueued one by one"
 
     def device_mismatch(self, other: Replay) -> str:

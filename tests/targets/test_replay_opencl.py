@@ -66,6 +66,17 @@ def test_a_command_buffer_is_enqueued_again_while_its_last_enqueue_is_pending(ca
         assert [a.tobytes() for a in rep._read_outputs()] == want
 
 
+def test_a_single_launch_is_enqueued_directly_unless_a_recording_is_asked_for() -> None:
+    x = {"x": np.arange(12, dtype=np.float32).reshape(3, 4)}
+    one = capture(lambda x: {"y": x * 2.0 + 1.0}, x, target="OPENCL")
+    assert one.n_dispatches == 1 and isinstance(one.replay, OpenCLReplay)
+    assert one.replay.mode == "enqueue_loop" and one.replay.mode_reason.startswith("one launch: enqueued directly")
+    recorded = OpenCLReplay(one.cmdbuf, one.weights, Device["OPENCL"], use_command_buffer=True)
+    assert recorded.mode == "command_buffer"
+    for _ in range(3):
+        assert as_bytes(recorded(x)) == as_bytes(one(x)) == {"y": (x["x"] * 2.0 + 1.0).tobytes()}
+
+
 def test_enqueue_loop_matches_the_command_buffer(cap: Captured) -> None:
     loop = OpenCLReplay(cap.cmdbuf, cap.weights, Device["OPENCL"], use_command_buffer=False)
     assert loop.mode == "enqueue_loop"
