@@ -60,7 +60,7 @@ def test_a_command_buffer_is_enqueued_again_while_its_last_enqueue_is_pending(ca
     rep = OpenCLReplay(cap.cmdbuf, cap.weights, runtime, use_command_buffer=True)
     arrays, _ = rep.checked_inputs(inputs(1))
     want = [v.tobytes() for v in cap(inputs(1)).values()]
-    for _ in range(20):
+    for _ in range(20):  # a call's two halves, the enqueue twice: no public call leaves a recording pending
         rep._submit(arrays)
         rep._submit(arrays)
         assert [a.tobytes() for a in rep._read_outputs()] == want
