@@ -76,6 +76,71 @@ def settle(minimum: float, window: float = 0.005, cap: float = 0.25) -> float:
     return time.perf_counter() - start
 
 
+CROSS_CORE_SOURCE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+static _Atomic int dp_turn __attribute__((aligned(64)));
+static int dp_rounds, dp_other_cpu;
+static void dp_pin(int cpu) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  CPU_SET(cpu, &s);
+  pthread_setaffinity_np(pthread_self(), sizeof s, &s);
+}
+static void *dp_answer(void *arg) {
+  (void)arg;
+  dp_pin(dp_other_cpu);
+  for (int i = 0; i < dp_rounds; i++) {
+    while (atomic_load(&dp_turn) != 1) {}
+    atomic_store(&dp_turn, 0);
+  }
+  return 0;
+}
+/* nanoseconds per round trip of one cache line between cores a and b (both pinned), -1 if no thread started */
+double dp_round_trip_ns(int a, int b, int rounds) {
+  pthread_t t;
+  struct timespec s, e;
+  dp_rounds = rounds;
+  dp_other_cpu = b;
+  atomic_store(&dp_turn, 0);
+  if (pthread_create(&t, 0, dp_answer, 0)) return -1;
+  dp_pin(a);
+  clock_gettime(CLOCK_MONOTONIC, &s);
+  for (int i = 0; i < rounds; i++) {
+    atomic_store(&dp_turn, 1);
+    while (atomic_load(&dp_turn) != 0) {}
+  }
+  clock_gettime(CLOCK_MONOTONIC, &e);
+  pthread_join(t, 0);
+  return ((e.tv_sec - s.tv_sec) * 1e9 + (e.tv_nsec - s.tv_nsec)) / rounds;
+}
+"""
+
+
+def cross_core_round_trip_ns(rounds: int = 20_000) -> float | None:
+    """Nanoseconds for one cache line to go from one core this process may use to another and back (two threads
+    pinned, the calling one restored to its cores after); None with fewer than two cores. On a VM the same two
+    vCPUs measured 50-80 ns at some times and 300-350 ns at others, and every peer's two-thread call was up to twice
+    as slow in the second state: a ratio means most beside the state it was timed in."""
+    import cffi
+
+    from targets.cpu_runtime import compile_shared
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    ffi = cffi.FFI()
+    ffi.cdef("double dp_round_trip_ns(int a, int b, int rounds);")
+    lib = ffi.dlopen(str(compile_shared(CROSS_CORE_SOURCE)))
+    try:
+        ns = lib.dp_round_trip_ns(cores[0], cores[1], rounds)
+    finally:
+        os.sched_setaffinity(0, cores)
+    return ns if ns > 0 else None
+
+
 def interleaved_medians(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
                         block: int = 5, settle_s: float = 0.05) -> dict[str, float]:
     """Median seconds per call of each of ``fns``, timed in alternating blocks of ``block`` calls (``repeat`` per

@@ -34,6 +34,13 @@ length under that load, the floor under every peer's. The geometric mean of driv
 models where both ran and matched; below it, OPENCL / CPU for each model of at most ``SMALL_MODEL_DISPATCHES``
 dispatches (where a driver's fixed cost per dispatch shows most).
 
+Each model also prints the time a cache line takes to go from one core to another and back, measured just before
+and just after its timed part (bench_core's ``cross_core_round_trip_ns``, outside the busy processes). On the
+2-vCPU VMs this ran on it was 50-80 ns at some times and 300-350 ns at others, switching within seconds to minutes,
+and in the second state every peer's two-thread call of a model of many small kernels took up to twice as long
+(mobilenet_v3_small: drivepack 0.9 and 2.0 ms, onnxruntime 1.0 and 1.9 ms; one thread 1.4 ms in both): a ratio
+timed while the two differ, or in the slow state, is not one of the quiet machine.
+
 A model drivepack fails on (an unsupported op, a crash) is an error row with the one-line message, listed again
 below the table; the other models still run.
 """
@@ -61,7 +68,7 @@ import onnx
 
 # runnable from a checkout without the package installed (as bench_replay.py): the repo first, then benchmarks/
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-from bench_core import interleaved_medians  # noqa: E402
+from bench_core import cross_core_round_trip_ns, interleaved_medians  # noqa: E402
 from zoo_models import QUICK, ZOO, ensure, zoo_listing  # noqa: E402
 
 from jit import capture_onnx, load_onnx  # noqa: E402
@@ -102,6 +109,8 @@ class ModelResult:
     ort_p99: float | None = None
     control_p50: float | None = None  # the fixed-work control under contention (module docstring)
     control_p99: float | None = None
+    # a cache line's round trip between two cores just before and just after the timed part (module docstring)
+    cross_core_ns: tuple[float | None, float | None] = (None, None)
     targets: dict[str, TargetResult] = field(default_factory=dict)
     error: str | None = None
 
@@ -291,8 +300,12 @@ def bench_model(name: str, path: str, args: argparse.Namespace, work: Path) -> M
     if args.contention:
         quiet = interleaved_samples({"q": peers["CPU" if "CPU" in runs else "ort"]}, 5, warmup=1)["q"]
         peers["control"] = fixed_work(percentile(quiet, 50))
+    before = cross_core_round_trip_ns()
     with busy_processes(args.contention):
         samples = interleaved_samples(peers, args.repeat, warmup=3)
+    result.cross_core_ns = (before, cross_core_round_trip_ns())
+    trips = [f"{v:.0f}" if v else "-" for v in result.cross_core_ns]
+    print(f"  {name}: cross-core round trip {trips[0]} ns before, {trips[1]} ns after the timed part", flush=True)
     result.ort_p50, result.ort_p99 = percentile(samples["ort"], 50), percentile(samples["ort"], 99)
     if "control" in samples:
         result.control_p50, result.control_p99 = percentile(samples["control"], 50), percentile(samples["control"], 99)

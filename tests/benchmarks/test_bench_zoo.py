@@ -4,6 +4,7 @@ busy processes, the zoo's cache naming. The real zoo needs the ``.[bench]`` extr
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks import bench_zoo, zoo_models
+from benchmarks.bench_core import cross_core_round_trip_ns
 
 
 def _conv_gemm_model() -> onnx.ModelProto:
@@ -62,6 +64,22 @@ def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_err
     assert cpu.max_rel is not None and cpu.max_rel < 1e-3
     assert cpu.cold_s and cpu.warm_s and any((tmp_path / "m-CPU-cache").iterdir())  # the cold capture filled it
     assert bad.error and bad.p50 is None and "\n" not in bad.error
+    assert all(ns is None or 0 < ns < 1e6 for ns in r.cross_core_ns)  # measured around the timed part
+
+
+def test_the_cross_core_round_trip_is_measured_between_two_of_the_process_cores() -> None:
+    cores = os.sched_getaffinity(0)
+    ns = cross_core_round_trip_ns(2000)
+    assert os.sched_getaffinity(0) == cores  # the caller's cores restored
+    if len(cores) < 2:
+        assert ns is None
+    else:
+        assert ns is not None and 1 < ns < 1e6
+        os.sched_setaffinity(0, {min(cores)})
+        try:
+            assert cross_core_round_trip_ns(2000) is None  # one core: nothing to measure
+        finally:
+            os.sched_setaffinity(0, cores)
 
 
 def test_threads_sets_the_cpu_targets_thread_count_before_it_starts(monkeypatch, capsys) -> None:
