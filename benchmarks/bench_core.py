@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -120,22 +122,26 @@ double dp_round_trip_ns(int a, int b, int rounds) {
 """
 
 
-def cross_core_round_trip_ns(rounds: int = 20_000) -> float | None:
-    """Nanoseconds for one cache line to go from one core this process may use to another and back (two threads
-    pinned, the calling one restored to its cores after); None with fewer than two cores. On a VM the same two
-    vCPUs measured 50-80 ns at some times and 300-350 ns at others, and every peer's two-thread call was up to twice
-    as slow in the second state: a ratio means most beside the state it was timed in."""
+@functools.cache
+def _round_trip_lib() -> Any:
+    """The compiled ping-pong (kernel cache: compiled once per source), loaded once per process."""
     import cffi
 
     from targets.cpu_runtime import compile_shared
+    ffi = cffi.FFI()
+    ffi.cdef("double dp_round_trip_ns(int a, int b, int rounds);")
+    return ffi.dlopen(str(compile_shared(CROSS_CORE_SOURCE)))
+
+
+def cross_core_round_trip_ns(rounds: int = 20_000) -> float | None:
+    """Nanoseconds for one cache line to go from one core this process may use to another and back (two threads
+    pinned, the calling one restored to its cores after); None with fewer than two cores. On a VM it moves with
+    where the host puts the vCPUs, and two-thread calls move with it (bench_zoo.py's module docstring)."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return None
-    ffi = cffi.FFI()
-    ffi.cdef("double dp_round_trip_ns(int a, int b, int rounds);")
-    lib = ffi.dlopen(str(compile_shared(CROSS_CORE_SOURCE)))
     try:
-        ns = lib.dp_round_trip_ns(cores[0], cores[1], rounds)
+        ns = _round_trip_lib().dp_round_trip_ns(cores[0], cores[1], rounds)
     finally:
         os.sched_setaffinity(0, cores)
     return ns if ns > 0 else None

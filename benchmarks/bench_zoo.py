@@ -38,8 +38,8 @@ Each model also prints the time a cache line takes to go from one core to anothe
 and just after its timed part (bench_core's ``cross_core_round_trip_ns``, outside the busy processes). On the
 2-vCPU VMs this ran on it was 50-80 ns at some times and 300-350 ns at others, switching within seconds to minutes,
 and in the second state every peer's two-thread call of a model of many small kernels took up to twice as long
-(mobilenet_v3_small: drivepack 0.9 and 2.0 ms, onnxruntime 1.0 and 1.9 ms; one thread 1.4 ms in both): a ratio
-timed while the two differ, or in the slow state, is not one of the quiet machine.
+(README.md has the runs): a ratio timed while the two differ, or in the slow state, is not one of the quiet
+machine.
 
 A model drivepack fails on (an unsupported op, a crash) is an error row with the one-line message, listed again
 below the table; the other models still run.
