@@ -147,8 +147,12 @@ def cross_core_round_trip_ns(rounds: int = 20_000) -> float | None:
     return ns if ns > 0 else None
 
 
+BLOCK_CALLS = 5  # calls of one function in a row in interleaved_medians
+SETTLE_S = 0.05  # the least pause before each block there
+
+
 def interleaved_medians(fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 1,
-                        block: int = 5, settle_s: float = 0.05) -> dict[str, float]:
+                        block: int = BLOCK_CALLS, settle_s: float = SETTLE_S) -> dict[str, float]:
     """Median seconds per call of each of ``fns``, timed in alternating blocks of ``block`` calls (``repeat`` per
     function in all): on a noisy machine a slow spell then falls on every peer alike, not on whichever ran in it.
     Each block starts once the last one's threads are quiet (``settle``, at least ``settle_s`` seconds): thread

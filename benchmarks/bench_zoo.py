@@ -28,9 +28,12 @@ this shared machine falls on all of them alike. ``--contention N`` starts N busy
 pass``) for the timed part only and stops them after; the table then shows p50 and p99 of each peer (p99 of
 ``--repeat`` calls, interpolated: raise ``--repeat`` for a p99 that is more than the slowest call), and a control
 timed with them: one thread hashing a 64 KB buffer over and over (``fixed_work``: no memory traffic, no other
-thread, no system call), as many times as take as long as drivepack CPU's median call (onnxruntime's where CPU did
-not run) on the quiet machine just before. Its p99 / p50 is what the scheduler alone does to a computation of that
-length under that load, the floor under every peer's. The geometric mean of drivepack / onnxruntime is over the
+thread, no system call), each call as many times as take as long as drivepack CPU's call (onnxruntime's where CPU
+did not run) at the same place in a block on the quiet machine just before (``block_profile``, the peers timed as
+they are under load; ``fixed_work_blocks``): a block's first call, whose data the other peers' blocks evicted, is
+the longest, and a scheduler that lets a thread woken from a pause run for a while before preempting it stalls a
+long block more often than a short one. Its p99 / p50 is what the scheduler alone does to a computation of those
+lengths under that load, the floor under every peer's. The geometric mean of drivepack / onnxruntime is over the
 models where both ran and matched; below it, OPENCL / CPU for each model of at most ``SMALL_MODEL_DISPATCHES``
 dispatches (where a driver's fixed cost per dispatch shows most).
 
@@ -68,7 +71,7 @@ import onnx
 
 # runnable from a checkout without the package installed (as bench_replay.py): the repo first, then benchmarks/
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
-from bench_core import cross_core_round_trip_ns, interleaved_medians  # noqa: E402
+from bench_core import BLOCK_CALLS, SETTLE_S, cross_core_round_trip_ns, interleaved_medians  # noqa: E402
 from zoo_models import QUICK, ZOO, ensure, zoo_listing  # noqa: E402
 
 from jit import capture_onnx, load_onnx  # noqa: E402
@@ -241,6 +244,28 @@ def fixed_work(seconds: float, calibrate_s: float = 0.05) -> Callable[[], None]:
     return work
 
 
+def fixed_work_blocks(seconds: list[float], pause_s: float = SETTLE_S / 2) -> Callable[[], int]:
+    """A call doing ``fixed_work(seconds[i])`` as the ``i``-th call of a block: the first after a pause of at least
+    ``pause_s`` since the last one ended, the last length again past the end of ``seconds``. Returns ``i``."""
+    works = [fixed_work(t) for t in seconds]
+    position, end = -1, -math.inf
+
+    def work() -> int:
+        nonlocal position, end
+        position = 0 if time.perf_counter() - end >= pause_s else min(position + 1, len(works) - 1)
+        works[position]()
+        end = time.perf_counter()
+        return position
+    return work
+
+
+def block_profile(fns: dict[str, Callable[[], object]], name: str, blocks: int = 3) -> list[float]:
+    """Median seconds of ``fns[name]``'s call at each place of a block, all of ``fns`` timed in ``blocks``
+    alternating blocks as ``interleaved_samples`` times them."""
+    samples = interleaved_samples(fns, blocks * BLOCK_CALLS, warmup=1)[name]
+    return [statistics.median(samples[i::BLOCK_CALLS]) for i in range(BLOCK_CALLS)]
+
+
 def interleaved_samples(fns: dict[str, Callable[[], object]], repeat: int, warmup: int) -> dict[str, list[float]]:
     """Every timed call's seconds per function, scheduled by ``interleaved_medians`` (which keeps only medians):
     each function is wrapped to record its own calls, the warm-up ones dropped after."""
@@ -298,8 +323,7 @@ def bench_model(name: str, path: str, args: argparse.Namespace, work: Path) -> M
         runs[target] = run
         peers[target] = lambda run=run: run(feeds)
     if args.contention:
-        quiet = interleaved_samples({"q": peers["CPU" if "CPU" in runs else "ort"]}, 5, warmup=1)["q"]
-        peers["control"] = fixed_work(percentile(quiet, 50))
+        peers["control"] = fixed_work_blocks(block_profile(peers, "CPU" if "CPU" in runs else "ort"))
     before = cross_core_round_trip_ns()
     with busy_processes(args.contention):
         samples = interleaved_samples(peers, args.repeat, warmup=3)

@@ -147,6 +147,25 @@ def test_fixed_work_repeats_one_amount_of_work_sized_to_the_time_asked() -> None
     assert 3 < best(long) / best(short) < 30  # ten times the work, timed on a noisy machine
 
 
+def test_fixed_work_blocks_follow_the_profile_from_each_pause_on() -> None:
+    work = bench_zoo.fixed_work_blocks([0.002, 0.0001, 0.0002], pause_s=0.2)
+    assert [work() for _ in range(5)] == [0, 1, 2, 2, 2]  # back to back: the profile, then its last length
+    time.sleep(0.25)
+    assert [work() for _ in range(2)] == [0, 1]  # a pause starts a block again
+
+
+def test_block_profile_is_the_median_call_at_each_place_of_a_block() -> None:
+    calls = {"a": 0}
+
+    def a() -> None:
+        calls["a"] += 1
+        time.sleep(0.004 if (calls["a"] - 2) % bench_zoo.BLOCK_CALLS == 0 else 0)  # the first of each block
+
+    profile = bench_zoo.block_profile({"a": a, "b": lambda: None}, "a", blocks=3)
+    assert calls["a"] == 1 + 3 * bench_zoo.BLOCK_CALLS and len(profile) == bench_zoo.BLOCK_CALLS
+    assert profile[0] >= 0.004 and max(profile[1:]) < 0.004
+
+
 def test_busy_processes_run_inside_the_block_and_are_stopped_after() -> None:
     with bench_zoo.busy_processes(2) as procs:
         assert len(procs) == 2 and all(p.poll() is None for p in procs)
