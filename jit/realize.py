@@ -65,21 +65,18 @@ def copy_to_device(buf: UOp, data: np.ndarray) -> None:
     mem.target.copyin(mem, memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8)))
 
 
-def copy_from_device(buf: UOp, align: int = 1) -> np.ndarray:
-    """A fresh host copy of ``buf``'s elements, its data starting at a multiple of ``align`` bytes (a capture's
-    weights: a replay binds an aligned array as it is, and copies any other once more)."""
+def copy_from_device(buf: UOp) -> np.ndarray:
+    """A fresh host copy of ``buf``'s elements."""
     assert isinstance(buf.dtype, DType)
-    mem = device_buffer(buf)
-    dtype = to_numpy(buf.dtype)
-    if align > 1:
-        nbytes = buf.arg[2] * dtype.itemsize
-        raw = np.empty(nbytes + align, dtype=np.uint8)
-        offset = (-raw.ctypes.data) % align
-        out = raw[offset:offset + nbytes].view(dtype)
-    else:
-        out = np.empty(buf.arg[2], dtype=dtype)
-    mem.target.copyout(mem, memoryview(out.view(np.uint8)))
+    out = np.empty(buf.arg[2], dtype=to_numpy(buf.dtype))
+    read_into(buf, out.view(np.uint8))
     return out
+
+
+def read_into(buf: UOp, out: np.ndarray) -> None:
+    """``buf``'s bytes written into ``out``, a writable uint8 array of its size."""
+    mem = device_buffer(buf)
+    mem.target.copyout(mem, memoryview(out))
 
 
 def host_bytes(buf: UOp) -> np.ndarray | None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from typing import Any
 
 from jit.common.json_limits import bounded_json
 from packager.errors import PackageError
+from targets.host_memory import huge_page_array
 
 MAGIC = b"\x89DPK\r\n\x1a\n"
 # 2: FLAG_SIGNED and the signature trailer; 3: the manifest's entries (one or more models per file), each entry's
@@ -168,17 +168,17 @@ class Container:
 
 
 def _map(path: Path) -> Any:
-    """The whole file, read once into anonymous memory this process owns (page-aligned, like a file mapping,
-    so aligned sections stay aligned), as a read-only view. Every check then runs on the bytes the replay will
-    use, and overwriting or truncating the file later changes nothing (a shared file mapping would see the
-    overwrite and raise SIGBUS past a truncation)."""
+    """The whole file, read once into anonymous memory this process owns (on huge pages: a replay binds the
+    weight sections in it as they are, and reads them on every call; targets/host_memory.py), as a read-only view.
+    Its start is page-aligned like a file mapping's, so aligned sections stay aligned. Every check then runs on
+    the bytes the replay will use, and overwriting or truncating the file later changes nothing (a shared file
+    mapping would see the overwrite and raise SIGBUS past a truncation)."""
     try:
         with path.open("rb", buffering=0) as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 return b""
-            owned = mmap.mmap(-1, size)
-            view, got = memoryview(owned), 0
+            view, got = memoryview(huge_page_array(size)), 0
             while got < size:
                 n = f.readinto(view[got:])
                 if not n:

@@ -50,6 +50,7 @@ cl_mem clCreateBuffer(cl_context, cl_bitfield, size_t, void*, cl_int*);
 void* clSVMAlloc(cl_context, cl_bitfield, size_t, cl_uint);
 void clSVMFree(cl_context, void*);
 cl_int clReleaseMemObject(cl_mem);
+cl_int clGetMemObjectInfo(cl_mem, cl_uint, size_t, void*, size_t*);
 cl_int clEnqueueWriteBuffer(cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void*, cl_uint,
                             const cl_event*, cl_event*);
 cl_int clEnqueueReadBuffer(cl_command_queue, cl_mem, cl_bool, size_t, size_t, void*, cl_uint,
@@ -113,6 +114,7 @@ CL_QUEUE_PROFILING_ENABLE = 1 << 1
 CL_MEM_READ_WRITE, CL_MEM_READ_ONLY, CL_MEM_USE_HOST_PTR, CL_MEM_COPY_HOST_PTR = 1 << 0, 1 << 2, 1 << 3, 1 << 5
 CL_DEVICE_SVM_CAPABILITIES, CL_DEVICE_SVM_FINE_GRAIN_BUFFER, CL_MEM_SVM_FINE_GRAIN_BUFFER = 0x1053, 1 << 1, 1 << 10
 CL_MAP_WRITE_INVALIDATE_REGION = 1 << 2
+CL_MEM_FLAGS, CL_MEM_HOST_PTR = 0x1101, 0x1103
 CL_RGBA, CL_FLOAT, CL_MEM_OBJECT_IMAGE2D = 0x10B5, 0x10DE, 0x10F1
 CL_PROGRAM_BINARY_SIZES, CL_PROGRAM_BINARIES = 0x1165, 0x1166
 CL_PROGRAM_BUILD_LOG = 0x1183

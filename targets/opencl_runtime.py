@@ -26,6 +26,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from jit.common.errors import CompileError
 from jit.common.helpers import NOLOCALS, prod
 from targets.base import Buffer, Program, RenderedKernel, Runtime, TargetLimits
@@ -132,6 +134,12 @@ def valid_local_size(local: tuple[int, ...], global_size: tuple[int, ...], max_g
 
 
 def _release_mem(lib: Any, handle: Any, live: Counter[str]) -> None:
+    lib.clReleaseMemObject(handle)
+    live["mem"] -= 1
+
+
+def _release_host_mem(lib: Any, handle: Any, memory: np.ndarray, live: Counter[str]) -> None:
+    # ``memory``, the buffer's storage, is held by this finalizer's arguments until the buffer is released
     lib.clReleaseMemObject(handle)
     live["mem"] -= 1
 
@@ -454,6 +462,32 @@ class OpenCLRuntime(Runtime):
         buf = Buffer(self, nbytes, handle)
         self.live["mem"] += 1
         weakref.finalize(buf, _release_mem, self.lib, handle, self.live).atexit = False
+        return buf
+
+    @property
+    def host_pages(self) -> bool:
+        """Whether this device's global memory is the host's own (a CPU device reporting
+        CL_DEVICE_HOST_UNIFIED_MEMORY): a buffer over host memory (``allocate_host``) is then read and written in
+        place, on the pages the host chose for it."""
+        return bool(self.info.device_type & CL_DEVICE_TYPE_CPU) and self.info.host_unified_memory
+
+    def allocate_host(self, memory: np.ndarray, read_only: bool = False) -> Buffer:
+        """A buffer whose storage is ``memory`` (a contiguous array starting at CL_DEVICE_MEM_BASE_ADDR_ALIGN, kept
+        alive by the buffer): CL_MEM_USE_HOST_PTR. Only where ``host_pages``; elsewhere a driver may keep a copy
+        and synchronize it around every command."""
+        if not self.host_pages:
+            raise OpenCLError(f"allocate_host on {self.info.name}: a CPU device with CL_DEVICE_HOST_UNIFIED_MEMORY "
+                              "expected", -30)
+        address = memory.ctypes.data
+        if address % max(self.info.base_addr_align_bytes, 1) or not memory.flags.c_contiguous or not memory.nbytes:
+            raise ValueError(f"allocate_host: expected a contiguous, non-empty array at a multiple of "
+                             f"{self.info.base_addr_align_bytes} bytes, got {memory.nbytes} bytes at {address:#x}")
+        flags = (CL_MEM_READ_ONLY if read_only else CL_MEM_READ_WRITE) | CL_MEM_USE_HOST_PTR
+        handle = checked_create("clCreateBuffer(CL_MEM_USE_HOST_PTR)", self.lib.clCreateBuffer, self.context, flags,
+                                memory.nbytes, self.ffi.cast("void*", address))
+        buf = Buffer(self, memory.nbytes, handle)
+        self.live["mem"] += 1
+        weakref.finalize(buf, _release_host_mem, self.lib, handle, memory, self.live).atexit = False
         return buf
 
     def allocate_shared(self, nbytes: int) -> tuple[Buffer, Any]:

@@ -50,6 +50,7 @@ from targets.cpu_split import (
     store_choice,
     stored_choice,
 )
+from targets.host_memory import huge_page_array
 from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
 from targets.replay import AheadBuild, Replay, ReplayError
@@ -131,11 +132,9 @@ class CPUReplay(Replay):
             # it runs single-threaded; the drivepack pool starts its own workers in a child
             os.register_at_fork(after_in_child=cpu.call_if_alive(weakref.WeakMethod(self._single_thread)))
         # memory the table points at; kept referenced for as long as the replay lives
-        self._arena = target.allocate(cmdbuf.arena_bytes)
-        for binding in cmdbuf.zeroed:  # once: no dispatch writes their zeros (CommandBuffer.zeroed)
-            offset, size = parse_arena(binding)
-            self._arena.handle[offset:offset + size] = 0
-        self._keep: dict[str, np.ndarray] = {"arena:": self._arena.handle}
+        # read and written by every call: on huge pages, as the weights a capture packs (targets/host_memory.py);
+        # zero-filled, as the bindings in cmdbuf.zeroed need (no dispatch writes their zeros)
+        self._keep: dict[str, np.ndarray] = {"arena:": huge_page_array(cmdbuf.arena_bytes)}
         for wid, data in self.weights.items():
             self._keep[f"weight:{wid}"] = data if data.ctypes.data % cmdbuf.alignment == 0 else _aligned_copy(
                 target, data)

@@ -73,6 +73,7 @@ from targets.cl_binding import (
     libopencl,
 )
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
+from targets.host_memory import huge_page_array, pack
 from targets.opencl_prewarm import Launch, Prewarm, prewarm_wanted, start_prewarm
 from targets.opencl_runtime import OpenCLRuntime
 from targets.opencl_warm import LaunchWarmer, WarmKey, warm_key
@@ -288,6 +289,7 @@ class OpenCLReplay(Replay):
     def _allocate(self, share: Replay | None) -> None:
         cb, t = self.cmdbuf, self.cl
         aliased = {a.binding for a in cb.aliases}  # no dispatch binds them: copied on the host
+        host_weights = self._host_weights() if t.host_pages else {}
         for b in cb.buffers:
             if b.binding in aliased:
                 continue
@@ -298,6 +300,8 @@ class OpenCLReplay(Replay):
                 self._buffers[b.binding] = share.state_buffer(b.name)  # held here too: it lives while we do
             elif b.kind in ("input", "output") and 0 < b.nbytes < HOST_PTR_MIN_BYTES and t.info.svm_fine_grain_buffer:
                 self._buffers[b.binding], self._shared[b.binding] = t.allocate_shared(b.nbytes)
+            elif b.kind == "weight" and b.nbytes and t.host_pages:
+                self._buffers[b.binding] = t.allocate_host(host_weights[int(b.name)], read_only=True)
             elif b.kind in ("input", "output", "state", "weight"):
                 self._buffers[b.binding] = t.allocate(b.nbytes)
                 if b.kind == "weight" and b.nbytes:
@@ -305,7 +309,9 @@ class OpenCLReplay(Replay):
             else:
                 continue
             self._mems[b.binding] = self._buffers[b.binding].handle
-        self._arena = t.allocate(cb.arena_bytes)
+        # a CPU device reads the weights and the arena where the host put them: on huge pages (targets/host_memory.py)
+        self._arena = t.allocate_host(huge_page_array(cb.arena_bytes)) if t.host_pages and cb.arena_bytes else \
+            t.allocate(cb.arena_bytes)
         subs = []
         for b in cb.of_kind("arena"):
             off, size = parse_arena(b.binding)
@@ -318,6 +324,13 @@ class OpenCLReplay(Replay):
         for binding in cb.zeroed:  # once: no dispatch writes their zeros (CommandBuffer.zeroed)
             size = parse_arena(binding)[1]
             t.copyin(Buffer(t, size, self._mems[binding]), memoryview(bytes(size)))
+
+    def _host_weights(self) -> dict[int, np.ndarray]:
+        """The weights a CPU device binds in place: each as given where it starts at CL_DEVICE_MEM_BASE_ADDR_ALIGN
+        (a capture's, a package's sections), the others copied together onto huge pages at that alignment."""
+        align = max(self.cl.info.base_addr_align_bytes, 1)
+        moved = {wid: w for wid, w in self.weights.items() if w.ctypes.data % align}
+        return self.weights | dict(zip(moved, pack(list(moved.values()), align), strict=True))
 
     def _make_kernels(self) -> list[Any]:
         """One cl_kernel per dispatch, every argument set now (a kernel object keeps its arguments)."""

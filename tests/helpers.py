@@ -62,3 +62,18 @@ def float_accumulators(source: str) -> int:
     scalars = sum(1 for ln in source.splitlines() if ln.strip().startswith("float acc"))
     vectors = re.findall(r"^\s*dp_float32x(\d+) acc", source, re.MULTILINE)
     return scalars + sum(int(n) for n in vectors)
+
+
+def mapping_flags(address: int) -> set[str]:
+    """The VmFlags (Linux /proc/self/smaps) of the mapping holding ``address``: ``hg`` where it was advised
+    MADV_HUGEPAGE."""
+    lines = open("/proc/self/smaps").read().splitlines()
+    inside = False
+    for line in lines:
+        head = line.split(" ", 1)[0]
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head):
+            start, end = (int(x, 16) for x in head.split("-"))
+            inside = start <= address < end
+        elif inside and line.startswith("VmFlags:"):
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds address {address:#x}")

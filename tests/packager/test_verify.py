@@ -13,7 +13,10 @@ from packager.errors import VerifyError
 from packager.package import load_package
 from packager.synthetic import tiny_model
 from packager.verify import choose_mode, compare_exact, compare_tolerance, verify_package
+from targets.host_memory import HUGE_PAGE_BYTES
+from tests.helpers import mapping_flags
 from tests.packager.test_format import _rewrite
+from tests.targets.test_replay_opencl import host_memory_of
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +88,18 @@ def test_opencl_package_verifies_exact_and_within_tolerance_of_the_cpu(tmp_path:
     assert pkg.manifest.target_device == "OPENCL" and "device" in pkg.manifest.checked_on
     assert verify_package(pkg).entries[0].mode == "exact"
     assert verify_package(pkg, mode="tolerance").entries[0].max_abs_diff < 1e-4
+    loaded = load_package(tmp_path / "cl.dpk")
+    replay = loaded.make_replay()
+    for b in loaded.cmdbuf.weights:  # PoCL reads the package's own bytes: no copy
+        address = host_memory_of(replay.cl, replay._buffers[b.binding].handle)  # noqa: SLF001
+        assert address == loaded.weights[int(b.name)].ctypes.data
+
+
+def test_a_loaded_package_is_on_huge_pages_and_the_cpu_replay_binds_its_weights_there(cpu_pkg: Path) -> None:
+    pkg = load_package(cpu_pkg)
+    start = np.frombuffer(pkg.container.buffer, np.uint8).ctypes.data
+    assert start % HUGE_PAGE_BYTES == 0 and "hg" in mapping_flags(start)
+    replay = pkg.make_replay()
+    assert pkg.weights
+    for wid, w in pkg.weights.items():
+        assert np.shares_memory(replay._keep[f"weight:{wid}"], w)  # noqa: SLF001 - what the driver binds

@@ -10,13 +10,22 @@ import numpy as np
 import pytest
 
 from jit import Captured, Tensor, capture
-from targets.cl_binding import COMMAND_BUFFER_EXT
+from targets.cl_binding import (
+    CL_DEVICE_TYPE_GPU,
+    CL_MEM_FLAGS,
+    CL_MEM_HOST_PTR,
+    CL_MEM_USE_HOST_PTR,
+    COMMAND_BUFFER_EXT,
+    check,
+)
 from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scalar
-from targets.opencl_runtime import OpenCLRuntime
+from targets.host_memory import HUGE_PAGE_BYTES, huge_page_array
+from targets.opencl_runtime import OpenCLError, OpenCLRuntime
 from targets.registry import Device
 from targets.replay import make_replay
 from targets.replay_opencl import OpenCLReplay, khr_functions
 from tests.capture.test_capture import shift_history
+from tests.helpers import mapping_flags
 from tests.targets.test_replay_cpu import inputs, small
 
 pytestmark = pytest.mark.opencl
@@ -124,3 +133,52 @@ def test_qcom_profile_replays_through_the_opencl_engine() -> None:
     assert isinstance(qcom.replay, OpenCLReplay) and qcom.cmdbuf.alignment == 128
     eager = {k: v.numpy().tobytes() for k, v in small(Tensor(inputs(2)["x"], device="QCOM")).items()}
     assert as_bytes(qcom(inputs(2))) == eager
+
+
+def host_memory_of(target: OpenCLRuntime, handle: object) -> int:
+    """The host memory a buffer is stored in (CL_MEM_HOST_PTR) where it was made with CL_MEM_USE_HOST_PTR, else 0."""
+    ffi, lib = target.ffi, target.lib
+    flags, ptr = ffi.new("cl_bitfield*"), ffi.new("void**")
+    check("clGetMemObjectInfo", lib.clGetMemObjectInfo(handle, CL_MEM_FLAGS, ffi.sizeof("cl_bitfield"), flags,
+                                                          ffi.NULL))
+    check("clGetMemObjectInfo", lib.clGetMemObjectInfo(handle, CL_MEM_HOST_PTR, ffi.sizeof("void*"), ptr, ffi.NULL))
+    return int(ffi.cast("uintptr_t", ptr[0])) if flags[0] & CL_MEM_USE_HOST_PTR else 0
+
+
+def test_a_cpu_device_reads_the_weights_and_arena_where_the_host_put_them_on_huge_pages(cap: Captured) -> None:
+    target = Device["OPENCL"]
+    assert target.host_pages  # PoCL: a CPU device with host-unified memory
+    replay = cap.replay
+    for b in cap.cmdbuf.weights:  # the capture's packed weights themselves: no copy
+        assert host_memory_of(target, replay._buffers[b.binding].handle) == cap.weights[int(b.name)].ctypes.data  # noqa: SLF001
+    arena = host_memory_of(target, replay._arena.handle)  # noqa: SLF001 - the buffer every dispatch's sub-buffer is in
+    assert arena % HUGE_PAGE_BYTES == 0 and "hg" in mapping_flags(arena)
+
+
+def test_weights_off_the_device_alignment_are_copied_together_and_replay_alike(cap: Captured) -> None:
+    target = Device["OPENCL"]
+    shifted = {}
+    for wid, w in cap.weights.items():  # each one byte past an aligned start
+        raw = np.empty(w.nbytes + 1 + target.info.base_addr_align_bytes, np.uint8)
+        start = (-raw.ctypes.data) % target.info.base_addr_align_bytes + 1
+        shifted[wid] = raw[start:start + w.nbytes]
+        shifted[wid][:] = w
+    replay = OpenCLReplay(cap.cmdbuf, shifted, target)
+    for b in cap.cmdbuf.weights:
+        address = host_memory_of(target, replay._buffers[b.binding].handle)  # noqa: SLF001
+        assert address % target.info.base_addr_align_bytes == 0 and "hg" in mapping_flags(address)
+    for seed in range(2):
+        assert as_bytes(replay(inputs(seed))) == as_bytes(cap(inputs(seed)))
+
+
+def test_host_memory_is_refused_off_a_cpu_device_or_the_base_alignment(cap: Captured) -> None:
+    target = OpenCLRuntime()
+    with pytest.raises(ValueError, match="allocate_host: expected a contiguous, non-empty array at a multiple of"):
+        target.allocate_host(np.zeros(600, np.uint8)[1:])
+    target.info = dataclasses.replace(target.info, device_type=CL_DEVICE_TYPE_GPU)
+    assert not target.host_pages
+    with pytest.raises(OpenCLError, match="a CPU device with CL_DEVICE_HOST_UNIFIED_MEMORY expected"):
+        target.allocate_host(huge_page_array(256))
+    replay = OpenCLReplay(cap.cmdbuf, cap.weights, target)  # a GPU's buffers: its own memory, the weights copied in
+    assert all(host_memory_of(target, replay._buffers[b.binding].handle) == 0 for b in cap.cmdbuf.weights)  # noqa: SLF001
+    assert as_bytes(replay(inputs(1))) == as_bytes(cap(inputs(1)))

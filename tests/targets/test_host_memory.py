@@ -1,0 +1,49 @@
+"""Host memory on transparent huge pages (targets/host_memory.py): aligned, zero-filled, advised, packed in order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from targets.host_memory import HUGE_PAGE_BYTES, huge_page_array, huge_page_slices, pack
+from tests.helpers import mapping_flags
+
+
+@pytest.mark.parametrize("nbytes", [1, 4096, HUGE_PAGE_BYTES + 3])
+def test_huge_page_array_starts_a_huge_page_zero_filled_and_advised(nbytes: int) -> None:
+    a = huge_page_array(nbytes)
+    assert a.dtype == np.uint8 and a.shape == (nbytes,) and a.flags.writeable
+    assert a.ctypes.data % HUGE_PAGE_BYTES == 0
+    assert not a.any()
+    a[:] = 7  # writable to its last byte
+    assert "hg" in mapping_flags(a.ctypes.data)  # MADV_HUGEPAGE: the kernel backs it with huge pages it has
+
+
+def test_an_empty_huge_page_array() -> None:
+    assert huge_page_array(0).shape == (0,)
+
+
+def test_slices_are_aligned_in_order_in_one_block() -> None:
+    sizes = [10, 0, 300, 64, 1]
+    got = huge_page_slices(sizes, 128)
+    assert [s.nbytes for s in got] == sizes
+    starts = [s.ctypes.data for s in got]
+    assert all(a % 128 == 0 for a in starts)
+    assert starts[0] % HUGE_PAGE_BYTES == 0
+    assert starts == sorted(starts) and starts[-1] - starts[0] == 128 + 0 + 384 + 128  # each rounded up, no gap
+    assert mapping_flags(starts[0]) == mapping_flags(starts[-1])
+
+
+def test_pack_copies_each_array_bytes() -> None:
+    arrays = [np.arange(5, dtype=np.float32), np.array([[1, 2], [3, 4]], np.int64).T, np.zeros(0, np.uint8)]
+    copies = pack(arrays, 64)
+    for a, c in zip(arrays, copies, strict=True):
+        assert c.dtype == np.uint8 and c.ctypes.data % 64 == 0
+        np.testing.assert_array_equal(c, np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+        assert not np.shares_memory(a, c)
+
+
+@pytest.mark.parametrize("alignment", [0, 3, 96])
+def test_alignment_must_be_a_power_of_two(alignment: int) -> None:
+    with pytest.raises(ValueError, match=f"alignment: expected a power of two, got {alignment}"):
+        huge_page_slices([4], alignment)
