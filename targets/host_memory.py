@@ -21,10 +21,11 @@ HUGE_PAGE_BYTES = 2 << 20
 
 def huge_page_array(nbytes: int) -> np.ndarray:
     """A zero-filled, writable uint8 array of ``nbytes`` in private anonymous memory whose first byte starts a huge
-    page, advised ``MADV_HUGEPAGE`` where the OS has it. The array keeps its mapping alive."""
+    page, advised ``MADV_HUGEPAGE`` where the OS has it and ``nbytes`` fills a huge page at least (a smaller array
+    would take a whole huge page of memory to save a few TLB entries). The array keeps its mapping alive."""
     mapping = mmap.mmap(-1, max(nbytes, 1) + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None:
+    if advice is not None and nbytes >= HUGE_PAGE_BYTES:
         try:
             mapping.madvise(advice)
         except OSError:  # a kernel built without transparent huge pages: EINVAL, and base pages it is

@@ -152,7 +152,8 @@ def test_a_cpu_device_reads_the_weights_and_arena_where_the_host_put_them_on_hug
     for b in cap.cmdbuf.weights:  # the capture's packed weights themselves: no copy
         assert host_memory_of(target, replay._buffers[b.binding].handle) == cap.weights[int(b.name)].ctypes.data  # noqa: SLF001
     arena = host_memory_of(target, replay._arena.handle)  # noqa: SLF001 - the buffer every dispatch's sub-buffer is in
-    assert arena % HUGE_PAGE_BYTES == 0 and "hg" in mapping_flags(arena)
+    assert arena % HUGE_PAGE_BYTES == 0  # a huge_page_array (advised from a huge page on: this one is smaller)
+    assert ("hg" in mapping_flags(arena)) == (cap.cmdbuf.arena_bytes >= HUGE_PAGE_BYTES)
 
 
 def test_weights_off_the_device_alignment_are_copied_together_and_replay_alike(cap: Captured) -> None:
@@ -166,7 +167,7 @@ def test_weights_off_the_device_alignment_are_copied_together_and_replay_alike(c
     replay = OpenCLReplay(cap.cmdbuf, shifted, target)
     for b in cap.cmdbuf.weights:
         address = host_memory_of(target, replay._buffers[b.binding].handle)  # noqa: SLF001
-        assert address % target.info.base_addr_align_bytes == 0 and "hg" in mapping_flags(address)
+        assert address % target.info.base_addr_align_bytes == 0 and address != shifted[int(b.name)].ctypes.data
     for seed in range(2):
         assert as_bytes(replay(inputs(seed))) == as_bytes(cap(inputs(seed)))
 
