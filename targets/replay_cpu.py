@@ -120,6 +120,7 @@ class CPUReplay(Replay):
         # per thread count: which parallel dispatches run inline (targets/cpu_split.py), measured on its first call
         self._inline: dict[int, list[bool]] = {}
         self._inline_flags = np.zeros(max(len(cmdbuf.dispatches), 1), np.uint8)  # the driver reads them per call
+        self._threads_cell = np.ones(1, np.int32)  # and this replay's thread count
         self._inline_for = 1 if any(self._parallel) else 0  # the thread count whose choice they hold (0: no choices)
         self._pool: Any = None
         if cmdbuf.segments or any(ranged):  # parallel kernels, lanes: on the pool (one per process)
@@ -144,8 +145,9 @@ class CPUReplay(Replay):
                 self._keep[spec.binding] = share_states_with.state_array(spec.name)
             else:
                 self._keep[spec.binding] = target.allocate(spec.nbytes).handle
-        self._table = self._ffi.new("void*[]", len(self.slots) + 1)
+        self._table = self._ffi.new("void*[]", len(self.slots) + 2)
         self._table[len(self.slots)] = self._ffi.cast("void*", self._inline_flags.ctypes.data)
+        self._table[len(self.slots) + 1] = self._ffi.cast("void*", self._threads_cell.ctypes.data)
         for binding, slot in self.slots.items():
             if binding in self._keep:
                 self._table[slot] = self._ffi.cast("void*", self._keep[binding].ctypes.data)
@@ -168,7 +170,8 @@ class CPUReplay(Replay):
         load: ``$DRIVEPACK_CPU_THREADS``, else the cores this process may run on)."""
         if n < 1:
             raise ReplayError(f"threads: expected a positive integer, got {n}")
-        getattr(self._lib, _THREADS_SETTER)(n)
+        self._threads_cell[0] = n
+        getattr(self._lib, _THREADS_SETTER)(n)  # the OpenMP team size of earlier versions' kernels (_glue)
         self.threads = n
 
     def _single_thread(self) -> None:
@@ -376,12 +379,13 @@ GLUE_OPTIMIZE = '#pragma GCC optimize ("O1")'
 DRIVER_POOL = """typedef void (*dp_job_fn)(void *ctx, int lo, int hi);
 typedef void (*dp_parallel_fn)(int threads, int n, int chunks, dp_job_fn fn, void *ctx);
 static dp_parallel_fn dp_parallel;
-static int dp_threads = 1;
-/* ctx is the replay's table; its last slot, the replay's flag per dispatch: run on the caller alone
-   (targets/cpu_split.py). i < 0: a segment's lanes, always split */
+/* ctx is the replay's table; after the buffers, the replay's flag per dispatch: run on the caller alone
+   (targets/cpu_split.py), and its thread count: the replay's own, not this library's, which every replay of the
+   same command buffer shares. i < 0: a segment's lanes, always split */
 static void dp_split(int i, int n, int chunks, dp_job_fn fn, void *ctx) {
   const unsigned char *inline_flags = ((void **)ctx)[DP_INLINE_SLOT];
-  if (dp_parallel && dp_threads > 1 && (i < 0 || !inline_flags[i])) dp_parallel(dp_threads, n, chunks, fn, ctx);
+  int threads = *(const int *)((void **)ctx)[DP_THREADS_SLOT];
+  if (dp_parallel && threads > 1 && (i < 0 || !inline_flags[i])) dp_parallel(threads, n, chunks, fn, ctx);
   else fn(ctx, 0, n);
 }
 DP_EXPORT void drivepack_set_pool(void *f) { dp_parallel = (dp_parallel_fn)f; }
@@ -443,10 +447,11 @@ def _glue(cmdbuf: CommandBuffer, slots: dict[str, int]) -> list[str]:
     built with the pragma, in command buffers of earlier versions): what follows the kernels."""
     calls, jobs = _statements(cmdbuf, slots)
     lanes, lane_fns = _lanes(cmdbuf, calls)
-    lines = [GLUE_OPTIMIZE, f"#define DP_INLINE_SLOT {len(slots)}", DRIVER_POOL, *jobs, *lane_fns, ""]
+    lines = [GLUE_OPTIMIZE, f"#define DP_INLINE_SLOT {len(slots)}", f"#define DP_THREADS_SLOT {len(slots) + 1}",
+             DRIVER_POOL, *jobs, *lane_fns, ""]
     symbol = cpu.OMP_THREADS_SYMBOL
-    omp = f" {symbol} = n;" if any(f"int {symbol}" in k.source for k in cmdbuf.kernels) else ""
-    lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ dp_threads = n;{omp} }}", ""]
+    omp = f"{symbol} = n;" if any(f"int {symbol}" in k.source for k in cmdbuf.kernels) else "(void)n;"
+    lines += [f"DP_EXPORT void {_THREADS_SETTER}(int n) {{ {omp} }}", ""]
     lines += ["DP_EXPORT void drivepack_run(void **p) {", *_run_body(cmdbuf, calls, lanes)]
     lines += ["}", "", "DP_EXPORT int drivepack_dispatch(void **p, int i) {", "  switch (i) {"]
     lines += [f"  case {i}: {c} return 0;" for i, c in enumerate(calls)]

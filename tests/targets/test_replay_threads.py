@@ -19,6 +19,8 @@ from jit.trace import capture
 from packager.build import BuildOptions, build_package
 from packager.package import load_package
 from packager.synthetic import gemm_model
+from targets.cpu_runtime import thread_pool
+from targets.cpu_split import PROBE_ENV
 
 THREADS, CALLS = 2, 300
 RNG = np.random.default_rng(11)
@@ -134,3 +136,33 @@ def test_a_child_forked_while_another_thread_holds_the_lock_still_replays() -> N
         os.waitpid(pid, 0)
         pytest.fail("the forked child's replay call waited for a lock no thread there holds")
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_two_replays_of_one_command_buffer_keep_their_own_thread_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the thread count lived in the driver library, which every replay of the same command buffer
+    shares (one compiled file, loaded once): ``set_threads`` on one replay changed the other's. Observed through
+    a recording pool: the driver hands it a split with the calling replay's count, and runs inline on one."""
+    monkeypatch.setenv(PROBE_ENV, "0")  # every parallel dispatch split on two threads: none chosen to run inline
+    first = capture(layer, layer_inputs(0), target="CPU").replay
+    second = capture(layer, layer_inputs(0), target="CPU").replay
+    ffi, lib = first._ffi, first._lib  # noqa: SLF001 - the loaded driver
+    run = [r._ffi.cast("uintptr_t", r._ffi.addressof(r._lib, "drivepack_run")) for r in (first, second)]  # noqa: SLF001
+    assert run[0] == run[1]  # one library in memory for both
+    seen: list[int] = []
+
+    @ffi.callback("void(int, int, int, void(*)(void*, int, int), void*)")
+    def recording_pool(threads: int, n: int, chunks: int, fn: Any, ctx: Any) -> None:
+        seen.append(threads)
+        fn(ctx, 0, n)
+
+    lib.drivepack_set_pool(recording_pool)
+    try:
+        first.set_threads(1)
+        second.set_threads(2)
+        want = first(layer_inputs(3))
+        assert not seen  # one thread: every split ran inline, on the caller
+        got = second(layer_inputs(3))
+        assert seen and set(seen) == {2}
+        assert all(got[k].tobytes() == v.tobytes() for k, v in want.items())
+    finally:
+        lib.drivepack_set_pool(ffi.cast("void*", thread_pool().parallel_for_address))
