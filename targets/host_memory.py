@@ -11,7 +11,7 @@ Private, not shared: a shared anonymous mapping is shmem, whose huge pages follo
 from __future__ import annotations
 
 import mmap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -54,3 +54,10 @@ def pack(arrays: Sequence[np.ndarray], alignment: int) -> list[np.ndarray]:
     for a, copy in zip(arrays, copies, strict=True):
         copy[:] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
     return copies
+
+
+def aligned_in_place(arrays: Mapping[int, np.ndarray], alignment: int) -> dict[int, np.ndarray]:
+    """``arrays`` (a replay's weights) each as given where it starts at a multiple of ``alignment``, the others
+    ``pack``ed together: what a replay binds without a copy of its own."""
+    moved = {k: a for k, a in arrays.items() if a.ctypes.data % alignment}
+    return dict(arrays) | dict(zip(moved, pack(list(moved.values()), alignment), strict=True))

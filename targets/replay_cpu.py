@@ -50,7 +50,7 @@ from targets.cpu_split import (
     store_choice,
     stored_choice,
 )
-from targets.host_memory import huge_page_array
+from targets.host_memory import aligned_in_place, huge_page_array
 from targets.kernel_cache import framed_digest
 from targets.kernel_params import range_kernel
 from targets.replay import AheadBuild, Replay, ReplayError
@@ -136,9 +136,8 @@ class CPUReplay(Replay):
         # read and written by every call: on huge pages, as the weights a capture packs (targets/host_memory.py);
         # zero-filled, as the bindings in cmdbuf.zeroed need (no dispatch writes their zeros)
         self._keep: dict[str, np.ndarray] = {"arena:": huge_page_array(cmdbuf.arena_bytes)}
-        for wid, data in self.weights.items():
-            self._keep[f"weight:{wid}"] = data if data.ctypes.data % cmdbuf.alignment == 0 else _aligned_copy(
-                target, data)
+        for wid, data in aligned_in_place(self.weights, cmdbuf.alignment).items():
+            self._keep[f"weight:{wid}"] = data
         for spec in cmdbuf.states:
             if spec.name in self.shared_states:
                 assert isinstance(share_states_with, CPUReplay)  # device_mismatch refused any other engine
@@ -337,12 +336,6 @@ def _check_kernels_once(cmdbuf: CommandBuffer) -> None:
         return
     check_kernels(cmdbuf, C, TARGET_FLAGS)
     _checked.add(digest)
-
-
-def _aligned_copy(target: Runtime, data: np.ndarray) -> np.ndarray:
-    buf = target.allocate(data.nbytes)
-    target.copyin(buf, memoryview(data))
-    return buf.handle
 
 
 def _flags(kernels: Sequence[KernelSpec]) -> tuple[str, ...]:

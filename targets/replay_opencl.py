@@ -73,7 +73,7 @@ from targets.cl_binding import (
     libopencl,
 )
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
-from targets.host_memory import huge_page_array, pack
+from targets.host_memory import aligned_in_place, huge_page_array
 from targets.opencl_prewarm import Launch, Prewarm, prewarm_wanted, start_prewarm
 from targets.opencl_runtime import OpenCLRuntime
 from targets.opencl_warm import LaunchWarmer, WarmKey, warm_key
@@ -289,7 +289,8 @@ class OpenCLReplay(Replay):
     def _allocate(self, share: Replay | None) -> None:
         cb, t = self.cmdbuf, self.cl
         aliased = {a.binding for a in cb.aliases}  # no dispatch binds them: copied on the host
-        host_weights = self._host_weights() if t.host_pages else {}
+        # a CPU device binds the weights in place where they start at CL_DEVICE_MEM_BASE_ADDR_ALIGN
+        host_weights = aligned_in_place(self.weights, max(t.info.base_addr_align_bytes, 1)) if t.host_pages else {}
         for b in cb.buffers:
             if b.binding in aliased:
                 continue
@@ -324,13 +325,6 @@ class OpenCLReplay(Replay):
         for binding in cb.zeroed:  # once: no dispatch writes their zeros (CommandBuffer.zeroed)
             size = parse_arena(binding)[1]
             t.copyin(Buffer(t, size, self._mems[binding]), memoryview(bytes(size)))
-
-    def _host_weights(self) -> dict[int, np.ndarray]:
-        """The weights a CPU device binds in place: each as given where it starts at CL_DEVICE_MEM_BASE_ADDR_ALIGN
-        (a capture's, a package's sections), the others copied together onto huge pages at that alignment."""
-        align = max(self.cl.info.base_addr_align_bytes, 1)
-        moved = {wid: w for wid, w in self.weights.items() if w.ctypes.data % align}
-        return self.weights | dict(zip(moved, pack(list(moved.values()), align), strict=True))
 
     def _make_kernels(self) -> list[Any]:
         """One cl_kernel per dispatch, every argument set now (a kernel object keeps its arguments)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from targets.host_memory import HUGE_PAGE_BYTES, huge_page_array, huge_page_slices, pack
+from targets.host_memory import HUGE_PAGE_BYTES, aligned_in_place, huge_page_array, huge_page_slices, pack
 from tests.helpers import mapping_flags
 
 
@@ -50,3 +50,15 @@ def test_pack_copies_each_array_bytes() -> None:
 def test_alignment_must_be_a_power_of_two(alignment: int) -> None:
     with pytest.raises(ValueError, match=f"alignment: expected a power of two, got {alignment}"):
         huge_page_slices([4], alignment)
+
+
+def test_aligned_arrays_stay_in_place_and_the_others_are_packed_together() -> None:
+    block = huge_page_array(4096)
+    block[:] = np.arange(4096) % 251
+    arrays = {0: block[:64], 1: block[65:100], 2: block[128:200], 3: block[201:300]}
+    got = aligned_in_place(arrays, 64)
+    assert got[0] is arrays[0] and got[2] is arrays[2]
+    for k in (1, 3):
+        assert got[k].ctypes.data % 64 == 0 and not np.shares_memory(got[k], block)
+        np.testing.assert_array_equal(got[k], arrays[k])
+    assert got[3].ctypes.data - got[1].ctypes.data == 64  # one block, in order
