@@ -37,6 +37,10 @@ lengths under that load, the floor under every peer's. The geometric mean of dri
 models where both ran and matched; below it, OPENCL / CPU for each model of at most ``SMALL_MODEL_DISPATCHES``
 dispatches (where a driver's fixed cost per dispatch shows most).
 
+After the timed part each OPENCL replay runs ``TIMELINE_CALLS`` calls with every dispatch's device timestamps
+(``OpenCLReplay.timeline``): the model's line and the summary below the table say how much of a call its kernels
+take and how much the driver spends between them, per dispatch (PoCL wakes its second thread for each).
+
 Each model also prints the time a cache line takes to go from one core to another and back, measured just before
 and just after its timed part (bench_core's ``cross_core_round_trip_ns``, outside the busy processes). On the
 2-vCPU VMs this ran on it was 50-80 ns at some times and 300-350 ns at others, switching within seconds to minutes,
@@ -84,6 +88,8 @@ RTOL = 2e-3
 BUSY = "while True: pass"
 
 
+# OPENCL calls run with each dispatch's device timestamps after the timed part (``timeline_split``)
+TIMELINE_CALLS = 5
 # the issue's bound for dispatch-bound models: none of at most this many dispatches over 2x the CPU target's time
 SMALL_MODEL_DISPATCHES = 20
 
@@ -99,6 +105,9 @@ class TargetResult:
     max_rel: float | None = None
     p50: float | None = None
     p99: float | None = None
+    # OPENCL: one call's seconds inside its kernels and between them (``timeline_split``)
+    kernel_s: float | None = None
+    between_s: float | None = None
     error: str | None = None
 
 
@@ -282,6 +291,19 @@ def interleaved_samples(fns: dict[str, Callable[[], object]], repeat: int, warmu
     return {name: s[warmup:] for name, s in samples.items()}
 
 
+def timeline_split(run: Any, feeds: Mapping[str, np.ndarray]) -> tuple[float, float]:
+    """(seconds inside kernels, seconds between them) of one OPENCL call: medians over ``TIMELINE_CALLS`` calls of
+    the replay's ``timeline`` (each dispatch's start and end on the device clock; one in-order queue, so spans never
+    overlap and the rest of the call's span is the driver's own time between dispatches)."""
+    inside, between = [], []
+    for _ in range(TIMELINE_CALLS):
+        spans = run.replay.timeline(feeds)
+        busy = sum(s.end - s.start for s in spans)
+        inside.append(busy)
+        between.append(max((s.end for s in spans), default=0.0) - busy)
+    return statistics.median(inside), statistics.median(between)
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else math.nan
 
@@ -338,6 +360,11 @@ def bench_model(name: str, path: str, args: argparse.Namespace, work: Path) -> M
         tr.p50, tr.p99 = percentile(samples[target], 50), percentile(samples[target], 99)
         if not compare(run(other), names, other_want)[2]:
             tr.error, tr.p50, tr.p99 = "replay on other inputs differs from onnxruntime (stale outputs?)", None, None
+        elif target == "OPENCL":
+            tr.kernel_s, tr.between_s = timeline_split(run, feeds)
+            print(f"  {name} OPENCL: one call's dispatches spend {tr.kernel_s * 1e3:.2f} ms in kernels and "
+                  f"{tr.between_s * 1e3:.2f} ms between them ({tr.between_s / max(tr.dispatches - 1, 1) * 1e6:.1f} "
+                  "us from one to the next)", flush=True)
     return result
 
 
@@ -409,6 +436,14 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
     if small:
         print(f"OPENCL / CPU on models of at most {SMALL_MODEL_DISPATCHES} dispatches: "
               + ", ".join(f"{n} {x:.2f}x ({d} dispatches)" for n, x, d in small))
+    split = [(o.between_s / (o.kernel_s + o.between_s), o.between_s / (o.dispatches - 1)) for r in results
+             if not r.error and (o := r.targets.get(ocl)) is not None and o.kernel_s and o.between_s is not None
+             and o.dispatches and o.dispatches > 1]
+    if split:
+        print(f"OPENCL time between dispatches (the driver's own, from device timestamps): median "
+              f"{statistics.median(f for f, _ in split):.0%} of a call's span, "
+              f"{statistics.median(d for _, d in split) * 1e6:.1f} us from one dispatch to the next, over {len(split)} "
+              "models of several dispatches")
     errors = [(r.name, "model", r.error) for r in results if r.error]
     errors += [(r.name, k, v.error) for r in results for k, v in r.targets.items() if v.error]
     if errors:

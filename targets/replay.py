@@ -103,6 +103,17 @@ class DispatchTime:
 
 
 @dataclass(frozen=True)
+class DispatchSpan:
+    """When one dispatch ran within a whole call, on the device's clock: seconds from the call's first start
+    (``OpenCLReplay.timeline``). The time between one span's end and the next one's start is the driver's own."""
+
+    index: int
+    kernel: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
 class _InputCheck:
     """What one input must be, precomputed so the per-call check is a few comparisons."""
 

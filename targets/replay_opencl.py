@@ -77,7 +77,7 @@ from targets.host_memory import aligned_in_place, huge_page_array
 from targets.opencl_prewarm import Launch, Prewarm, prewarm_wanted, start_prewarm
 from targets.opencl_runtime import OpenCLRuntime
 from targets.opencl_warm import LaunchWarmer, WarmKey, warm_key
-from targets.replay import IN_PLACE, AheadBuild, Replay, ReplayError
+from targets.replay import IN_PLACE, AheadBuild, DispatchSpan, Replay, ReplayError
 from targets.source_check import OPENCL, check_kernels
 
 # kernels a capture's background build takes at a time (``OpenCLAheadBuild``): more programs cost more in all (PoCL
@@ -579,28 +579,61 @@ class OpenCLReplay(Replay):
         return self._read_outputs()
 
     def _profile(self, inputs: list[np.ndarray]) -> tuple[list[float], list[np.ndarray]]:
-        ffi, lib, queue = self.ffi, self.lib, self.cl.queue
+        lib = self.lib
         binding = self._bind_inputs(inputs)
         times = []
-        t = ffi.new("cl_ulong*")
         for launch in binding.launches:
             if launch is None:
                 times.append(0.0)
                 continue
-            event = ffi.new("cl_event*")
-            check("clEnqueueNDRangeKernel", lib.clEnqueueNDRangeKernel(
-                queue, launch[0], launch[1], ffi.NULL, launch[2], launch[3], 0, ffi.NULL, event))
+            event = self._enqueue_with_event(launch)
             try:
                 check("clWaitForEvents", lib.clWaitForEvents(1, event))
-                check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
-                    event[0], CL_PROFILING_COMMAND_START, ffi.sizeof("cl_ulong"), t, ffi.NULL))
-                start = t[0]
-                check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
-                    event[0], CL_PROFILING_COMMAND_END, ffi.sizeof("cl_ulong"), t, ffi.NULL))
-                times.append((t[0] - start) * 1e-9)
+                start, end = self._event_span(event)
+                times.append((end - start) * 1e-9)
             finally:
                 lib.clReleaseEvent(event[0])
         return times, self._read_outputs()
+
+    def timeline(self, inputs: Mapping[str, Any] | None = None, **kwargs: Any) -> list[DispatchSpan]:
+        """Run once as a replay runs, every dispatch enqueued in order and one wait at the end (one by one, not as
+        the recorded command buffer, whose commands report no times), and return each dispatch's span on the
+        device's clock (dispatches without a kernel left out): what a call spends in kernels and what the driver
+        spends between them."""
+        arrays, modes = self.checked_inputs({**inputs, **kwargs} if inputs else kwargs)
+        with self.lock:
+            self.input_modes = dict(zip(self._in_names, modes, strict=True))
+            binding = self._bind_inputs(arrays)
+            events = []
+            try:
+                for i, launch in enumerate(binding.launches):
+                    if launch is not None:
+                        events.append((i, self._enqueue_with_event(launch)))
+                self._read_outputs()
+                spans = [(i, *self._event_span(event)) for i, event in events]
+            finally:
+                for _, event in events:
+                    self.lib.clReleaseEvent(event[0])
+        first = min((start for _, start, _ in spans), default=0)
+        names = [self.cmdbuf.kernels[d.kernel].name for d in self.cmdbuf.dispatches]
+        return [DispatchSpan(i, names[i], (start - first) * 1e-9, (end - first) * 1e-9) for i, start, end in spans]
+
+    def _enqueue_with_event(self, launch: tuple[Any, ...]) -> Any:
+        event = self.ffi.new("cl_event*")
+        check("clEnqueueNDRangeKernel", self.lib.clEnqueueNDRangeKernel(
+            self.cl.queue, launch[0], launch[1], self.ffi.NULL, launch[2], launch[3], 0, self.ffi.NULL, event))
+        return event
+
+    def _event_span(self, event: Any) -> tuple[int, int]:
+        """(start, end) of a finished command, in the device clock's nanoseconds."""
+        ffi, lib = self.ffi, self.lib
+        t = ffi.new("cl_ulong*")
+        check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+            event[0], CL_PROFILING_COMMAND_START, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+        start = int(t[0])
+        check("clGetEventProfilingInfo", lib.clGetEventProfilingInfo(
+            event[0], CL_PROFILING_COMMAND_END, ffi.sizeof("cl_ulong"), t, ffi.NULL))
+        return start, int(t[0])
 
     def time_enqueue(self, inputs: Mapping[str, Any]) -> tuple[float, float]:
         """(seconds to write the inputs and enqueue one replay, seconds until its outputs were read back)."""

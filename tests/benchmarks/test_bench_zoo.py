@@ -67,6 +67,26 @@ def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_err
     assert all(ns is None or 0 < ns < 1e6 for ns in r.cross_core_ns)  # measured around the timed part
 
 
+@pytest.mark.opencl
+def test_an_opencl_row_splits_a_call_into_its_kernels_and_the_time_between_them(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_gemm_model(), str(path))
+    ocl = bench_zoo.bench_model("m", str(path), _args(targets=["OPENCL"]), tmp_path).targets["OPENCL"]
+    assert ocl.error is None and ocl.dispatches and ocl.dispatches > 1
+    assert ocl.kernel_s and ocl.between_s is not None and 0 < ocl.kernel_s + ocl.between_s < ocl.p50 * 100
+    assert "ms in kernels and" in capsys.readouterr().out
+
+
+def test_table_prints_the_median_share_of_a_call_between_opencl_dispatches(capsys) -> None:
+    rows = [bench_zoo.ModelResult(n, gflop=1.0, ort_p50=1e-3, targets={"OPENCL": bench_zoo.TargetResult(
+        p50=1e-3, dispatches=d, kernel_s=k, between_s=b)}) for n, d, k, b in
+        (("a", 11, 0.9e-3, 0.1e-3), ("b", 21, 0.7e-3, 0.3e-3), ("c", 31, 0.5e-3, 0.5e-3), ("one", 1, 1e-3, 0.0))]
+    bench_zoo.print_table(rows, _args(targets=("CPU", "OPENCL")))
+    out = capsys.readouterr().out
+    assert ("OPENCL time between dispatches (the driver's own, from device timestamps): median 30% of a call's "
+            "span, 15.0 us from one dispatch to the next, over 3 models of several dispatches") in out
+
+
 def test_the_cross_core_round_trip_is_measured_between_two_of_the_process_cores() -> None:
     cores = os.sched_getaffinity(0)
     ns = cross_core_round_trip_ns(2000)

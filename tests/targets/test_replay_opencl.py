@@ -22,7 +22,7 @@ from targets.cmdbuf import BufferSpec, CommandBuffer, Dispatch, KernelSpec, Scal
 from targets.host_memory import HUGE_PAGE_BYTES, huge_page_array
 from targets.opencl_runtime import OpenCLError, OpenCLRuntime
 from targets.registry import Device
-from targets.replay import make_replay
+from targets.replay import InputError, make_replay
 from targets.replay_opencl import OpenCLReplay, khr_functions
 from tests.capture.test_capture import shift_history
 from tests.helpers import mapping_flags
@@ -98,6 +98,20 @@ def test_profile_and_enqueue_timing(cap: Captured) -> None:
     assert len(times) == cap.n_dispatches and all(t.seconds >= 0 for t in times)
     enqueue, done = cap.replay.time_enqueue(inputs(0))
     assert 0 <= enqueue <= done
+
+
+def test_timeline_gives_each_dispatch_its_span_on_one_clock_in_order(cap: Captured) -> None:
+    spans = cap.replay.timeline(inputs(1))
+    names = [cap.cmdbuf.kernels[d.kernel].name for d in cap.cmdbuf.dispatches]
+    assert len(spans) >= 2 and [s.kernel for s in spans] == [names[s.index] for s in spans]
+    assert [s.index for s in spans] == sorted({s.index for s in spans})
+    assert spans[0].start == 0.0
+    for one, after in zip(spans, spans[1:], strict=False):  # one in-order queue: a span ends before the next starts
+        assert one.start <= one.end <= after.start
+    assert spans[-1].end < 10.0  # seconds, not the device clock's nanoseconds
+    assert as_bytes(cap(inputs(2))) != as_bytes(cap(inputs(1)))  # the replay still computes after it
+    with pytest.raises(InputError, match="x"):
+        cap.replay.timeline({"x": np.zeros((3, 16), np.float32)})
 
 
 def test_state_ring_buffer_on_opencl() -> None:
