@@ -1,7 +1,7 @@
 """Model zoo replay speed and compile time: drivepack CPU and OPENCL vs onnxruntime, per model, in one process.
 
     python3 benchmarks/bench_zoo.py [--models a,b] [--quick] [--repeat N] [--no-opencl] [--contention N]
-                                    [--json [PATH]] [--list]
+                                    [--realtime PRIO] [--json [PATH]] [--list]
 
 The zoo (benchmarks/zoo_models.py; ``--list`` prints it) is torchvision, timm and torch.nn models exported once
 to ONNX with fixed seeds into ``$DRIVEPACK_ZOO_DIR`` or ``~/.cache/drivepack/zoo`` (needs ``pip install -e
@@ -36,6 +36,11 @@ long block more often than a short one. Its p99 / p50 is what the scheduler alon
 lengths under that load, the floor under every peer's. The geometric mean of drivepack / onnxruntime is over the
 models where both ran and matched; below it, OPENCL / CPU for each model of at most ``SMALL_MODEL_DISPATCHES``
 dispatches (where a driver's fixed cost per dispatch shows most).
+
+``--realtime PRIO`` runs the benchmark's thread ``SCHED_FIFO`` at PRIO before any peer starts a thread, so every
+thread of every peer (onnxruntime's intra-op pool, PoCL's, drivepack's) inherits it, as in a driving stack whose
+model process runs real-time (openpilot's modeld does); the busy processes of ``--contention`` stay fair. It needs
+root, ``CAP_SYS_NICE`` or an ``RLIMIT_RTPRIO`` of at least PRIO, and says so in one line where the OS refuses.
 
 After the timed part each OPENCL replay runs ``TIMELINE_CALLS`` calls with every dispatch's device timestamps
 (``OpenCLReplay.timeline``): the model's line and the summary below the table say how much of a call its kernels
@@ -85,7 +90,8 @@ from targets.cpu_runtime import THREADS_ENV  # noqa: E402
 ORT_THREADS = 2  # each peer's threads unless --threads says
 # relative to the largest reference value: random-init nets end in logits of very different scales
 RTOL = 2e-3
-BUSY = "while True: pass"
+# fair whatever the benchmark runs as (--realtime): a busy process at a real-time priority would own its core
+BUSY = "import os\nos.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))\nwhile True: pass"
 
 
 # OPENCL calls run with each dispatch's device timestamps after the timed part (``timeline_split``)
@@ -400,6 +406,8 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
     head += (f"{'CPU/ORT':>8s} {'OCL/ORT':>8s} {'CPU cold':>8s} {'warm':>6s} {'OCL cold':>8s} {'warm':>6s} "
              f"{'rel err':>8s}")
     what = f"median of {args.repeat} calls after 3 warm-up"
+    if args.realtime:
+        what += f", every peer's threads SCHED_FIFO {args.realtime}"
     print(f"\nreplay ms ({what}{f', p50/p99 with {args.contention} busy processes' if p99 else ''}); "
           f"capture s (load + capture + first call); ratios: lower is better")
     print(head)
@@ -453,6 +461,17 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
     return means
 
 
+def go_realtime(priority: int) -> None:
+    """This thread SCHED_FIFO at ``priority``, before any peer starts a thread: each thread started after inherits
+    it (onnxruntime's pool, PoCL's, drivepack's), so every peer runs as a real-time application would. Exits with a
+    one-line error where the OS refuses."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except (PermissionError, OSError) as e:
+        raise SystemExit(f"--realtime: SCHED_FIFO priority {priority} refused to this process (needs root, "
+                         f"CAP_SYS_NICE or an RLIMIT_RTPRIO of at least {priority}): {e}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None, help=f"comma list (default: all; --list); quick: {','.join(QUICK)}")
@@ -466,10 +485,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=ORT_THREADS, metavar="N",
                         help=f"threads for each peer: onnxruntime's intra-op threads and {THREADS_ENV} (default "
                              f"{ORT_THREADS})")
+    parser.add_argument("--realtime", type=int, default=0, metavar="PRIO",
+                        help="run every peer's threads SCHED_FIFO at PRIO (1-99; module docstring); busy processes "
+                             "stay fair")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
     args = parser.parse_args()
     if args.threads < 1:
         parser.error(f"--threads: expected a positive integer, got {args.threads}")
+    if not 0 <= args.realtime <= 99:
+        parser.error(f"--realtime: expected a priority from 1 to 99, got {args.realtime}")
     os.environ[THREADS_ENV] = str(args.threads)  # before the CPU target first starts: it reads this once
     if args.list:
         print("\n".join(zoo_listing()))
@@ -481,6 +505,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(ZOO)}")
     paths = ensure(names)
+    if args.realtime:
+        go_realtime(args.realtime)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-zoo-") as tmp:
         # PoCL keeps compiled kernels of its own (~/.cache/pocl), which would make a later run's OPENCL "cold"
@@ -494,7 +520,7 @@ def main() -> None:
                 results.append(ModelResult(name, error=one_line(e)))
     means = print_table(results, args)
     if args.json:
-        doc = {"repeat": args.repeat, "contention": args.contention, "threads": args.threads,
+        doc = {"repeat": args.repeat, "contention": args.contention, "threads": args.threads, "realtime": args.realtime,
                "geomean_vs_ort": means, "models": [asdict(r) for r in results]}
         text = json.dumps(doc, indent=1)
         if args.json == "-":

@@ -192,6 +192,37 @@ def test_busy_processes_run_inside_the_block_and_are_stopped_after() -> None:
     assert all(p.poll() is not None for p in procs)
 
 
+def test_busy_processes_stay_fair_under_a_realtime_benchmark() -> None:
+    """--realtime: the busy processes, started by a SCHED_FIFO thread, reset themselves to SCHED_OTHER (a real-time
+    busy loop would own its core)."""
+    import subprocess
+    import sys
+    proc = subprocess.Popen(["chrt", "-f", "5", sys.executable, "-c",
+                             bench_zoo.BUSY.replace("while True: pass", "print(os.sched_getscheduler(0))")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode and "Operation not permitted" in err:
+        pytest.skip(f"the OS refuses SCHED_FIFO to this process: {err.strip()}")
+    assert proc.returncode == 0, err
+    assert out.split() == [str(os.SCHED_OTHER)]
+
+
+def test_realtime_sets_this_thread_and_says_when_the_os_refuses(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(bench_zoo.os, "sched_setscheduler", lambda *a: calls.append(a))
+    bench_zoo.go_realtime(7)
+    assert calls == [(0, os.SCHED_FIFO, os.sched_param(7))]
+
+    def refuse(*_a: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(bench_zoo.os, "sched_setscheduler", refuse)
+    with pytest.raises(SystemExit, match=r"--realtime: SCHED_FIFO priority 7 refused .*Operation not permitted"):
+        bench_zoo.go_realtime(7)
+    monkeypatch.setattr("sys.argv", ["bench_zoo.py", "--realtime", "100", "--list"])
+    with pytest.raises(SystemExit):
+        bench_zoo.main()
+
+
 def test_interleaved_samples_drop_the_warm_up_calls() -> None:
     samples = bench_zoo.interleaved_samples({"a": lambda: None, "b": lambda: None}, repeat=7, warmup=2)
     assert [len(s) for s in samples.values()] == [7, 7]

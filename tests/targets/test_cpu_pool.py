@@ -412,6 +412,94 @@ def test_workers_ask_for_a_short_time_slice(work: tuple) -> None:
         p.lib.dp_pool_set_slice_ns(cpu_pool.slice_ns())
 
 
+def test_a_new_worker_takes_part_in_the_region_that_started_it() -> None:
+    """The first region of a process starts its worker and the worker takes chunks of that region (regression: a
+    worker read the current generation when its thread began, after the region was published, and sat it out)."""
+    script = textwrap.dedent("""
+        import sys, threading
+        import cffi, numpy as np
+        import targets.cpu_runtime as cpu
+        ffi = cffi.FFI()
+        ffi.cdef("void who(void *ctx, int lo, int hi);")
+        lib = ffi.dlopen(sys.argv[1])
+        p = cpu.thread_pool()
+        assert p.workers() == 0
+        ctx = np.zeros(2 + 2 * 8, dtype=np.int32)
+        ctx[0] = 5000
+        p.lib.dp_parallel_for(2, 8, 8, p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who))),
+                              p.ffi.cast("void*", ctx.ctypes.data))
+        print(len(set(ctx[2::2].tolist()) - {threading.get_native_id()}))
+    """)
+    path = cpu.compile_shared(WORK)
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1"]
+
+
+def _on_realtime_thread(call: object, priority: int = 3) -> object:
+    """``call()`` on a new thread running ``SCHED_FIFO`` at ``priority``; skips where the OS refuses the policy."""
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        except PermissionError as e:
+            result["refused"] = e
+            return
+        try:
+            result["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            result["error"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "refused" in result:
+        pytest.skip(f"the OS refuses SCHED_FIFO to this process: {result['refused']}")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def test_workers_follow_a_realtime_caller(work: tuple) -> None:
+    """Workers woken by a SCHED_FIFO caller run SCHED_FIFO at its priority (a fair worker was preempted by every
+    busy process while the real-time caller waited for its chunk), never poll (a real-time poller kept the workers
+    not yet woken off its core: the first region ran on the caller alone), and take a fair policy with their slice
+    request again once a fair caller wakes them."""
+    ffi, lib, _ = work
+    p = cpu.thread_pool()
+    fn = p.ffi.cast("dp_fn", int(ffi.cast("uintptr_t", lib.who)))
+    caller = threading.get_native_id()
+    kernel_default = _slice_ns(lib, caller)
+
+    def chunk_takers() -> set[int]:
+        ctx = held_who_region(fn, 2000)
+        workers = set(ctx[2::2].tolist()) - {threading.get_native_id()}
+        assert workers, "no worker took a chunk"
+        return workers
+
+    def realtime_part() -> tuple[set[int], bool]:
+        workers = chunk_takers()
+        p.lib.dp_pool_set_linger_ns(10 * 10**9)
+        try:
+            region(work[2], 2, 8)
+            return workers, _all_asleep(p)  # the linger is on, but real-time workers never poll
+        finally:
+            p.lib.dp_pool_set_linger_ns(cpu_pool.LINGER_NS)
+
+    try:
+        workers, slept = _on_realtime_thread(realtime_part, priority=3)
+        assert {os.sched_getscheduler(t) for t in workers} == {os.SCHED_FIFO}
+        assert {os.sched_getparam(t).sched_priority for t in workers} == {3}
+        assert slept
+        assert os.sched_getscheduler(caller) == os.SCHED_OTHER  # this thread was never touched
+    finally:
+        workers = chunk_takers()  # from this fair thread
+    assert {os.sched_getscheduler(t) for t in workers} == {os.SCHED_OTHER}
+    assert {_slice_ns(lib, t) for t in workers} == {cpu_pool.SLICE_NS if kernel_default else 0}
+
+
 @pytest.mark.parametrize("setting", ["100", "0"])
 def test_no_solo_spells_where_workers_have_short_slices(work: tuple, setting: str) -> None:
     """The pool's default solo factor: 0 where the kernel takes the workers' slice request, else SOLO_FACTOR."""
