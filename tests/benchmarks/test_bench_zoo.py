@@ -52,7 +52,7 @@ def test_compare_scales_the_tolerance_by_the_largest_reference_value() -> None:
 
 
 def _args(**kw: object) -> argparse.Namespace:
-    return argparse.Namespace(**{"targets": ["CPU"], "repeat": 3, "contention": 0, "threads": 2, **kw})
+    return argparse.Namespace(**{"targets": ["CPU"], "repeat": 3, "contention": 0, "threads": 2, "realtime": 0, **kw})
 
 
 def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_error_row(tmp_path: Path) -> None:
@@ -190,6 +190,11 @@ def test_busy_processes_run_inside_the_block_and_are_stopped_after() -> None:
     with bench_zoo.busy_processes(2) as procs:
         assert len(procs) == 2 and all(p.poll() is None for p in procs)
     assert all(p.poll() is not None for p in procs)
+
+
+def test_table_says_when_every_peer_ran_real_time(capsys) -> None:
+    bench_zoo.print_table([], _args(realtime=10))
+    assert "every peer's threads SCHED_FIFO 10" in capsys.readouterr().out
 
 
 def test_busy_processes_stay_fair_under_a_realtime_benchmark() -> None:
