@@ -4,7 +4,9 @@
    call into the generated driver) per dispatch, against the same dispatches called one FFI call each from
    Python, and against the eager run (graph build + schedule + launches). Target: < 2 us per dispatch.
 2. The same chain on the OpenCL target: the recorded cl_khr_command_buffer replay against the enqueue loop.
-3. The sample vision model captured on the CPU target in a fresh child process: peak host memory (ru_maxrss)
+3. The CPU thread pool's cost per parallel region (targets/cpu_pool.py): regions of 8 small chunks on 2 threads,
+   called from C while a replay would hold the pool, against the same chunks run on the calling thread alone.
+4. The sample vision model captured on the CPU target in a fresh child process: peak host memory (ru_maxrss)
    before and after capture, kernels pruned, arena bytes vs the naive sum (target: <= 50%).
 
 Usage: python3 benchmarks/bench_replay.py [--kernels 500] [--iters 200] [--skip-opencl] [--skip-vision]
@@ -20,10 +22,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import cffi
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import targets.cpu_runtime as cpu  # noqa: E402
 from jit.frontend.tensor import Tensor  # noqa: E402
 from jit.trace import capture  # noqa: E402
 from targets.replay_opencl import OpenCLReplay  # noqa: E402
@@ -68,6 +72,40 @@ def bench_cpu(n: int, iters: int) -> None:
     print(f"CPU   {n} tiny kernels: replay {replay * 1e6:9.1f} us = {replay / n * 1e6:6.3f} us/dispatch "
           f"(target < 2) | python loop {loop / n * 1e6:6.3f} us/dispatch ({loop / replay:5.1f}x the replay) | "
           f"eager {eager / n * 1e6:8.1f} us/dispatch ({eager / replay:7.1f}x)")
+
+
+REGION_LOOP = r"""
+#include <stdint.h>
+#include <time.h>
+typedef void (*dp_fn)(void *ctx, int lo, int hi);
+typedef void (*parallel_for_t)(int threads, int n, int chunks, dp_fn fn, void *ctx);
+static void touch(void *ctx, int lo, int hi) { float *a = ctx; for (int i = lo * 16; i < hi * 16; i++) a[i] += 1.0f; }
+long long regions_ns(uintptr_t parallel_for, int threads, int regions, void *buf) {
+  struct timespec s, e;
+  clock_gettime(CLOCK_MONOTONIC, &s);
+  for (int r = 0; r < regions; r++) ((parallel_for_t)parallel_for)(threads, 64, 8, touch, buf);
+  clock_gettime(CLOCK_MONOTONIC, &e);
+  return (long long)(e.tv_sec - s.tv_sec) * 1000000000 + (e.tv_nsec - s.tv_nsec);
+}
+"""
+
+
+def bench_regions(regions: int = 2000, repeats: int = 15) -> None:
+    ffi = cffi.FFI()
+    ffi.cdef("long long regions_ns(uintptr_t parallel_for, int threads, int regions, void *buf);")
+    lib = ffi.dlopen(str(cpu.compile_shared(REGION_LOOP)))
+    pool = cpu.thread_pool()
+    parallel_for = int(pool.ffi.cast("uintptr_t", pool.lib.dp_parallel_for))
+    buf = np.zeros(64 * 16, dtype=np.float32)
+    ptr = ffi.cast("void*", buf.ctypes.data)
+    pool.lib.dp_pool_hold(1)
+    try:
+        split = sorted(lib.regions_ns(parallel_for, 2, regions, ptr) / regions for _ in range(repeats))
+        alone = sorted(lib.regions_ns(parallel_for, 1, regions, ptr) / regions for _ in range(repeats))
+    finally:
+        pool.lib.dp_pool_hold(-1)
+    print(f"CPU pool: {split[repeats // 2]:6.0f} ns per 2-thread region of 8 chunks (median of {repeats} runs of "
+          f"{regions}) | the same chunks on the caller alone {alone[repeats // 2]:6.0f} ns")
 
 
 def bench_opencl(n: int, iters: int) -> None:
@@ -121,6 +159,7 @@ def main() -> None:
         vision_child()
         return
     bench_cpu(args.kernels, args.iters)
+    bench_regions()
     if not args.skip_opencl:
         bench_opencl(args.kernels, args.iters)
     if not args.skip_vision:

@@ -120,34 +120,44 @@ typedef void (*dp_fn)(void *ctx, int lo, int hi);
 #define dp_pause() ((void)0)
 #endif
 
+/* Every word the caller and the workers both touch during a region lies on cache lines of its own (DP_LINE: two
+   lines, as adjacent-line prefetchers fetch them in pairs): where they shared lines, each chunk's claim and count
+   moved a line between the cores, which cost a round trip each (several hundred nanoseconds between a VM's cores
+   on different dies) and several per chunk. */
+#define DP_LINE _Alignas(128)
 /* the current job's chunks, one word per thread taking part (the caller's is slot 0, worker w's slot w + 1):
    generation (32 bits) | next chunk of the slot to claim (16) | end of the slot's chunks (16) */
-static _Atomic uint64_t dp_slot[MAX_THREADS];
-static _Atomic int dp_job_slots;
-static _Atomic uint32_t dp_gen;      /* futex word: the generation of the last job published */
-static _Atomic uint32_t dp_done;     /* futex word: chunks of the current job finished */
-static _Atomic int dp_caller_waiting, dp_sleepers, dp_active;
-static _Atomic int dp_holds;         /* replays in progress: idle workers poll instead of sleeping */
-static _Atomic(dp_fn) dp_job_fn;
-static _Atomic(void *) dp_job_ctx;
-static _Atomic int dp_job_n, dp_job_chunks;
+static struct { DP_LINE _Atomic uint64_t word; } dp_slot[MAX_THREADS];
+/* the job: written by the caller before it publishes `gen` (the futex word: the generation of the last job
+   published), read by the workers after; unchanged while the job runs, so every core keeps its copy */
+static struct {
+  DP_LINE _Atomic uint32_t gen;
+  _Atomic int slots, active, n, chunks;
+  _Atomic(dp_fn) fn;
+  _Atomic(void *) ctx;
+} dp_job;
+/* chunks of the current job finished (futex word), counted once per thread and job; whether the caller sleeps on it */
+static struct { DP_LINE _Atomic uint32_t done; _Atomic int caller_waiting; } dp_fin;
+static DP_LINE _Atomic int dp_sleepers;
+/* the caller's own words, read by a worker only when it decides between polling and sleeping */
+static DP_LINE _Atomic int dp_holds;  /* replays in progress: idle workers poll instead of sleeping */
+static _Atomic int64_t dp_linger_until;  /* dp_now() until which idle workers poll instead of sleeping */
+static _Atomic int dp_caller_cpu = -1;   /* the core the caller published its last region or hold from */
+static _Atomic int64_t dp_solo_until;    /* dp_now() until which regions run on the caller alone (a worker stalled) */
 /* the generation a new worker starts from: the last published before it was created, so that the region its
    creator publishes next is new to it however late the thread starts (read at its start, it missed that region) */
 static _Atomic uint32_t dp_start_gen[MAX_THREADS];
 static _Atomic pid_t dp_worker_tid[MAX_THREADS];  /* each started worker's thread id (0: not started) */
-static atomic_flag dp_busy = ATOMIC_FLAG_INIT;
+static DP_LINE atomic_flag dp_busy = ATOMIC_FLAG_INIT;  /* a region runs (the caller's, with dp_grow below) */
 static pthread_mutex_t dp_grow = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t dp_once = PTHREAD_ONCE_INIT;
 static int dp_workers;
-static _Atomic int64_t dp_spin_ns = SPIN_NS;
+static DP_LINE _Atomic int64_t dp_spin_ns = SPIN_NS;  /* from here on: settings, read far more than written */
 static _Atomic int64_t dp_linger_ns = LINGER_NS;
-static _Atomic int64_t dp_linger_until;  /* dp_now() until which idle workers poll instead of sleeping */
 static _Atomic int dp_stall_worker = -1;  /* tests: this worker sleeps dp_stall_ns before claiming a chunk */
 static cpu_set_t dp_cores;               /* the cores the process may run on, when workers avoid the caller's */
 static _Atomic int dp_avoid;             /* workers keep off the caller's core (dp_pool_avoid_caller) */
-static _Atomic int dp_caller_cpu = -1;   /* the core the caller published its last region or hold from */
 static _Atomic int64_t dp_stall_ns;
-static _Atomic int64_t dp_solo_until;    /* dp_now() until which regions run on the caller alone (a worker stalled) */
 static _Atomic int64_t dp_solo_factor = SOLO_FACTOR;
 static _Atomic int64_t dp_slice_ns = SLICE_NS;  /* the workers' slice request; 0: the kernel's */
 static _Atomic uint32_t dp_sched_gen = 1;       /* bumped when dp_slice_ns or dp_caller_rt changes: workers
@@ -237,9 +247,10 @@ static int dp_spin(_Atomic uint32_t *w, uint32_t old) {
    slots' (a late or descheduled thread's chunks are taken by whoever is free). A thread's own chunks are the same
    share of every region, so consecutive kernels split alike read what the same core wrote: in its cache. */
 static void dp_run_chunks(uint32_t gen, int own) {
-  int slots = atomic_load_explicit(&dp_job_slots, memory_order_relaxed);
+  int slots = atomic_load_explicit(&dp_job.slots, memory_order_relaxed);
+  uint32_t ran = 0;
   for (int k = 0; k < slots; k++) {
-    _Atomic uint64_t *word = &dp_slot[(own + k) % slots];
+    _Atomic uint64_t *word = &dp_slot[(own + k) % slots].word;
     for (;;) {
       uint64_t t = atomic_load_explicit(word, memory_order_acquire);
       uint32_t next = (uint32_t)(t >> 16) & 0xffff, end = (uint32_t)t & 0xffff;
@@ -248,20 +259,25 @@ static void dp_run_chunks(uint32_t gen, int own) {
                                                  memory_order_relaxed))
         continue;
       /* a chunk of this job is claimed and not finished: the job's fields cannot change until it is */
-      int64_t n = atomic_load_explicit(&dp_job_n, memory_order_relaxed);
-      int64_t nch = atomic_load_explicit(&dp_job_chunks, memory_order_relaxed);
-      dp_fn fn = atomic_load_explicit(&dp_job_fn, memory_order_relaxed);
-      fn(atomic_load_explicit(&dp_job_ctx, memory_order_relaxed), (int)(n * next / nch), (int)(n * (next + 1) / nch));
-      if (atomic_fetch_add(&dp_done, 1) + 1 == nch && atomic_load(&dp_caller_waiting))
-        dp_futex_wake(&dp_done, 1);
+      int64_t n = atomic_load_explicit(&dp_job.n, memory_order_relaxed);
+      int64_t nch = atomic_load_explicit(&dp_job.chunks, memory_order_relaxed);
+      dp_fn fn = atomic_load_explicit(&dp_job.fn, memory_order_relaxed);
+      fn(atomic_load_explicit(&dp_job.ctx, memory_order_relaxed), (int)(n * next / nch), (int)(n * (next + 1) / nch));
+      ran++;
     }
   }
+  /* counted once, when nothing is left to claim: every chunk this thread claimed has run (the job's fields hold
+     until its last chunk is counted) */
+  uint32_t chunks = (uint32_t)atomic_load_explicit(&dp_job.chunks, memory_order_relaxed);
+  if (ran && atomic_fetch_add(&dp_fin.done, ran) + ran == chunks && atomic_load(&dp_fin.caller_waiting))
+    dp_futex_wake(&dp_fin.done, 1);
 }
 
-/* wake every sleeping worker (after a new dp_gen is published); how many were counted asleep */
+/* wake every sleeping worker (after a new dp_job.gen is published); how many were counted asleep */
 static int dp_wake_sleepers(void) {
+  if (atomic_load(&dp_sleepers) == 0) return 0;  /* reading keeps the line shared between the cores */
   int sleeping = atomic_exchange(&dp_sleepers, 0);
-  if (sleeping > 0) dp_futex_wake(&dp_gen, INT_MAX);
+  if (sleeping > 0) dp_futex_wake(&dp_job.gen, INT_MAX);
   return sleeping;
 }
 
@@ -313,23 +329,23 @@ static void *dp_worker(void *arg) {
   }
   atomic_store(&dp_worker_tid[me], (pid_t)syscall(SYS_gettid));
   for (;;) {
-    if (!dp_spin(&dp_gen, seen)) {
+    if (!dp_spin(&dp_job.gen, seen)) {
       if (dp_keep_polling()) continue;
       /* counted before each wait and uncounted by the waker (dp_wake_sleepers), so a wake-up already sent is
          not sent again by the next region before this worker has run */
       do {
         atomic_fetch_add(&dp_sleepers, 1);
-        if (atomic_load(&dp_gen) != seen) break;
-        dp_futex_wait(&dp_gen, seen);
-      } while (atomic_load(&dp_gen) == seen);
+        if (atomic_load(&dp_job.gen) != seen) break;
+        dp_futex_wait(&dp_job.gen, seen);
+      } while (atomic_load(&dp_job.gen) == seen);
     }
-    seen = atomic_load_explicit(&dp_gen, memory_order_acquire);
+    seen = atomic_load_explicit(&dp_job.gen, memory_order_acquire);
     uint32_t sched_gen = atomic_load_explicit(&dp_sched_gen, memory_order_relaxed);
     if (sched_gen != sched_seen) {
       dp_follow(atomic_load(&dp_caller_rt), atomic_load(&dp_slice_ns));
       sched_seen = sched_gen;
     }
-    if (me >= atomic_load_explicit(&dp_active, memory_order_relaxed)) continue;
+    if (me >= atomic_load_explicit(&dp_job.active, memory_order_relaxed)) continue;
     if (atomic_load_explicit(&dp_stall_worker, memory_order_relaxed) == me) {
       int64_t ns = atomic_load(&dp_stall_ns);
       struct timespec ts = {ns / 1000000000, ns % 1000000000};
@@ -347,7 +363,7 @@ static void dp_after_fork_child(void) {
   atomic_store(&dp_caller_cpu, -1);
   atomic_flag_clear(&dp_busy);
   atomic_store(&dp_sleepers, 0);
-  atomic_store(&dp_caller_waiting, 0);
+  atomic_store(&dp_fin.caller_waiting, 0);
   pthread_mutex_init(&dp_grow, NULL);
 }
 static void dp_init(void) { pthread_atfork(NULL, NULL, dp_after_fork_child); }
@@ -361,7 +377,7 @@ static int dp_start_workers(int want) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    atomic_store(&dp_start_gen[dp_workers], atomic_load(&dp_gen));
+    atomic_store(&dp_start_gen[dp_workers], atomic_load(&dp_job.gen));
     int failed = pthread_create(&th, &attr, dp_worker, (void *)(intptr_t)dp_workers);
     pthread_attr_destroy(&attr);
     if (failed) break;
@@ -394,31 +410,31 @@ void dp_parallel_for(int threads, int n, int chunks, dp_fn fn, void *ctx) {
     atomic_flag_clear_explicit(&dp_busy, memory_order_release);
     return;
   }
-  uint32_t gen = atomic_load_explicit(&dp_gen, memory_order_relaxed) + 1;
-  atomic_store_explicit(&dp_job_fn, fn, memory_order_relaxed);
-  atomic_store_explicit(&dp_job_ctx, ctx, memory_order_relaxed);
-  atomic_store_explicit(&dp_job_n, n, memory_order_relaxed);
-  atomic_store_explicit(&dp_active, workers, memory_order_relaxed);
-  atomic_store_explicit(&dp_done, 0, memory_order_relaxed);
-  atomic_store_explicit(&dp_job_chunks, (int)nch, memory_order_relaxed);
-  atomic_store_explicit(&dp_job_slots, workers + 1, memory_order_relaxed);
+  uint32_t gen = atomic_load_explicit(&dp_job.gen, memory_order_relaxed) + 1;
+  atomic_store_explicit(&dp_job.fn, fn, memory_order_relaxed);
+  atomic_store_explicit(&dp_job.ctx, ctx, memory_order_relaxed);
+  atomic_store_explicit(&dp_job.n, n, memory_order_relaxed);
+  atomic_store_explicit(&dp_job.active, workers, memory_order_relaxed);
+  atomic_store_explicit(&dp_fin.done, 0, memory_order_relaxed);
+  atomic_store_explicit(&dp_job.chunks, (int)nch, memory_order_relaxed);
+  atomic_store_explicit(&dp_job.slots, workers + 1, memory_order_relaxed);
   for (int s = 0; s <= workers; s++)
-    atomic_store_explicit(&dp_slot[s], ((uint64_t)gen << 32) | (uint64_t)(nch * s / (workers + 1)) << 16 |
+    atomic_store_explicit(&dp_slot[s].word, ((uint64_t)gen << 32) | (uint64_t)(nch * s / (workers + 1)) << 16 |
                                        (uint64_t)(nch * (s + 1) / (workers + 1)), memory_order_release);
   dp_note_caller_cpu();
   if (atomic_load_explicit(&dp_holds, memory_order_relaxed) <= 0) dp_note_caller_rt();  /* a hold noted it */
-  atomic_store(&dp_gen, gen);
+  atomic_store(&dp_job.gen, gen);
   dp_wake_sleepers();
   dp_run_chunks(gen, 0);
   int64_t own_done = dp_now();
   /* wait for the chunks other threads hold: spin a little, then sleep until the last one is done */
   for (;;) {
-    uint32_t d = atomic_load(&dp_done);
+    uint32_t d = atomic_load(&dp_fin.done);
     if (d == (uint32_t)nch) break;
-    if (dp_spin(&dp_done, d) || dp_keep_polling()) continue;
-    atomic_store(&dp_caller_waiting, 1);
-    while ((d = atomic_load(&dp_done)) != (uint32_t)nch) dp_futex_wait(&dp_done, d);
-    atomic_store(&dp_caller_waiting, 0);
+    if (dp_spin(&dp_fin.done, d) || dp_keep_polling()) continue;
+    atomic_store(&dp_fin.caller_waiting, 1);
+    while ((d = atomic_load(&dp_fin.done)) != (uint32_t)nch) dp_futex_wait(&dp_fin.done, d);
+    atomic_store(&dp_fin.caller_waiting, 0);
     break;
   }
   int64_t finished = dp_now(), waited = finished - own_done;
@@ -442,7 +458,7 @@ int dp_pool_hold(int delta) {
     return 0;
   if (atomic_flag_test_and_set_explicit(&dp_busy, memory_order_acquire)) return 0;
   dp_note_caller_cpu();
-  atomic_fetch_add(&dp_gen, 1);
+  atomic_fetch_add(&dp_job.gen, 1);
   int woken = dp_wake_sleepers();
   atomic_flag_clear_explicit(&dp_busy, memory_order_release);
   return woken;
@@ -482,6 +498,14 @@ int dp_pool_slices(void) {
   struct dp_sched_attr a;
   return dp_fair_attr(&a) && a.runtime != 0;
 }
+/* the addresses of the words the caller and the workers share (tests: each on lines of its own); how many */
+int dp_pool_shared_words(uintptr_t *out) {
+  const volatile void *words[] = {&dp_slot[0].word, &dp_slot[1].word, &dp_job.gen, &dp_fin.done, &dp_sleepers,
+                                  &dp_holds, &dp_busy, &dp_spin_ns};
+  int n = (int)(sizeof words / sizeof words[0]);
+  for (int i = 0; i < n; i++) out[i] = (uintptr_t)words[i];
+  return n;
+}
 void dp_pool_stall_worker(int worker, int64_t ns) {
   atomic_store(&dp_stall_ns, ns);
   atomic_store(&dp_stall_worker, worker);
@@ -502,6 +526,7 @@ void dp_pool_set_spin_ns(int64_t ns);
 void dp_pool_set_linger_ns(int64_t ns);
 int dp_pool_lingering(void);
 void dp_pool_stall_worker(int worker, int64_t ns);
+int dp_pool_shared_words(uintptr_t *out);
 int dp_pool_solo(void);
 void dp_pool_end_solo(void);
 void dp_pool_set_solo_factor(int64_t f);
