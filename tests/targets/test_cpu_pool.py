@@ -221,8 +221,8 @@ def test_each_thread_claims_its_own_run_of_chunks_first(work: tuple) -> None:
 def test_the_words_threads_share_lie_on_cache_lines_of_their_own() -> None:
     """Each word the caller and the workers both write during a region (a slot's chunk counter, the job's generation,
     the finished count, the sleeper count, the caller's own words) starts a 128-byte block of its own: packed
-    together, each chunk's claim and count moved a line between the cores (about 850 ns per 2-thread region against
-    530 on a 2-core VM, more with its cores on different dies)."""
+    together, each chunk's claim and count moved a line between the cores (benchmarks/bench_replay.py prints the
+    cost per region)."""
     p = cpu.thread_pool()
     out = p.ffi.new("uintptr_t[16]")
     words = [out[i] for i in range(p.lib.dp_pool_shared_words(out))]
