@@ -52,7 +52,7 @@ from targets.cpu_split import (
 )
 from targets.host_memory import aligned_in_place, huge_page_array
 from targets.kernel_cache import framed_digest
-from targets.kernel_params import range_kernel
+from targets.kernel_params import kernel_params, range_kernel
 from targets.replay import AheadBuild, Replay, ReplayError
 from targets.source_check import C, check_kernels
 
@@ -470,6 +470,15 @@ def _object_wide(source: str) -> bool:
     return "#ifndef DP_IPOW" in source or f"int {cpu.OMP_THREADS_SYMBOL}" in source
 
 
+def _in_glue_unit(source: str, entry: str) -> bool:
+    """Whether a kernel is compiled in the glue's unit instead of a kernel unit: an object-wide one
+    (``_object_wide``), or one of a single buffer, which reads nothing. The latter are the zero fills of padded
+    copies, which a capture renders and then mostly drops (the replay zeroes the copy once, jit/trace.py
+    ``_zeroed_once``): in the kernel units, a fill rendered and then dropped made every later unit's text differ
+    from the command buffer's, and those units were compiled twice, the second time while the capture waited."""
+    return _object_wide(source) or sum(p.pointer for p in kernel_params(source, entry, "kernel")) == 1
+
+
 class _UnitBuilder:
     """Kernel sources gathered, in order, into translation units closed once they hold ``UNIT_BYTES``."""
 
@@ -498,7 +507,7 @@ def _kernel_units(kernels: Sequence[KernelSpec], jobs: int) -> tuple[list[str], 
     rendered), and the kernels left for the glue's unit; None where everything is one unit."""
     if jobs < 2 or len(kernels) < 2 * MIN_KERNELS_PER_PART:
         return None
-    shared = [k for k in kernels if _object_wide(k.source)]
+    shared = [k for k in kernels if _in_glue_unit(k.source, k.entry)]
     builder = _UnitBuilder()
     for k in kernels:
         if k not in shared:
@@ -508,9 +517,9 @@ def _kernel_units(kernels: Sequence[KernelSpec], jobs: int) -> tuple[list[str], 
 
 def driver_parts(cmdbuf: CommandBuffer, slots: dict[str, int], jobs: int) -> list[str]:
     """``driver_source`` as translation units to compile side by side (``jobs`` of 2 or more): the kernels in
-    units of about ``UNIT_BYTES`` (``_kernel_units``), and the glue, which declares them. Kernels defining an
-    object-wide symbol (integer power helpers, the OpenMP team size: defined once per object) stay in the glue's
-    unit, and a command buffer of fewer than 2 * ``MIN_KERNELS_PER_PART`` kernels is one unit."""
+    units of about ``UNIT_BYTES`` (``_kernel_units``), and the glue, which declares them. Kernels ``_in_glue_unit``
+    (object-wide symbols, zero fills) are compiled with the glue, and a command buffer of fewer than
+    2 * ``MIN_KERNELS_PER_PART`` kernels is one unit."""
     units = _kernel_units(cmdbuf.kernels, jobs)
     if units is None:
         return [driver_source(cmdbuf, slots)]
@@ -533,7 +542,7 @@ class CPUAheadBuild(AheadBuild):
         self._units = _UnitBuilder()
 
     def add(self, kernel: RenderedKernel) -> None:
-        if kernel.name in self._names or _object_wide(kernel.source):
+        if kernel.name in self._names or _in_glue_unit(kernel.source, kernel.name):
             return
         self._names.add(kernel.name)
         closed = self._units.add(kernel.source)

@@ -140,14 +140,54 @@ def test_a_capture_compiles_each_kernel_unit_once_rendered_and_links_them_once(
     np.testing.assert_allclose(cap(x=x)["y"], np.maximum(b * a - scale, 0) * 3 + b, rtol=1e-5)
 
 
+def test_zero_fills_compile_with_the_glue_so_every_unit_compiled_ahead_is_linked(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A capture renders the zero fill of every padded copy and then drops those the replay zeroes once
+    (jit/trace.py ``_zeroed_once``): here one dropped, one kept. Fills are compiled with the glue, so the kernel
+    units started while rendering are exactly those the command buffer's kernels make: none stopped, none started
+    after. Regression: in the kernel units, a dropped fill changed the text of the units it was in, which were
+    compiled a second time after the capture, while it waited."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
+    monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 1)  # a unit per kernel
+    monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
+    stopped: list[list[str]] = []
+    real_abandon = cpu.abandon_ahead
+    monkeypatch.setattr(cpu, "abandon_ahead",
+                        lambda parts=None, **kw: stopped.append(parts) or real_abandon(parts, **kw))
+    started_at_finish: list[int] = []
+    real_finish = replay_cpu.CPUAheadBuild.finish
+    monkeypatch.setattr(replay_cpu.CPUAheadBuild, "finish",
+                        lambda self, kernels: started_at_finish.append(real_finish(self, kernels)) or 0)
+    rng = np.random.default_rng(3)
+    w1, w2, w3, w4 = (rng.standard_normal(s, dtype=np.float32) for s in ((16, 16, 1, 1), (16, 1, 3, 3),
+                                                                           (96, 16, 1, 1), (96, 1, 3, 3)))
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        mid = x.conv2d(Tensor(w1)).relu().conv2d(Tensor(w2), groups=16, padding=1)
+        return {"y": mid.conv2d(Tensor(w3)).relu().conv2d(Tensor(w4), groups=96, padding=1)}
+
+    x = rng.standard_normal((1, 16, 56, 56), dtype=np.float32)
+    cap = capture(model, {"x": x}, target="CPU")
+    fills = [d for d in cap.cmdbuf.dispatches if len(d.bindings) == 1]
+    assert len(fills) == 1 and len(cap.cmdbuf.zeroed) == 1  # one fill kept, one dropped
+    assert stopped == [[]] and started_at_finish == [0]
+    expected = {k: v.numpy() for k, v in model(Tensor(x)).items()}
+    np.testing.assert_allclose(cap(x=x)["y"], expected["y"], rtol=1e-4, atol=1e-4)
+
+
 def test_kernel_units_are_consecutive_kernels_closed_at_unit_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Units depend only on the kernels before them, so the units of a prefix are those of the whole."""
     monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
-    monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 10)
-    kernels = [SimpleNamespace(source=f"/* {n} */", entry=f"k{n}") for n in (1, 22, 3, 4, 5)]  # 7 or 8 bytes each
+    monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 60)
+    kernels = [SimpleNamespace(source=f"void k{n}(float* data0, float* data1) {{}}", entry=f"k{n}")
+               for n in (1, 22, 3, 4, 5)]  # 38 or 39 bytes each
     units, shared = replay_cpu._kernel_units(kernels, 2)  # type: ignore[arg-type,misc]
-    assert units == ["/* 1 */\n/* 22 */", "/* 3 */\n/* 4 */", "/* 5 */"] and shared == []
+    sources = [k.source for k in kernels]
+    assert units == ["\n".join(sources[:2]), "\n".join(sources[2:4]), sources[4]] and shared == []
     assert replay_cpu._kernel_units(kernels[:4], 2)[0] == units[:2]  # type: ignore[arg-type,index]
+    fill = SimpleNamespace(source="void fill(float* data0) {}", entry="fill")  # one buffer: compiled with the glue
+    assert replay_cpu._kernel_units([*kernels[:2], fill, *kernels[2:]], 2) == (units, [fill])  # type: ignore[arg-type]
     assert replay_cpu._kernel_units(kernels, 1) is None  # one core: one unit
 
 
@@ -159,8 +199,8 @@ def test_an_ahead_build_stops_the_units_the_command_buffer_does_not_make(monkeyp
     monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 1)
     monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
     tag = tmp_path.name.replace("-", "_")
-    specs = [KernelSpec(f"k{i}", f"int dp_k{i}_{tag}(int x) {{ return x + {i}; }}", f"dp_k{i}_{tag}", "CPU", "")
-             for i in range(2)]
+    specs = [KernelSpec(f"dp_k{i}_{tag}", f"void dp_k{i}_{tag}(int* data0, int* data1) {{ *data0 = *data1 + {i}; }}",
+                        f"dp_k{i}_{tag}", "CPU", "") for i in range(2)]
     ahead = replay_cpu.CPUAheadBuild()
     before = cpu.cc_invocations
     for spec in specs:
