@@ -78,8 +78,10 @@ GPU_OPTS = OptOptions(group_reduce=GPU_GROUP_REDUCE, unroll_hints=True, hoist_ba
 # against 1.9-2.0 s, its stem conv alone 2.7-3.7 s) and the models ran no faster (jit/codegen/opt/hints.py)
 CPU_DEVICE_OPTS = OptOptions(hoist_base_pointers=True, park_accumulators=True)
 # a CPU device of 16-lane vectors on a machine where they pay (targets/cpu_fma.py): the CPU target's
-# tiles there (the 8-lane tiles' caps, counted in elements, leave too few 16-lane accumulators to keep the FMAs busy)
-WIDE_CPU_DEVICE_OPTS = replace(WIDE_VECTOR_OPTS, hoist_base_pointers=True, park_accumulators=True)
+# tiles there (the 8-lane tiles' caps, counted in elements, leave too few 16-lane accumulators to keep the FMAs busy),
+# but strided convs keep their row tiles: across channels PoCL ran the vision sample's 64-wide ones slower
+WIDE_CPU_DEVICE_OPTS = replace(WIDE_VECTOR_OPTS, hoist_base_pointers=True, park_accumulators=True,
+                               strided_channel_trips=0)
 
 
 def opencl_vector_width(info: CLDeviceInfo) -> int:

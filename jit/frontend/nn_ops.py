@@ -160,18 +160,24 @@ def channel_block(cout_per_group: int, device: str) -> int:
     return wide if wide and cout_per_group % wide == 0 else CHANNEL_VECTOR
 
 
-def _channels_last_weights(row: int, spatial_row: int, cout_per_group: int, macs: int, device: str) -> bool:
+def _channels_last_weights(row: int, spatial_row: int, cout_per_group: int, macs: int, device: str,
+                           strided_reduce: int = 0) -> bool:
     """Whether a conv stores its weights channel-blocked ((Cout/v, Cin, *k, v) for v = ``channel_block``, read back
     through a permute): when its output rows do not split into vectors (resnet's 14 and 7), the optimizer vectorizes
     across output channels instead (codegen/opt/tiling.py), which needs each tap's weights for v consecutive
     channels side by side; likewise where the output rows (``spatial_row``, the last output dim) are narrower than
     the device's wide vectors and the channels divide into them (openpilot-shaped inputs' 8-wide rows at 1/32
-    scale), including a 1x1 conv's, whose tile a fused 3x3 conv's (resnet's projection shortcut) may set. ``row`` is
-    what the optimizer tiles: the last output dim, or all of them for a 1x1 stride-1 unpadded conv (its rows merge,
+    scale), including a 1x1 conv's, whose tile a fused 3x3 conv's (resnet's projection shortcut) may set; and for a
+    conv that reads its input rows at a stride over a reduce of ``strided_reduce`` steps (Cin/g x taps) of at least
+    the device's ``OptOptions.strided_channel_trips``, whose tile runs across channels too where they fill the
+    device's wide vectors (narrower ones would do half the work a row vector does). ``row`` is what the optimizer
+    tiles: the last output dim, or all of them for a 1x1 stride-1 unpadded conv (its rows merge,
     jit/codegen/opt/merge.py). The copy is weight-only work: a capture folds it into the stored weights."""
-    wide = target_default_opts(Device[device]).wide_channel_vector
+    opts = target_default_opts(Device[device])
+    wide = opts.wide_channel_vector
     narrow = wide and spatial_row < wide and cout_per_group % wide == 0
-    return (row % CHANNEL_VECTOR != 0 or narrow) and cout_per_group % CHANNEL_VECTOR == 0 and \
+    strided = 0 < opts.strided_channel_trips <= strided_reduce and not (wide and cout_per_group % wide)
+    return (row % CHANNEL_VECTOR != 0 or narrow or strided) and cout_per_group % CHANNEL_VECTOR == 0 and \
         macs >= CHANNELS_LAST_MIN_MACS
 
 
@@ -363,7 +369,8 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
         out = x.reshape(bs, cin).matmul(matrix.T).reshape(bs, cout, *out_sp)
         return out + bias.reshape(1, cout, *ones) if bias is not None else out
     row = math.prod(out_sp) if pointwise else out_sp[-1]
-    if _channels_last_weights(row, out_sp[-1], cout_g, macs, self.device):
+    strided_reduce = cin_g * math.prod(kernel) if st[-1] > 1 and kernel[-1] > 1 else 0
+    if _channels_last_weights(row, out_sp[-1], cout_g, macs, self.device, strided_reduce):
         # blocks of v channels, each block's taps contiguous (Cout/v, Cin, *k, v): one block's reduce streams
         # 4v-byte steps through memory; plain channels-last (Cin, *k, Cout) steps Cout floats per tap, which at
         # resnet's 512 (2 KB) lands every tap in the same few cache sets (measured 3x slower)

@@ -125,6 +125,27 @@ def test_wide_channel_vectors_where_the_weights_block_by_16(cout: int, lanes: in
                                atol=1e-4)
 
 
+@pytest.mark.parametrize(("cin", "cout", "lanes"), [(16, 32, 16), (8, 32, 0), (16, 40, 0)])
+@pytest.mark.usefixtures("wide_vectors")
+def test_a_strided_conv_over_a_long_reduce_tiles_across_channels(cin: int, cout: int, lanes: int) -> None:
+    """A stride-2 3x3 conv whose 16-wide output rows split into vectors: over a reduce of at least
+    ``strided_channel_trips`` (16 x 9 taps) its weights are blocked by 16 and its tile runs across output channels,
+    one contiguous weight vector and broadcast inputs a step; over 8 x 9, or with channels that fill no 16-lane
+    vector (40), it keeps row vectors, each two loads and a shuffle (no channel lanes)."""
+    assert 9 * 8 < WIDE_VECTOR_OPTS.strided_channel_trips <= 9 * 16
+    x, w = _rand(1, cin, 17, 33), _rand(cout, cin, 3, 3, seed=1)
+    out = Tensor(x).conv2d(Tensor(w), stride=2)
+    assert out.shape == (1, cout, 8, 16)
+    plan = plan_tiles(_ast(out), WIDE_VECTOR_OPTS, registers=32)
+    assert plan is not None and plan.max_lanes == lanes
+    off = plan_tiles(_ast(out), replace(WIDE_VECTOR_OPTS, strided_channel_trips=0), registers=32)
+    assert off is not None and off.max_lanes == 0  # the knob off (OpenCL's CPU device): row vectors
+    (conv,) = [k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_")]
+    assert ("dp_scatter_float32x16" in conv.program.source) == bool(lanes)
+    want = _conv_reference(x, w, np.zeros(cout, np.float32), 0)[:, :, ::2, ::2]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 def test_wide_channel_vector_is_a_multiple_of_the_channel_vector() -> None:
     with pytest.raises(OptOptionsError, match="wide_channel_vector: expected 0 or a multiple of channel_vector 8"):
         OptOptions(wide_channel_vector=12)

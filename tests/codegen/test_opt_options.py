@@ -29,7 +29,7 @@ def test_dict_round_trip_keeps_every_field() -> None:
 @pytest.mark.parametrize("field,value", [("inner_upcasts", (0,)), ("inner_upcasts", [4]), ("max_upcast", 0),
                                          ("tile", 1), ("min_reduce_trips", -1), ("min_outputs", True),
                                          ("strided_tile", (8,)), ("wide_upcasts", (0,)), ("fill_tile", -1),
-                                         ("fill_upcast", -1), ("group_reduce", -2)])
+                                         ("fill_upcast", -1), ("group_reduce", -2), ("strided_channel_trips", -1)])
 def test_bad_field_is_a_typed_error_naming_it(field: str, value: object) -> None:
     with pytest.raises(OptOptionsError, match=f"OptOptions.{field}: expected") as e:
         OptOptions(**{field: value})
@@ -142,9 +142,10 @@ def test_short_row_no_width_divides_is_tiled_whole() -> None:
 
 
 def _conv_ast(stride: int):
-    """An unpadded 3x3 conv with a 32-wide output row: read directly, at the given stride."""
-    x = Tensor(np.ones((1, 16, 33 if stride == 2 else 34, 65 if stride == 2 else 66), np.float32))
-    kernels, _ = create_schedule([x.conv2d(Tensor(np.ones((32, 16, 3, 3), np.float32)), stride=stride).uop], "CPU")
+    """An unpadded 3x3 conv with a 32-wide output row: read directly, at the given stride, over 8 input channels (a
+    longer strided reduce tiles across channels: tests/codegen/test_opt_merge.py)."""
+    x = Tensor(np.ones((1, 8, 33 if stride == 2 else 34, 65 if stride == 2 else 66), np.float32))
+    kernels, _ = create_schedule([x.conv2d(Tensor(np.ones((32, 8, 3, 3), np.float32)), stride=stride).uop], "CPU")
     return commit_dtypes(kernels[-1].ast)
 
 

@@ -69,6 +69,11 @@ class OptOptions:
       rows load two input rows a tap but share the reuse axis's weights, so a tile of 16 accumulators loads 10
       values a step instead of 17 (the 3x3 convs over 16-wide rows of openpilot-shaped inputs); 0: never (a
       16-register target has no room for the second row).
+    * ``strided_channel_trips``: a reduce at least this long that reads the tile row at a stride (a stride-2 3x3
+      conv's Cin x 9 taps) tiles across output channels even where the row splits into vectors, over weights conv2d
+      blocks by channel to match (jit/frontend/nn_ops.py): each reduce step loads one contiguous vector of weights
+      per channel vector and broadcasts the strided inputs, where a row vector costs two unaligned loads and a
+      shuffle and each channel a broadcast weight; 0: never.
     * ``min_reduce_trips``: below this many reduce iterations a tile costs more code than it saves.
     * ``min_outputs``: kernels with fewer output elements are not tiled (compile time is not worth it), unless
       their reduce is long (``jit.codegen.opt.tiling.LONG_REDUCE_TRIPS``: a global pool's one accumulator per output
@@ -117,6 +122,7 @@ class OptOptions:
     fill_upcast: int = 0
     fill_tile: int = 64
     window_tile: int = 0
+    strided_channel_trips: int = 0
     min_reduce_trips: int = 2
     min_outputs: int = 256
     unroll: bool = True
@@ -148,6 +154,7 @@ class OptOptions:
         _check_positive("fill_upcast", self.fill_upcast, minimum=0)
         _check_positive("fill_tile", self.fill_tile, minimum=0)
         _check_positive("window_tile", self.window_tile, minimum=0)
+        _check_positive("strided_channel_trips", self.strided_channel_trips, minimum=0)
         _check_positive("group_reduce", self.group_reduce, minimum=0)
         _check_positive("channel_vector", self.channel_vector, minimum=0)
         _check_positive("wide_channel_vector", self.wide_channel_vector, minimum=0)
@@ -179,6 +186,7 @@ DEFAULT_OPTS = OptOptions()
 # count elements: a row of 2 vectors, 10 vectors of accumulators), short rows vectorized across 16 channels, and 32
 # registers' room for a conv tile of two window rows (16 accumulators) and for rows of whole vectors over a shared
 # reduce filled to 16-20 accumulators (``fill_upcast``: openpilot-shaped resnet18's stem, a transformer's
-# feed-forward)
+# feed-forward), and stride-2 convs over reduces of 128 steps or more tiled across 16 channels
+# (``strided_channel_trips``: openpilot-shaped resnet18's and the vision sample's 16- and 64-wide rows)
 WIDE_VECTOR_OPTS = replace(DEFAULT_OPTS, wide_channel_vector=16, inner_upcasts=(32, 16, 8, 4), max_upcast=160,
-                           fill_upcast=320, fill_tile=256, window_tile=256)
+                           fill_upcast=320, fill_tile=256, window_tile=256, strided_channel_trips=128)

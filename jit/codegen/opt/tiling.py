@@ -321,7 +321,9 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     # a whole row narrower than the target's wide vectors (openpilot-shaped inputs' 8-wide rows at 1/32 scale)
     # fills them across channels instead, where the weights are blocked to match
     narrow_row = _size(inner) == u_inner < opts.wide_channel_vector
-    if opts.channel_vector and (u_inner % opts.channel_vector or narrow_row) and \
+    # and so does a row read at a stride over a long reduce (``OptOptions.strided_channel_trips``)
+    strided_long = 0 < opts.strided_channel_trips <= trips and any((st or 0) > 1 for st in row_strides)
+    if opts.channel_vector and (u_inner % opts.channel_vector or narrow_row or strided_long) and \
             (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
             (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
