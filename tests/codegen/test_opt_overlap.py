@@ -11,7 +11,7 @@ from jit.codegen.opt import OptOptions, optimize_kernel, plan_tiles
 from jit.codegen.opt.merge import merge_output_dims
 from jit.codegen.opt.options import WIDE_VECTOR_OPTS
 from jit.codegen.opt.overlap import SCALAR_OVERLAP_WIDTH, plan_overlap, plan_overlapped_row, plan_scalar_overlap
-from jit.codegen.opt.tiling import overlap_height
+from jit.codegen.opt.tiling import overlap_height, plan_chains
 from jit.codegen.pipeline import commit_dtypes
 from jit.ir.uop import toposort
 from jit.realize import compile_uops
@@ -52,6 +52,26 @@ def test_a_pool_row_no_vector_divides_is_vectors_and_matches_numpy(width: int, s
     source = compile_uops([y.uop], device)[-1].program.source
     assert _vector_store_rows(source), source
     np.testing.assert_array_equal(y.numpy(), _max_pool_want(x, 3, stride))
+
+
+def _factors(plan) -> list[tuple[int, int]]:
+    return [(int(r.src[0].arg), f) for r, f in plan.upcasts]
+
+
+def test_a_short_reduce_sharing_nothing_runs_rows_of_another_axis_as_chains() -> None:
+    """squeezenet's 3x3/2 max pool over 27-wide rows: one 16-lane vector a tile, each of its 9 taps waiting on the
+    one before; 4 channels beside it (its 27 rows no chain height divides) are 4 independent chains. A stride-2
+    depthwise conv's weights do not move with the row, and a row of scalars is chains already: plans kept."""
+    ast = _ast(Tensor(np.zeros((8, 55, 55), np.float32)).max_pool2d(3, 2))
+    row = plan_overlap(ast, plan_tiles(ast, WIDE), WIDE, 16)
+    assert row is not None and _factors(row) == [(27, 16)]
+    assert _factors(plan_chains(ast, row, 16, WIDE)) == [(27, 16), (8, 4)]
+    assert plan_chains(ast, row, 1, WIDE) is row
+    conv = Tensor(np.zeros((1, 8, 57, 57), np.float32)).conv2d(Tensor(np.zeros((8, 1, 3, 3), np.float32)), stride=2,
+                                                                 groups=8)
+    dw = _ast(conv)
+    dw_row = plan_overlap(dw, plan_tiles(dw, WIDE), WIDE, 16)
+    assert dw_row is not None and plan_chains(dw, dw_row, 16, WIDE) is dw_row
 
 
 @pytest.mark.parametrize("vector_width, width", [(8, 16), (16, 16), (4, 16)])

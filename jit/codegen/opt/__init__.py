@@ -56,7 +56,15 @@ from jit.codegen.opt.peel import peel_masked_row
 from jit.codegen.opt.reduce_lanes import plan_reduce_lanes, split_reduce_lanes
 from jit.codegen.opt.select import unroll_selector_axes
 from jit.codegen.opt.split import split_divmod_ranges
-from jit.codegen.opt.tiling import TilePlan, plan_tiles, plan_vector_row, tile_copies, tile_kernel, vector_registers
+from jit.codegen.opt.tiling import (
+    TilePlan,
+    plan_chains,
+    plan_tiles,
+    plan_vector_row,
+    tile_copies,
+    tile_kernel,
+    vector_registers,
+)
 from jit.codegen.opt.vectorize import MIN_LANES, choose_lanes
 from jit.codegen.passes.unroll import UPCAST_MAX, pm_unroll_reduce
 from jit.ir.rewrite import graph_rewrite
@@ -104,6 +112,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
             plan, lanes = overlapped, overlap_lanes
         elif not lanes and (scalars := plan_scalar_overlap(sink, plan, opts)) is not None:
             plan = scalars
+        if not launch_dims:  # a work-item per output is a chain of its own already
+            plan = plan_chains(sink, plan, lanes, opts)
         tiled = tile_kernel(sink, plan, lanes)
         if len(plan.upcasts) > 1 and \
                 (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims, l2.size)) is not tiled:

@@ -18,7 +18,7 @@ by every channel of the tile; a matmul's row: the row of B is shared by every ro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions
@@ -250,6 +250,9 @@ BROADCAST_SHARING_MIN_TRIPS = 48
 # rows of a tile over a sliding window's axis (``_window_axis``): h output rows of a 3-tap window load h + 2 input
 # rows instead of 3h, and h x the row's vectors are accumulators
 WINDOW_HEIGHTS = (4, 2)
+# rows of another output axis a tile takes where its reduce is short and nothing is shared (``plan_chains``): each
+# is one more independent chain of accumulators
+CHAIN_HEIGHTS = (4, 2)
 
 
 def _window_axis(outer: list[UOp], loads: list[UOp], reduces: list[UOp],
@@ -402,6 +405,32 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             # row y + 1's at tap ky (the same load, built once), so a tile of rows loads fewer rows than it computes
             upcasts.append((window, height))
     return TilePlan(tuple(upcasts))
+
+
+def plan_chains(sink: UOp, plan: TilePlan, lanes: int, opts: OptOptions = DEFAULT_OPTS) -> TilePlan:
+    """``plan`` with rows of another output axis added as independent chains of accumulators, where its tile is
+    one row of at most two vectors of ``lanes`` and nothing else (no axis shares its loads) over a reduce shorter
+    than ``WIDE_MIN_TRIPS`` (a max pool's or a stride-2 depthwise conv's 9 taps): there each tap waits on the one
+    before it. The axis: the innermost other output axis that one of ``CHAIN_HEIGHTS`` divides within
+    ``opts.max_upcast``. ``plan`` itself otherwise (a row of scalars is as many chains already), and where a load
+    of the reduce does not move with the row (a depthwise conv's weights: measured slower in chains)."""
+    (row, width), *others = plan.upcasts
+    if others or lanes < WIDE_MIN_LANES or width > 2 * lanes:
+        return plan
+    nodes = toposort([sink])
+    reduces = [u for u in nodes if u.op is Ops.REDUCE]
+    if not reduces or min(math.prod(_size(r) for r in red.src[1:]) for red in reduces) >= WIDE_MIN_TRIPS:
+        return plan
+    deps = range_deps(sink)
+    if any(row not in deps[u] for u in toposort([red.src[0] for red in reduces]) if u.op is Ops.LOAD):
+        return plan
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global" and u is not row),
+                  key=lambda u: u.arg[0])
+    heights = tuple(h for h in CHAIN_HEIGHTS if h * width <= opts.max_upcast)
+    for axis in reversed(outs):
+        if (height := _first_divisor(_size(axis), heights)) is not None:
+            return replace(plan, upcasts=(*plan.upcasts, (axis, height)))
+    return plan
 
 
 def plan_vector_row(sink: UOp, opts: OptOptions = DEFAULT_OPTS, width: int = 0) -> TilePlan | None:
