@@ -410,10 +410,10 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
 def plan_chains(sink: UOp, plan: TilePlan, lanes: int, opts: OptOptions = DEFAULT_OPTS) -> TilePlan:
     """``plan`` with rows of another output axis added as independent chains of accumulators, where its tile is
     one row of at most two vectors of ``lanes`` and nothing else (no axis shares its loads) over a reduce shorter
-    than ``WIDE_MIN_TRIPS`` (a max pool's or a stride-2 depthwise conv's 9 taps): there each tap waits on the one
-    before it. The axis: the innermost other output axis that one of ``CHAIN_HEIGHTS`` divides within
-    ``opts.max_upcast``. ``plan`` itself otherwise (a row of scalars is as many chains already), and where a load
-    of the reduce does not move with the row (a depthwise conv's weights: measured slower in chains)."""
+    than ``WIDE_MIN_TRIPS`` that loads nothing the row does not move (a max pool's 9 taps): there each tap waits on
+    the one before it. The axis: the innermost other output axis that one of ``CHAIN_HEIGHTS`` divides within
+    ``opts.max_upcast``. ``plan`` itself otherwise: a row of scalars is as many chains already, and a stride-2
+    depthwise conv (its weights do not move with the row) ran slower in chains."""
     (row, width), *others = plan.upcasts
     if others or lanes < WIDE_MIN_LANES or width > 2 * lanes:
         return plan
