@@ -21,7 +21,7 @@ from jit.common.dtype import DType, commit_weak
 from jit.common.helpers import STORE_VIEWS
 from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
-from jit.schedule.channels_last import channels_last_view
+from jit.schedule.channels_last import channels_last_layout, channels_last_view, follows_channels_last
 from jit.schedule.concat_stores import find_concats, pieces_to_compute
 from jit.schedule.fusion_cost import dear_producers
 from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel, lower_zero_fill
@@ -259,6 +259,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     borders = {p.copy: p for p in padded.values()}
     filled: set[UOp] = set()  # padded copies zeroed whole before their producer (no border kernel after it)
     line = Device[device].limits.l1.line if padded else 0
+    boundary_set = set(boundaries)
+    stored_channels_last: set[UOp] = set()
 
     def add(node: UOp, body: UOp, buf: UOp, lowered: tuple[UOp, LoweringContext],
             zero_layout: tuple[object, ...] | None = None) -> None:
@@ -308,11 +310,19 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
         if size:
             body = _substitute_stopping(node, views)
             lowered = lower_kernel(body, buf, None if is_view_of_buffer(views[node]) else views[node])
-            # a conv's output tiled across channels: stored channels-last, read through the view (channels_last.py)
-            if STORE_VIEWS and piece_of is None and copy is None and node not in roots and _computes_a_reduce(
-                    node, boundaries) and (view := channels_last_view(node, buf, lowered[0], device)) is not None:
-                views[node] = view
-                lowered = lower_kernel(body, buf, view)
+            # a conv's output tiled across channels: stored channels-last, read through the view (channels_last.py),
+            # and an elementwise value over such outputs with them (channels_last.py ``follows_channels_last``)
+            if STORE_VIEWS and piece_of is None and copy is None and node not in roots:
+                if _computes_a_reduce(node, boundary_set):
+                    view = channels_last_view(node, buf, lowered[0], device)
+                elif follows_channels_last(node, stored_channels_last, boundary_set):
+                    view = channels_last_layout(node, buf, device)
+                else:
+                    view = None
+                if view is not None:
+                    views[node] = view
+                    stored_channels_last.add(node)
+                    lowered = lower_kernel(body, buf, view)
             add(node, body, buf, lowered)
     becomes: dict[UOp, UOp] = dict(known)
     for original, rebuilt in zip(targets, graph, strict=True):

@@ -16,6 +16,7 @@ CPU renderer shares over threads. Targets that launch output ranges as work-item
 
 from __future__ import annotations
 
+from jit.codegen.opt.tiling import row_stride
 from jit.codegen.stats import range_deps
 from jit.common.dtype import PtrDType
 from jit.ir.uop import Ops, UOp, toposort
@@ -71,3 +72,28 @@ def open_innermost(sink: UOp, rng_arg: tuple) -> UOp:
         return sink
     last = max(u.arg[0] for u in nodes if u.op is Ops.RANGE)
     return sink.substitute({rng: rng.replace(arg=(last + 1, *rng.arg[1:]))})
+
+
+def contiguous_store_innermost(sink: UOp) -> UOp:
+    """Loop order of an elementwise kernel whose stores run contiguously along an outer output axis.
+
+    Before: the output ranges open in the output's axis order; a value stored channels-last
+    (jit/schedule/channels_last.py) has its channels, the axis its stores (and its loads of values stored the same
+    way) walk contiguously, outside its pixels, which its stores walk a pixel's channels apart.
+
+    After: the innermost output axis every STORE walks with stride 1 opens innermost (``open_innermost``), so the
+    vector row (jit/codegen/opt/tiling.py ``plan_vector_row``) and, launched as work-items, a work-group's first
+    dimension run along it. The same graph for reduce kernels and where a STORE walks the innermost axis
+    contiguously already or no axis so. Only the loop order changes: every output is stored once with the same
+    value."""
+    nodes = toposort([sink])
+    stores = [u for u in nodes if u.op is Ops.STORE]
+    if not stores or any(u.op is Ops.REDUCE for u in nodes):
+        return sink
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    deps = range_deps(sink)
+    strides = {rng: [row_stride(u.src[0].src[1], rng, deps) for u in stores] for rng in outs}
+    if len(outs) < 2 or 1 in strides[outs[-1]]:
+        return sink
+    inner = next((r for r in reversed(outs[:-1]) if all(s == 1 for s in strides[r])), None)
+    return sink if inner is None else open_innermost(sink, inner.arg)
