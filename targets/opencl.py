@@ -73,15 +73,17 @@ CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, size
 # device's minimum work-group size of 64 the OpenCL specification allows
 GPU_GROUP_REDUCE = 32
 GPU_OPTS = OptOptions(group_reduce=GPU_GROUP_REDUCE, unroll_hints=True, hoist_base_pointers=True)
-# a CPU device's compiler (PoCL's LLVM) also spills live accumulators inside the next reduce loop. No unroll hints
-# there: with them PoCL took 2.5-3.5x as long to compile the hinted kernels (efficientnet_b0's eight: 5.2-6.7 s
-# against 1.9-2.0 s, its stem conv alone 2.7-3.7 s) and the models ran no faster (jit/codegen/opt/hints.py)
-CPU_DEVICE_OPTS = OptOptions(hoist_base_pointers=True, park_accumulators=True)
+# a CPU device's compiler (PoCL's LLVM) also spills live accumulators inside the next reduce loop. Unroll hints
+# there only where a loop's trips share loads: on every short loop PoCL took 2.5-3.5x as long to compile the hinted
+# kernels (efficientnet_b0's eight: 5.2-6.7 s against 1.9-2.0 s, its stem conv alone 2.7-3.7 s) and most ran no
+# faster; a channel tile over a conv's taps loads each input once for all of them only unrolled
+# (jit/codegen/opt/hints.py)
+CPU_DEVICE_OPTS = OptOptions(hoist_base_pointers=True, park_accumulators=True, unroll_shared_loads=True)
 # a CPU device of 16-lane vectors on a machine where they pay (targets/cpu_fma.py): the CPU target's
 # tiles there (the 8-lane tiles' caps, counted in elements, leave too few 16-lane accumulators to keep the FMAs busy),
 # but strided convs keep their row tiles: across channels PoCL ran the vision sample's 64-wide ones slower
 WIDE_CPU_DEVICE_OPTS = replace(WIDE_VECTOR_OPTS, hoist_base_pointers=True, park_accumulators=True,
-                               strided_channel_trips=0)
+                               unroll_shared_loads=True, strided_channel_trips=0)
 
 
 def opencl_vector_width(info: CLDeviceInfo) -> int:

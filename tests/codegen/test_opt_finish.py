@@ -123,6 +123,38 @@ def test_unroll_hints_skip_a_reduce_of_many_loads() -> None:
     np.testing.assert_allclose(wide_out, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_cpu_device_marks_only_short_loops_inside_a_longer_reduce_whose_trips_share_loads() -> None:
+    """PoCL (a CPU OpenCL device) gets hints only where unrolling lets the trips share loads: a 3x3 conv tiled
+    across channels over 13-wide rows (squeezenet's late expands) loads each input once for its three column taps
+    only unrolled. A depthwise conv's taps, with no longer reduce around them, stay rolled (unrolled they ran no
+    faster there)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 12, 13, 13), dtype=np.float32)  # too few channels for Winograd: a direct conv
+    w = rng.standard_normal((64, 12, 3, 3), dtype=np.float32) / 4
+    dw = rng.standard_normal((12, 1, 3, 3), dtype=np.float32)
+
+    def conv(weight: np.ndarray, groups: int) -> tuple[CompiledKernel, np.ndarray]:
+        out = Tensor(x, device="OPENCL").conv2d(Tensor(weight, device="OPENCL"), padding=1, groups=groups)
+        return compile_uops([out.uop], "OPENCL")[-1], out.numpy()
+
+    assert CPU_DEVICE_OPTS.unroll_shared_loads and WIDE_CPU_DEVICE_OPTS.unroll_shared_loads
+    with defaults("OPENCL", **dataclasses.asdict(CPU_DEVICE_OPTS)):
+        dense, hinted = conv(w, 1)
+        depthwise, _ = conv(dw, 12)
+    marked = [u for u in toposort([dense.lowered]) if u.op is Ops.RANGE and u.arg[2:] == ("unroll",)]
+    assert marked and all(int(u.src[0].arg) == 3 for u in marked), dense.program.source
+    assert "#pragma unroll" in dense.program.source
+    assert not any(u.op is Ops.RANGE and len(u.arg) > 2 for u in toposort([depthwise.lowered]))
+    with defaults("OPENCL", **{**dataclasses.asdict(CPU_DEVICE_OPTS), "unroll_shared_loads": False}):
+        plain, rolled = conv(w, 1)
+    assert "#pragma unroll" not in plain.program.source
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = sum(np.einsum("oc,nchw->nohw", w[:, :, i, j], padded[:, :, i:i + 13, j:j + 13])
+               for i in range(3) for j in range(3))
+    np.testing.assert_allclose(hinted, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(hinted, rolled, rtol=1e-5, atol=1e-5)
+
+
 def test_hoisted_base_pointers_on_the_c_target_read_the_same_elements() -> None:
     with defaults("CPU", hoist_base_pointers=True):
         ck, hoisted = _matmul("CPU")
@@ -158,8 +190,10 @@ def test_opencl_defaults_turn_the_steps_on_where_its_compilers_need_them() -> No
     # a GPU keeps waiting accumulators in registers; a CPU device's LLVM (PoCL) spills them inside the next loop
     assert Device["OPENCL"].default_opts in (GPU_OPTS, CPU_DEVICE_OPTS, WIDE_CPU_DEVICE_OPTS)
     assert GPU_OPTS.unroll_hints and GPU_OPTS.hoist_base_pointers and not GPU_OPTS.park_accumulators
-    assert CPU_DEVICE_OPTS == OptOptions(**{**ALL_ON, "unroll_hints": False})  # PoCL compiles hinted loops slowly
+    # PoCL compiles hinted loops slowly: hints only where a loop's trips share loads
+    assert CPU_DEVICE_OPTS == OptOptions(**{**ALL_ON, "unroll_hints": False, "unroll_shared_loads": True})
     assert all(getattr(WIDE_CPU_DEVICE_OPTS, name) == (name != "unroll_hints") for name in ALL_ON)
+    assert WIDE_CPU_DEVICE_OPTS.unroll_shared_loads and not GPU_OPTS.unroll_shared_loads
     assert Device["QCOM"].default_opts is GPU_OPTS  # an Adreno
 
 

@@ -143,8 +143,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
 def finish_kernel(sink: UOp, opts: OptOptions) -> UOp:
     """``sink`` with the spelling steps ``opts`` turns on (module docstring), in this order: unroll hints, base
     pointers, parked accumulators. The same node when none applies."""
-    if opts.unroll_hints:
-        sink = hint_unrolls(sink)
+    if opts.unroll_hints or opts.unroll_shared_loads:
+        sink = hint_unrolls(sink, shared_only=not opts.unroll_hints)
     if opts.hoist_base_pointers:
         sink = hoist_base_pointers(sink)
     if opts.park_accumulators:

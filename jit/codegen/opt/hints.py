@@ -16,26 +16,64 @@ hint), but on buffers holding data (not untouched pages, which every load finds 
 hinted and rolled kernels of five models ran within noise of each other while PoCL compiled the hinted ones 2.5-3.5x
 as long. A body of many loads (a 3x3 depthwise conv's tile of 16 channel vectors) stays rolled everywhere: PoCL took
 about a second to compile each such kernel unrolled.
+
+``shared_only`` (``OptOptions.unroll_shared_loads``, a CPU OpenCL device's defaults): only a short loop reduced
+inside a longer one (a conv's column taps inside its input channels) whose trips share loads, at most
+``UNROLL_SHARED_MAX_LOADS`` of them counted once each, is marked. A 3x3 conv tiled across output channels over a
+row of 13 loads 13 broadcast inputs a tap; its three column taps read 15 distinct ones, which PoCL's LLVM loads
+once each only from the unrolled loop (squeezenet's 13x13 expands, resnet18's 7x7 convs).
+A depthwise conv's taps (no longer loop around them) stay rolled: unrolled they ran no faster.
 """
 
 from __future__ import annotations
 
+from jit.codegen.passes.symbolic import pm_symbolic
+from jit.ir.rewrite import graph_rewrite
 from jit.ir.uop import Ops, UOp, toposort
 
 UNROLL_HINT_TRIPS = 4
 UNROLL_HINT_MAX_LOADS = 12  # loads in a reduce's body (vector loads count once) above which its loops stay rolled
+# loads of a loop's trips together, once each, above which even a loop whose trips share loads stays rolled
+UNROLL_SHARED_MAX_LOADS = 24
 UNROLL = "unroll"  # the hint's element of a RANGE arg
 
 
-def hint_unrolls(sink: UOp) -> UOp:
-    """``sink`` with the short loops of its reduces marked (module docstring); the same node when none is."""
+def _short(rng: UOp) -> bool | None:
+    """Whether ``rng`` runs at most ``UNROLL_HINT_TRIPS`` trips; None where its trip count is not a constant."""
+    return int(rng.src[0].arg) <= UNROLL_HINT_TRIPS if rng.src[0].op is Ops.CONST else None
+
+
+def _distinct_loads(rng: UOp, body: set[UOp]) -> tuple[int, int]:
+    """Loads of ``body`` over every trip of the loop ``rng``: how many there are, and how many of distinct addresses
+    (a load that does not depend on ``rng`` once)."""
+    trips = int(rng.src[0].arg)
+    moving = [ld.src[0] for ld in body if rng in ld.src[0].toposort()]
+    copies = {graph_rewrite(ix.substitute({rng: rng.const_like(i)}), pm_symbolic, name="unrolled address")
+              for ix in moving for i in range(trips)}
+    return len(body) + (trips - 1) * len(moving), len(body) - len(moving) + len(copies)
+
+
+def hint_unrolls(sink: UOp, shared_only: bool = False) -> UOp:
+    """``sink`` with the short loops of its reduces marked (module docstring); the same node when none is.
+    ``shared_only``: only a loop whose trips share loads, at most ``UNROLL_SHARED_MAX_LOADS`` of them once each
+    (module docstring)."""
     loads: dict[UOp, set[UOp]] = {}
+    nested: set[UOp] = set()  # ranges reduced together with a longer one
     for u in toposort([sink]):
         if u.op is Ops.REDUCE:
             body = {x for x in toposort([u.src[0]]) if x.op is Ops.LOAD}
             for rng in u.src[1:]:
                 loads.setdefault(rng, set()).update(body)
-    marked = {rng: rng.replace(arg=(*rng.arg[:2], UNROLL)) for rng, body in loads.items()
-              if rng.arg[1] == "reduce" and rng.src[0].op is Ops.CONST and int(rng.src[0].arg) <= UNROLL_HINT_TRIPS
-              and len(body) <= UNROLL_HINT_MAX_LOADS}
+                if any(_short(other) is False for other in u.src[1:] if other is not rng):
+                    nested.add(rng)
+
+    def wanted(rng: UOp, body: set[UOp]) -> bool:
+        if rng.arg[1] != "reduce" or not _short(rng):
+            return False
+        if not shared_only:
+            return len(body) <= UNROLL_HINT_MAX_LOADS
+        total, distinct = _distinct_loads(rng, body)
+        return rng in nested and distinct < total and distinct <= UNROLL_SHARED_MAX_LOADS
+
+    marked = {rng: rng.replace(arg=(*rng.arg[:2], UNROLL)) for rng, body in loads.items() if wanted(rng, body)}
     return sink.substitute(marked) if marked else sink

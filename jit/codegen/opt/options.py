@@ -103,12 +103,15 @@ class OptOptions:
       limits is replaced by the target's own choice (a tuning file never makes a launch invalid).
     * ``unroll_hints``: mark reduce loops of a few trips for the target's compiler to unroll
       (jit/codegen/opt/hints.py; OpenCL's defaults turn it on).
+    * ``unroll_shared_loads``: mark only those whose trips share loads (a channel tile's broadcast inputs over a
+      conv's taps), which the compiler then loads once (jit/codegen/opt/hints.py; the defaults of OpenCL on a CPU
+      device turn it on).
     * ``hoist_base_pointers``: a reduce loop's scalar loads read through pointers set before the loop
       (jit/codegen/opt/hoist.py; OpenCL's defaults turn it on).
     * ``park_accumulators``: finished vector accumulators wait in a volatile array while a later reduce loop runs
       (jit/codegen/opt/park.py; the defaults of OpenCL on a CPU device turn it on).
 
-    The last three shape how the renderer spells loops, addresses and accumulators, and apply under NOOPT too.
+    The last four shape how the renderer spells loops, addresses and accumulators, and apply under NOOPT too.
     """
 
     tile: bool = True
@@ -135,12 +138,13 @@ class OptOptions:
     reduce_lanes: bool = True
     local_size: tuple[int, ...] = ()
     unroll_hints: bool = False
+    unroll_shared_loads: bool = False
     hoist_base_pointers: bool = False
     park_accumulators: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tile", "unroll", "peel", "overlap_rows", "line_reuse", "threads", "vectorize", "reduce_lanes",
-                     "unroll_hints", "hoist_base_pointers", "park_accumulators"):
+                     "unroll_hints", "unroll_shared_loads", "hoist_base_pointers", "park_accumulators"):
             if not isinstance(getattr(self, name), bool):
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)
