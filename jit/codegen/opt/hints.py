@@ -27,9 +27,9 @@ A depthwise conv's taps (no longer loop around them) stay rolled: unrolled they 
 
 from __future__ import annotations
 
-from jit.codegen.passes.symbolic import pm_symbolic
-from jit.ir.rewrite import graph_rewrite
-from jit.ir.uop import Ops, UOp, toposort
+from jit.codegen.opt.tiling import row_stride
+from jit.codegen.stats import range_deps
+from jit.ir.uop import Ops, UOp, add_terms, toposort
 
 UNROLL_HINT_TRIPS = 4
 UNROLL_HINT_MAX_LOADS = 12  # loads in a reduce's body (vector loads count once) above which its loops stay rolled
@@ -43,14 +43,27 @@ def _short(rng: UOp) -> bool | None:
     return int(rng.src[0].arg) <= UNROLL_HINT_TRIPS if rng.src[0].op is Ops.CONST else None
 
 
-def _distinct_loads(rng: UOp, body: set[UOp]) -> tuple[int, int]:
+def _distinct_loads(rng: UOp, body: set[UOp], deps: dict[UOp, frozenset[UOp]]) -> tuple[int, int]:
     """Loads of ``body`` over every trip of the loop ``rng``: how many there are, and how many of distinct addresses
-    (a load that does not depend on ``rng`` once)."""
+    (a load that does not depend on ``rng`` once). An address is its buffer, its terms that do not move with
+    ``rng`` and its constant plus the trip times its stride along ``rng``; one that is not affine in ``rng`` counts
+    as its own at every trip."""
     trips = int(rng.src[0].arg)
-    moving = [ld.src[0] for ld in body if rng in ld.src[0].toposort()]
-    copies = {graph_rewrite(ix.substitute({rng: rng.const_like(i)}), pm_symbolic, name="unrolled address")
-              for ix in moving for i in range(trips)}
-    return len(body) + (trips - 1) * len(moving), len(body) - len(moving) + len(copies)
+    moving = [ld.src[0] for ld in body if rng in deps[ld.src[0]]]
+    addresses: set[object] = set()
+    for index in moving:
+        buf, idx = index.src[0], index.src[1]
+        stride = row_stride(idx, rng, deps)
+        terms = add_terms(idx)
+        fixed = tuple(sorted(id(t) for t in terms if t.op is not Ops.CONST and rng not in deps[t]))
+        offset = sum(int(t.arg) for t in terms if t.op is Ops.CONST)
+        # every term that moves with ``rng`` is ``rng`` times a constant: no constant hides inside one
+        plain = stride is not None and all(t.op is Ops.CONST or rng not in deps[t] or t is rng or
+                                           (t.op is Ops.MUL and {s.op for s in t.src} == {Ops.CONST, Ops.RANGE})
+                                           for t in terms)
+        for i in range(trips):
+            addresses.add((id(buf), fixed, offset + i * stride) if plain and stride is not None else (id(index), i))
+    return len(body) + (trips - 1) * len(moving), len(body) - len(moving) + len(addresses)
 
 
 def hint_unrolls(sink: UOp, shared_only: bool = False) -> UOp:
@@ -59,6 +72,7 @@ def hint_unrolls(sink: UOp, shared_only: bool = False) -> UOp:
     (module docstring)."""
     loads: dict[UOp, set[UOp]] = {}
     nested: set[UOp] = set()  # ranges reduced together with a longer one
+    deps = range_deps(sink) if shared_only else {}
     for u in toposort([sink]):
         if u.op is Ops.REDUCE:
             body = {x for x in toposort([u.src[0]]) if x.op is Ops.LOAD}
@@ -72,8 +86,10 @@ def hint_unrolls(sink: UOp, shared_only: bool = False) -> UOp:
             return False
         if not shared_only:
             return len(body) <= UNROLL_HINT_MAX_LOADS
-        total, distinct = _distinct_loads(rng, body)
-        return rng in nested and distinct < total and distinct <= UNROLL_SHARED_MAX_LOADS
+        if rng not in nested:
+            return False
+        total, distinct = _distinct_loads(rng, body, deps)
+        return distinct < total and distinct <= UNROLL_SHARED_MAX_LOADS
 
     marked = {rng: rng.replace(arg=(*rng.arg[:2], UNROLL)) for rng, body in loads.items() if wanted(rng, body)}
     return sink.substitute(marked) if marked else sink
