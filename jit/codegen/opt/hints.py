@@ -52,17 +52,16 @@ def _distinct_loads(rng: UOp, body: set[UOp], deps: dict[UOp, frozenset[UOp]]) -
     moving = [ld.src[0] for ld in body if rng in deps[ld.src[0]]]
     addresses: set[object] = set()
     for index in moving:
-        buf, idx = index.src[0], index.src[1]
-        stride = row_stride(idx, rng, deps)
-        terms = add_terms(idx)
+        stride, terms = row_stride(index.src[1], rng, deps), add_terms(index.src[1])
+        # every term that moves with ``rng`` must be ``rng`` times a constant: no constant hides inside one
+        if stride is None or not all(t.op is Ops.CONST or rng not in deps[t] or t is rng or
+                                     (t.op is Ops.MUL and {s.op for s in t.src} == {Ops.CONST, Ops.RANGE})
+                                     for t in terms):
+            addresses.update((id(index), i) for i in range(trips))
+            continue
         fixed = tuple(sorted(id(t) for t in terms if t.op is not Ops.CONST and rng not in deps[t]))
         offset = sum(int(t.arg) for t in terms if t.op is Ops.CONST)
-        # every term that moves with ``rng`` is ``rng`` times a constant: no constant hides inside one
-        plain = stride is not None and all(t.op is Ops.CONST or rng not in deps[t] or t is rng or
-                                           (t.op is Ops.MUL and {s.op for s in t.src} == {Ops.CONST, Ops.RANGE})
-                                           for t in terms)
-        for i in range(trips):
-            addresses.add((id(buf), fixed, offset + i * stride) if plain and stride is not None else (id(index), i))
+        addresses.update((id(index.src[0]), fixed, offset + i * stride) for i in range(trips))
     return len(body) + (trips - 1) * len(moving), len(body) - len(moving) + len(addresses)
 
 
