@@ -576,8 +576,8 @@ def _shifted(x: Tensor, axis: int, keep_inf: bool = False) -> tuple[Tensor, Tens
 
 def softmax(self: Tensor, axis: int = -1) -> Tensor:
     """``exp(x) / sum(exp(x))`` along ``axis``, shifted by the max so exp cannot overflow. Each row's sum is inverted
-    once and multiplied in, as onnxruntime's softmax does: a division per element (a 16-lane divide costs about ten
-    multiplies) was most of a ViT attention softmax's time."""
+    once and multiplied in, as onnxruntime's softmax does, where a division per element costs a vector divide each
+    (several multiplies' time)."""
     e = _shifted(self, axis, keep_inf=True)[0].exp()
     return e * e.sum(axis, keepdim=True).reciprocal()
 

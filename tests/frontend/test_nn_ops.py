@@ -385,8 +385,7 @@ def test_softmax(shape: tuple[int, ...], axis: int) -> None:
 
 
 def test_softmax_inverts_each_row_sum_once() -> None:
-    """A division per element was most of a ViT attention softmax's time: the row's sum is inverted once and
-    multiplied in, as onnxruntime does."""
+    """The row's sum is inverted once and multiplied in, as onnxruntime does, not divided into every element."""
     nodes = Tensor(rand(3, 197)).softmax(-1).uop.toposort()
     assert not any(u.op is Ops.FDIV for u in nodes)
     (recip,) = [u for u in nodes if u.op is Ops.RECIPROCAL]
