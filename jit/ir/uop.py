@@ -18,6 +18,10 @@ from jit.common.errors import DrivepackError
 
 
 class Ops(Enum):
+    # every member is a singleton compared by identity: hashed by it too, in C (Enum hashes its name in Python, and
+    # every node built hashes its op)
+    __hash__ = object.__hash__
+
     # tensor-level leaves
     BUFFER = auto()  # arg: (uid, device, size); a realized 1-D buffer
     CONST = auto()  # arg: scalar value; shape ()
@@ -127,6 +131,8 @@ class UOpArgError(DrivepackError, TypeError):
 
 def _arg_key(arg: Any) -> Any:
     """A hashable key that tells apart values Python calls equal (0.0 / -0.0, 1 / 1.0 / True, NaN)."""
+    if arg is None or type(arg) is int:
+        return arg
     if isinstance(arg, float):
         return ("f", arg.hex())
     if isinstance(arg, bool):
@@ -150,10 +156,11 @@ class UOp:
     def __new__(cls, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         key = (op, dtype, src, _arg_key(arg))
         try:
-            node = cls._interned.get(key)
+            # the table's own dict, read without its Python-level ``get`` (it only defers removals while iterated)
+            ref = cls._interned.data.get(key)
         except TypeError:
             raise UOpArgError(f"UOp({op.name}).arg: expected a hashable value, got {arg!r}") from None
-        if node is not None:
+        if ref is not None and (node := ref()) is not None:
             return node
         expected = ARG_TYPES.get(op)
         if expected is None and arg is not None:
@@ -187,6 +194,8 @@ class UOp:
         return UOp.const(self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype, value)
 
     def replace(self, **kwargs: Any) -> UOp:
+        if len(kwargs) == 1 and "src" in kwargs:  # what rewrites and copies mostly change
+            return UOp(self.op, self.dtype, tuple(kwargs["src"]), self.arg)
         fields = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg} | kwargs
         return UOp(fields["op"], fields["dtype"], tuple(fields["src"]), fields["arg"])
 

@@ -19,6 +19,18 @@ def test_python_equal_args_stay_distinct() -> None:
     assert UOp.const(dtypes.float32, 0.0) is not UOp.const(dtypes.float32, -0.0)
     assert UOp.const(dtypes.float32, float("nan")) is UOp.const(dtypes.float32, float("nan"))
     assert UOp.const(dtypes.int32, 1) is not UOp.const(dtypes.bool, True)
+    same_op = [UOp(Ops.SINK, arg=a) for a in (1, True, 1.0, None)]
+    assert len({id(u) for u in same_op}) == 4 and [u.arg for u in same_op] == [1, True, 1.0, None]
+    assert type(same_op[1].arg) is bool and type(same_op[2].arg) is float
+
+
+def test_replace_builds_the_interned_node() -> None:
+    x, y = UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2)
+    s = x + y
+    assert s.replace(src=[y, x]) is (y + x)
+    assert s.replace(src=(x, y)) is s
+    assert s.replace(op=Ops.MUL) is (x * y)
+    assert s.replace(src=(y, y), arg=None) is (y + y)
 
 
 def test_uop_is_immutable() -> None:
