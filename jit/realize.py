@@ -136,7 +136,10 @@ class _Pending:
     sink_key: str | None = None  # the rewritten graph's structural key, where a render-cache hit left no graph
 
 
-# (target, settings that change codegen, kernel graph) -> compiled kernel
+# (target, settings that change codegen, kernel graph) -> compiled kernel; the settings of kernels compiled to run
+# once end in ONCE_SETTINGS, and their metadata as given to the target holds ONCE_META
+ONCE_SETTINGS = ";once"
+ONCE_META = {"once": True}
 _compiled: dict[tuple[str, str, UOp], CompiledKernel] = {}
 # the same key -> a kernel rendered but not compiled (``compile_kernels(..., build=False)``)
 _rendered: dict[tuple[str, str, UOp], CompiledKernel] = {}
@@ -217,7 +220,8 @@ def _buffer_bytes(k: ScheduledKernel) -> tuple[int, ...] | None:
 
 
 def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True,
-                    rendered: Callable[[RenderedKernel], None] | None = None) -> list[CompiledKernel]:
+                    rendered: Callable[[RenderedKernel], None] | None = None,
+                    once: bool = False) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
     and the target compiles all new kernels of one call together (one C compiler run on the CPU). A kernel
     rendered in an earlier process under the same code, target and settings is read from the render cache
@@ -226,15 +230,19 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     ``build=False`` renders without compiling (a capture for a target whose replay compiles the sources itself,
     ``Runtime.replay_builds_kernels``): each program then has no handle, and a later call that launches the
     kernel compiles the rendered source, rendering nothing twice. ``rendered`` is called with each kernel in order
-    as soon as its source is known (targets/replay.py ``AheadBuild``)."""
+    as soon as its source is known (targets/replay.py ``AheadBuild``).
+
+    ``once``: the kernels run once (a capture's weight folds): the target may build them for a shorter compile over
+    faster code (``ONCE_META`` in their metadata), apart from the same kernels built to run often."""
     settings = kernel_settings_key()
+    process_settings = settings + ONCE_SETTINGS if once else settings
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
     disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
     default_opts = target_default_opts(target)  # what a render-cache hit's ``lowered`` is rebuilt with
     context = {"NOOPT": NOOPT.value, "EMULATED_DTYPES": EMULATED_DTYPES.value, "WINO": WINO.value}
     todo: dict[UOp, _Pending] = {}
     for k in kernels:
-        key = (target.name, settings, k.ast)
+        key = (target.name, process_settings, k.ast)
         if key in _compiled or (not build and key in _rendered) or k.ast in todo:
             if rendered is not None and k.ast not in todo:
                 done = _compiled.get(key) or _rendered[key]
@@ -263,26 +271,28 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
         for ast, p in todo.items():
             program = Program(p.name, p.source, None, tuple(p.meta.get("global_size", (1,))),
                               p.meta.get("local_size"), p.meta)
-            _rendered[(target.name, settings, ast)] = kernel(ast, p, program)
+            _rendered[(target.name, process_settings, ast)] = kernel(ast, p, program)
     elif todo:
-        programs = target.compile_many([(p.name, p.source, p.meta) for p in todo.values()])
+        programs = target.compile_many([(p.name, p.source, p.meta | ONCE_META if once else p.meta)
+                                        for p in todo.values()])
         for (ast, p), prog in zip(todo.items(), programs, strict=True):
-            _compiled[(target.name, settings, ast)] = kernel(ast, p, prog)
-    return [_compiled.get(key) or _rendered[key] for key in ((target.name, settings, k.ast) for k in kernels)]
+            _compiled[(target.name, process_settings, ast)] = kernel(ast, p, prog)
+    return [_compiled.get(key) or _rendered[key] for key in ((target.name, process_settings, k.ast) for k in kernels)]
 
 
-def compile_soon(kernels: list[ScheduledKernel]) -> bool:
+def compile_soon(kernels: list[ScheduledKernel], once: bool = False) -> bool:
     """Render ``kernels`` now and start compiling them in the background where their target can
-    (``Target.compile_ahead``): a later ``run_schedule`` of them waits for that compile instead of making its own.
-    Whether a compiler was started."""
+    (``Target.compile_ahead``): a later ``run_schedule`` of them (with the same ``once``: ``compile_kernels``)
+    waits for that compile instead of making its own. Whether a compiler was started."""
     if not kernels:
         return False
     target = Device[kernels[0].device]
-    settings = kernel_settings_key()
+    settings = kernel_settings_key() + (ONCE_SETTINGS if once else "")
     fresh = [k for k in kernels if (target.name, settings, k.ast) not in _compiled]
     # compile_kernels compiles them later in this order, each kernel graph once
-    rendered = dict(zip((k.ast for k in fresh), compile_kernels(fresh, target, build=False), strict=True))
-    return target.compile_ahead([(ck.name, ck.program.source, ck.program.meta) for ck in rendered.values()]) > 0
+    rendered = dict(zip((k.ast for k in fresh), compile_kernels(fresh, target, build=False, once=once), strict=True))
+    return target.compile_ahead([(ck.name, ck.program.source, ck.program.meta | ONCE_META if once else ck.program.meta)
+                                 for ck in rendered.values()]) > 0
 
 
 def dtype_policy_report(compiled: list[CompiledKernel]) -> ModelDTypeReport:
@@ -295,10 +305,11 @@ def schedule_dtype_policy(targets: list[UOp], device: str | None = None) -> Mode
     return dtype_policy_report(compile_uops(targets, device))
 
 
-def run_schedule(kernels: list[ScheduledKernel]) -> None:
+def run_schedule(kernels: list[ScheduledKernel], once: bool = False) -> None:
+    """Launch ``kernels`` in order; ``once``: they run this once (``compile_kernels``)."""
     if not kernels:
         return
-    compiled = compile_kernels(kernels, Device[kernels[0].device])
+    compiled = compile_kernels(kernels, Device[kernels[0].device], once=once)
     for k, ck in zip(kernels, compiled, strict=True):
         target = Device[k.device]
         bufs = [device_buffer(b) for b in k.buffers]

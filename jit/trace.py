@@ -248,10 +248,10 @@ def _run_or_defer(kernels: list[ScheduledKernel], deferred: list[list[ScheduledK
     compile runs in the background (``compile_soon``; the CPU target's compiler) or an earlier group waits there:
     the caller runs the deferred groups, in order, once it has rendered the kept kernels. Run now, a target that
     queues launches (OpenCL) computes them while the kept kernels are rendered."""
-    if compile_soon(kernels) or deferred:
+    if compile_soon(kernels, once=True) or deferred:
         deferred.append(kernels)
     else:
-        run_schedule(kernels)
+        run_schedule(kernels, once=True)
 
 
 # --- binding and planning ------------------------------------------------------------------------------------
@@ -518,7 +518,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
         compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add)
         for group in weight_only:  # in order: the scheduled kernels may read the folds
-            run_schedule(group)
+            run_schedule(group, once=True)
     written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}
     kept, compiled = _states_in_place(kept, compiled, written_back, tgt)
     alignment = plan_alignment(tgt.limits.buffer_alignment)

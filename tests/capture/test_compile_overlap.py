@@ -92,3 +92,35 @@ def test_a_failed_compile_started_ahead_is_reported_where_it_is_waited_for(tmp_p
     assert cpu.compile_shared_ahead([broken]) == 1
     with pytest.raises(CompileError, match="nothing"):
         cpu.compile_shared_many([broken])
+
+
+def test_a_captures_weight_folds_compile_for_compile_time_and_its_kernels_for_speed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The folds run once, at capture: built with ``ONCE_CFLAGS`` (-O2), the replay's kernels with ``CFLAGS``."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    assert "-O3" in cpu.CFLAGS and "-O2" in cpu.ONCE_CFLAGS and "-O3" not in cpu.ONCE_CFLAGS
+    flags_of: dict[str, tuple[str, ...]] = {}
+
+    def recording(real):  # noqa: ANN001, ANN202
+        def record(sources: list[str], cc: str | None = None, flags: tuple[str, ...] = cpu.CFLAGS):  # noqa: ANN202
+            flags_of.update((src, flags) for src in sources)
+            return real(sources, cc, flags)
+        return record
+
+    monkeypatch.setattr(cpu, "compile_shared_many", recording(cpu.compile_shared_many))
+    monkeypatch.setattr(cpu, "compile_shared_ahead", recording(cpu.compile_shared_ahead))
+    parts_flags: list[tuple[str, ...]] = []
+    real_parts = cpu.compile_shared_parts
+    monkeypatch.setattr(cpu, "compile_shared_parts", lambda parts, cc=None, flags=cpu.CFLAGS:
+                        parts_flags.append(flags) or real_parts(parts, cc, flags))
+    w = _fresh_weight()
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": x.conv2d(Tensor(w) * 0.5 + 0.25, padding=1).relu()}
+
+    run = capture(model, {"x": X}, target="CPU")
+    folds = [src for src, flags in flags_of.items() if flags[:len(cpu.ONCE_CFLAGS)] == cpu.ONCE_CFLAGS]
+    assert folds and all(flags_of[src][:len(cpu.CFLAGS)] != cpu.CFLAGS for src in folds)
+    assert parts_flags and all(f[:len(cpu.CFLAGS)] == cpu.CFLAGS for f in parts_flags)  # the replay's driver
+    want = Tensor(X).conv2d(Tensor(w * 0.5 + 0.25), padding=1).relu().numpy()
+    np.testing.assert_allclose(run({"x": X})["y"], want, rtol=1e-4, atol=1e-4)
