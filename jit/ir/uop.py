@@ -328,19 +328,25 @@ def toposort(roots: list[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | None 
 
 
 def _walk(roots: list[UOp], sources: Callable[[UOp], tuple[UOp, ...]] | None) -> list[UOp]:
+    """Depth-first, sources left to right, each node after its sources: a stack of (node, iterator over its
+    sources) instead of recursion."""
     order: list[UOp] = []
     seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(roots)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
+    for root in roots:
+        if root in seen:
             continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        stack.extend((s, False) for s in reversed(node.src if sources is None else sources(node)) if s not in seen)
+        seen.add(root)
+        stack = [(root, iter(root.src if sources is None else sources(root)))]
+        while stack:
+            node, pending = stack[-1]
+            for s in pending:
+                if s not in seen:
+                    seen.add(s)
+                    stack.append((s, iter(s.src if sources is None else sources(s))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
     return order
 
 

@@ -100,6 +100,42 @@ def test_toposort_orders_sources_first_and_each_call_owns_its_list() -> None:
     assert toposort([root], lambda u: u.src[:1]) == [a, mul, root]
 
 
+def test_toposort_is_the_recursive_depth_first_post_order() -> None:
+    """First visit order, sources left to right, on random graphs sharing nodes, and on a chain too deep to
+    recurse along."""
+    import random
+
+    from jit.ir.uop import toposort
+
+    def recursive(roots: list[UOp]) -> list[UOp]:
+        order: list[UOp] = []
+        seen: set[UOp] = set()
+
+        def visit(u: UOp) -> None:
+            if u not in seen:
+                seen.add(u)
+                for s in u.src:
+                    visit(s)
+                order.append(u)
+        for r in roots:
+            visit(r)
+        return order
+
+    rng = random.Random(5)
+    for _ in range(50):
+        nodes = [UOp.const(dtypes.int32, rng.randrange(40)) for _ in range(4)]
+        for _ in range(40):
+            a, b, c = (rng.choice(nodes) for _ in range(3))
+            nodes.append(rng.choice([a + b, a * b, (a < b).where(c, a)]))
+        roots = rng.sample(nodes, 3)
+        assert toposort(roots) == recursive(roots)
+    deep = UOp.const(dtypes.int32, 0)
+    for i in range(5000):
+        deep = deep + i
+    order = toposort([deep])
+    assert len(order) == 10000 and order[-1] is deep and order[0] is UOp.const(dtypes.int32, 0)  # 5000 sums, 0..4999
+
+
 def test_a_walked_graph_is_freed_without_the_cycle_collector() -> None:
     import weakref
 
