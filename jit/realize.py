@@ -140,6 +140,13 @@ class _Pending:
 # once end in ONCE_SETTINGS, and their metadata as given to the target holds ONCE_META
 ONCE_SETTINGS = ";once"
 ONCE_META = {"once": True}
+
+
+def _once_meta(meta: dict, once: bool) -> dict:
+    """What a target is given as a kernel's metadata: ``meta``, and ``ONCE_META`` for a kernel that runs once."""
+    return meta | ONCE_META if once else meta
+
+
 _compiled: dict[tuple[str, str, UOp], CompiledKernel] = {}
 # the same key -> a kernel rendered but not compiled (``compile_kernels(..., build=False)``)
 _rendered: dict[tuple[str, str, UOp], CompiledKernel] = {}
@@ -235,7 +242,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     ``once``: the kernels run once (a capture's weight folds): the target may build them for a shorter compile over
     faster code (``ONCE_META`` in their metadata), apart from the same kernels built to run often."""
     settings = kernel_settings_key()
-    process_settings = settings + ONCE_SETTINGS if once else settings
+    process_settings = settings + (ONCE_SETTINGS if once else "")
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
     disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
     default_opts = target_default_opts(target)  # what a render-cache hit's ``lowered`` is rebuilt with
@@ -273,8 +280,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
                               p.meta.get("local_size"), p.meta)
             _rendered[(target.name, process_settings, ast)] = kernel(ast, p, program)
     elif todo:
-        programs = target.compile_many([(p.name, p.source, p.meta | ONCE_META if once else p.meta)
-                                        for p in todo.values()])
+        programs = target.compile_many([(p.name, p.source, _once_meta(p.meta, once)) for p in todo.values()])
         for (ast, p), prog in zip(todo.items(), programs, strict=True):
             _compiled[(target.name, process_settings, ast)] = kernel(ast, p, prog)
     return [_compiled.get(key) or _rendered[key] for key in ((target.name, process_settings, k.ast) for k in kernels)]
@@ -291,7 +297,7 @@ def compile_soon(kernels: list[ScheduledKernel], once: bool = False) -> bool:
     fresh = [k for k in kernels if (target.name, settings, k.ast) not in _compiled]
     # compile_kernels compiles them later in this order, each kernel graph once
     rendered = dict(zip((k.ast for k in fresh), compile_kernels(fresh, target, build=False, once=once), strict=True))
-    return target.compile_ahead([(ck.name, ck.program.source, ck.program.meta | ONCE_META if once else ck.program.meta)
+    return target.compile_ahead([(ck.name, ck.program.source, _once_meta(ck.program.meta, once))
                                  for ck in rendered.values()]) > 0
 
 
