@@ -22,10 +22,14 @@ It is not used (``cache_enabled``) under a tuning session or BEAM search (they c
 under VIZ (which records the passes), when ``DRIVEPACK_RENDER_CACHE=0``, or for a kernel whose graph or
 target holds a value with no exact key.
 
-Files are ``render-<key>.json`` in the kernel cache's folder (``targets.kernel_cache.cache_dir``): plain JSON,
-read as data only (nothing in them is executed or unpickled). A file that does not parse, names another key or
-another format, or holds a field of the wrong type is a miss (``load`` returns None) and is overwritten by the
-next store.
+It also keeps the answers of planning questions asked about a kernel before it is compiled (``cached_answer``: the
+scheduler asks whether the optimizer will tile a conv across channels, to choose its output's layout), keyed the
+same way with the question's name in the settings part: a warm capture asks the file instead of planning again.
+
+Files are ``render-<key>.json`` and ``answer-<key>.json`` in the kernel cache's folder
+(``targets.kernel_cache.cache_dir``): plain JSON, read as data only (nothing in them is executed or unpickled). A
+file that does not parse, names another key or another format, or holds a field of the wrong type is a miss
+(``load`` returns None) and is overwritten by the next store.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,3 +316,30 @@ def store(key: str, name: str, source: str, meta: dict[str, Any], stats: KernelS
     except OSError:  # a read-only or full cache folder costs speed, not correctness
         return False
     return True
+
+
+def _answer_path(key: str) -> Path:
+    return cache_dir() / f"answer-{key}.json"
+
+
+def cached_answer(question: str, ast: UOp, target: Any, answer: Callable[[], bool]) -> bool:
+    """``answer()``: a yes/no planning ``question`` about kernel graph ``ast`` on ``target`` whose answer depends only
+    on the compiler's code, the target and the graph, read from the cache where an earlier process stored it (and
+    stored where the cache may be written; a file that is not a valid answer for its key is a miss)."""
+    key = entry_key(ast, target, f"question={question}") if cache_enabled() else None
+    if key is None:
+        return answer()
+    try:
+        doc = json.loads(_answer_path(key).read_text())
+        if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == key \
+                and isinstance(doc.get("answer"), bool):
+            return doc["answer"]
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    result = bool(answer())
+    if sources_unchanged():
+        try:
+            publish(_answer_path(key), json.dumps({"format": FORMAT, "key": key, "answer": result}))
+        except OSError:  # a read-only or full cache folder costs speed, not correctness
+            pass
+    return result

@@ -53,6 +53,8 @@ KERNEL_PREFIX = {C: "void", OPENCL: "__kernel void"}
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+# each identifier, with what follows it when that opens a call: _IDENT's words and _CALL's names in one scan
+_WORD_OR_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\s*\()?")
 _VECTOR_TYPEDEF = re.compile(r"#ifndef (DP_[A-Z0-9_]+_T)\n#define \1\ntypedef ([a-z_A-Z0-9 ]+) (dp_[a-z0-9_]+) "
                              r"__attribute__\(\(vector_size\(([0-9]+)\)\)\);\n#endif")
 _IPOW = re.compile(r"#ifndef (DP_IPOW_[A-Z0-9_]+)\n#define \1\n([a-z_A-Z0-9 ]+) (dp_ipow_[a-z0-9_]+)\(\2 b, \2 e\) "
@@ -117,7 +119,9 @@ def check_source(source: str, entry: str, dialect: str, where: str = "kernel") -
         raise KernelSourceError(f"{where}: entry expected a C identifier not starting with '_' and naming no C "
                                 f"keyword or library function, got {_excerpt(entry)!r}")
     lines = source.split("\n")
-    for n, line in enumerate(lines, 1):
+    # checked on the whole text first: only a source with something to refuse is walked line by line, to name it
+    clean = _NOT_PRINTABLE.search(source) is None and not any(text in source for text, _ in _FORBIDDEN_TEXT)
+    for n, line in enumerate(() if clean else lines, 1):
         bad = next((c for c in line if not " " <= c <= "~"), None)
         if bad is not None:
             raise KernelSourceError(f"{where}: line {n}: expected printable ASCII, got {bad!r} in "
@@ -188,32 +192,63 @@ def _check_kernel(lines: list[str], start: int, entry: str, dialect: str, where:
                                 f"{_excerpt(params)!r}")
     _check_words(params, start, where, sig)
     depth = 1
+    statements: list[int] = []  # indices of the body's lines that are no pragma: their words are checked below
     for i in range(start + 1, len(lines)):
         line = lines[i]
-        stripped = line.strip()
         if depth == 0:
-            if stripped:
+            if line.strip():
                 raise KernelSourceError(f"{where}: line {i + 1}: expected nothing after kernel {entry}, got "
                                         f"{_excerpt(line)!r}")
             continue
-        if stripped.startswith("#"):
-            if not BODY_PRAGMAS[dialect].fullmatch(stripped):
+        if "#" in line:
+            if not line.lstrip().startswith("#"):
+                raise KernelSourceError(f"{where}: line {i + 1}: expected no '#' in a statement, got "
+                                        f"{_excerpt(line)!r}")
+            if not BODY_PRAGMAS[dialect].fullmatch(line.strip()):
                 raise KernelSourceError(f"{where}: line {i + 1}: expected no preprocessor line but the renderer's "
                                         f"loop pragma, got {_excerpt(line)!r}")
             continue
-        if "#" in line:
-            raise KernelSourceError(f"{where}: line {i + 1}: expected no '#' in a statement, got {_excerpt(line)!r}")
-        for j, c in enumerate(line):
-            depth += (c == "{") - (c == "}")
-            if depth == 0 and line[j + 1:].strip():
-                raise KernelSourceError(f"{where}: line {i + 1}: expected the body of kernel {entry} to end the "
-                                        f"line (no other top-level definition), got {_excerpt(line)!r}")
-        _check_words(line, i, where, line)
+        statements.append(i)
+        if "{" in line or "}" in line:
+            for m in _BRACE.finditer(line):
+                depth += 1 if m.group() == "{" else -1
+                if depth == 0 and line[m.end():].strip():
+                    raise KernelSourceError(f"{where}: line {i + 1}: expected the body of kernel {entry} to end "
+                                            f"the line (no other top-level definition), got {_excerpt(line)!r}")
     if depth:
         raise KernelSourceError(f"{where}: expected the body of kernel {entry} closed, got {depth} unclosed '{{'")
+    _check_body_words(lines, statements, where)
+
+
+def _check_body_words(lines: list[str], statements: list[int], where: str) -> None:
+    """``_check_words`` on each of the body's ``statements`` (line indices), done once on their joined text: only
+    where some word or call is refused are the lines checked one by one, for the error naming the line. A call
+    whose name and parenthesis stand on two lines is refused too (the compiler reads it as a call)."""
+    found = set(_WORD_OR_CALL.findall("\n".join(lines[i] for i in statements)))
+    words, calls = {word for word, _ in found}, {word for word, paren in found if paren}
+    if all(_word_allowed(w) for w in words) and all(_call_allowed(fn) for fn in calls):
+        return
+    for i in statements:
+        _check_words(lines[i], i, where, lines[i])
+    fn = next(fn for fn in sorted(calls) if not _call_allowed(fn))
+    raise KernelSourceError(f"{where}: call expected a math, vector or work-item built-in or a renderer helper, got "
+                            f"{fn}( split across lines")
 
 
 _RESERVED_PREFIX = re.compile(r"_[A-Z]")
+
+
+_BRACE = re.compile(r"[{}]")
+_NOT_PRINTABLE = re.compile(r"[^\n -~]")
+
+
+def _word_allowed(word: str) -> bool:
+    return word not in _FORBIDDEN_WORDS and \
+        (not (word.startswith("__") or _RESERVED_PREFIX.match(word)) or word in _RESERVED_OK)
+
+
+def _call_allowed(fn: str) -> bool:
+    return fn in _CALLABLE or _CALLABLE_PATTERN.fullmatch(fn) is not None
 
 
 def _check_words(text: str, i: int, where: str, line: str) -> None:
@@ -222,12 +257,12 @@ def _check_words(text: str, i: int, where: str, line: str) -> None:
         if word in _FORBIDDEN_WORDS:
             raise KernelSourceError(f"{where}: line {i + 1}: expected no {word!r} (the renderer never writes it), "
                                     f"got {_excerpt(line)!r}")
-        if (word.startswith("__") or _RESERVED_PREFIX.match(word)) and word not in _RESERVED_OK:
+        if not _word_allowed(word):
             raise KernelSourceError(f"{where}: line {i + 1}: expected no reserved identifier {word!r}, got "
                                     f"{_excerpt(line)!r}")
     for m in _CALL.finditer(text):
         fn = m.group(1)
-        if fn not in _CALLABLE and not _CALLABLE_PATTERN.fullmatch(fn):
+        if not _call_allowed(fn):
             raise KernelSourceError(f"{where}: line {i + 1}: call expected a math, vector or work-item built-in "
                                     f"or a renderer helper, got {fn}( in {_excerpt(line)!r}")
 

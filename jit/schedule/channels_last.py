@@ -32,14 +32,19 @@ from jit.codegen.passes.symbolic import pm_symbolic
 from jit.codegen.pipeline import commit_dtypes
 from jit.ir.rewrite import graph_rewrite
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
+from jit.render_cache import cached_answer
 from targets.registry import Device
 
 
 def tiles_across_channels(ast: UOp, device: str) -> bool:
     """Whether the optimizer will tile the lowered kernel ``ast`` on ``device`` (its default options: a tuning
     file's choice for the kernel is not known yet) across its third-last output range, the channels of an
-    (N, C, H, W) output."""
+    (N, C, H, W) output. Planning is most of a warm capture's scheduling: the answer is kept in the render cache."""
     target = Device[device]
+    return cached_answer("tiles_across_channels", ast, target, lambda: _plans_channel_tiles(ast, target))
+
+
+def _plans_channel_tiles(ast: UOp, target: object) -> bool:
     sink = graph_rewrite(commit_dtypes(ast), pm_symbolic, name="symbolic")
     outs = sorted(u.arg[0] for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global")
     opts, registers = target_default_opts(target), vector_registers(target_vector_width(target))

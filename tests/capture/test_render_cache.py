@@ -297,3 +297,69 @@ def test_opencl_hit(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         warm = compile_uops([(Tensor(X, device="OPENCL") * 2).exp().uop], "OPENCL")
     _same(cold, warm)
     assert [k.program.meta.get("local_size") for k in cold] == [k.program.meta.get("local_size") for k in warm]
+
+
+# --- planning answers (``cached_answer``) -------------------------------------------------------------------------
+
+def _answers(folder: Path) -> list[Path]:
+    return sorted(folder.glob("answer-*.json"))
+
+
+def _conv_graph() -> object:
+    """A 1x1 conv over 14-wide rows (tiled across its 64 output channels) and the value it feeds."""
+    rng = np.random.default_rng(5)
+    x, w1 = rng.standard_normal((1, 32, 14, 14), np.float32), rng.standard_normal((64, 32, 1, 1), np.float32)
+    w2 = rng.standard_normal((32, 64, 1, 1), np.float32)
+    return Tensor(x).conv2d(Tensor(w1)).relu().conv2d(Tensor(w2))
+
+
+def _layouts(out: Tensor) -> list:
+    """The (N, H, W, C) shapes of the channels-last views a schedule of ``out`` stores values through."""
+    from jit.schedule.kernels import create_schedule
+    _, becomes = create_schedule([out.uop], "CPU")
+    return [v.src[0].src[0].shape for v in becomes.values() if v.op is Ops.RESHAPE and v.src[0].op is Ops.PERMUTE]
+
+
+def test_a_planning_answer_is_read_back_without_planning(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jit.schedule.channels_last as channels_last
+    out = _conv_graph()
+    cold = _layouts(out)
+    assert cold == [(14, 14, 64)] and _answers(cache), "the scheduler's planning answers were not stored"
+
+    def boom(*args: object) -> bool:
+        raise AssertionError("planned again on a cache hit")
+    monkeypatch.setattr(channels_last, "_plans_channel_tiles", boom)
+    assert _layouts(out) == cold
+
+
+def test_an_answer_is_keyed_by_question_and_graph(cache: Path) -> None:
+    a, b = (_kernels(scale=s)[0].ast for s in (2.0, 3.0))
+    target = Device["CPU"]
+    assert rc.cached_answer("q1", a, target, lambda: True) is True
+    assert rc.cached_answer("q1", a, target, lambda: False) is True  # read back
+    assert rc.cached_answer("q2", a, target, lambda: False) is False  # another question
+    assert rc.cached_answer("q1", b, target, lambda: False) is False  # another graph
+    assert len(_answers(cache)) == 3
+
+
+@pytest.mark.parametrize("text", ['{"format": 1, "answer": tru', '{"format": 1, "key": "x", "answer": true}',
+                                  '{"format": 99, "key": "@", "answer": true}',
+                                  '{"format": 1, "key": "@", "answer": 1}', "\udcff"])
+def test_a_damaged_answer_is_a_miss_and_replaced(cache: Path, text: str) -> None:
+    ast = _kernels()[0].ast
+    target = Device["CPU"]
+    assert rc.cached_answer("q", ast, target, lambda: False) is False
+    (path,) = _answers(cache)
+    key = path.stem.removeprefix("answer-")
+    path.write_text(text.replace("@", key), errors="surrogateescape")
+    assert rc.cached_answer("q", ast, target, lambda: False) is False
+    assert json.loads(path.read_text()) == {"format": rc.FORMAT, "key": key, "answer": False}
+
+
+def test_answers_are_not_kept_when_the_cache_is_off(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(rc.ENV, "0")
+    ast = _kernels()[0].ast
+    asked = []
+    for _ in range(2):
+        rc.cached_answer("q", ast, Device["CPU"], lambda: asked.append(1) or True)
+    assert len(asked) == 2 and not _answers(cache)

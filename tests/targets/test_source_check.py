@@ -103,6 +103,9 @@ C_REFUSED = [
     ("digraph directive", HEAD + KERNEL.replace("  for", "%:include <stdlib.h>\n  for"), "%:include",
      "a digraph"),
     ("libc call", HEAD + KERNEL.replace("  for", "  exit(1);\n  for"), "exit(1)", "got exit("),
+    # the body's words are checked on its joined lines: a call's name and parenthesis on two lines is still a call
+    ("call split across lines", HEAD + KERNEL.replace("  for", "  exit\n(1);\n  for"), "exit(", "split across lines"),
+    ("carriage return", HEAD + KERNEL.replace("  for", "  int q = 0;\r\n  for"), "int q", "printable ASCII"),
     ("extern", HEAD + KERNEL.replace("  for", "  extern int environ;\n  for"), "extern int environ",
      "no 'extern'"),
     ("static", HEAD + KERNEL.replace("  for", "  static int calls;\n  for"), "static int calls", "no 'static'"),
