@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from jit import capture_hints
 from jit.codegen.passes.images import weights_to_images
 from jit.common.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.common.errors import DrivepackError, DTypeError
@@ -467,6 +468,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
             new_states[name] = _contiguous(u if u.op is Ops.CONTIGUOUS else _contiguous(u))
     out_targets, aliases = _output_targets(outs)
     roots = [*out_targets.values(), *new_states.values()]
+    hint = capture_hints.graph_key(roots, tgt)  # the programs the last capture of this graph used, loaded meanwhile
+    hinted = capture_hints.start_prefetch(hint, tgt)
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
     weight_only: list[list[ScheduledKernel]] = []  # kernel groups whose compile runs while the kept are rendered
@@ -565,7 +568,9 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
                                             "kernels_kept": report.kernels_kept}, tuple(segments),
                            tuple(sorted({arena[b] for b in zeroed})),
                            tuple(Alias(f"output:{n}", f"output:{source}") for n, source in aliases.items()))
-    return Captured(cmdbuf, weights, make_replay(cmdbuf, weights, tgt), report)
+    replay = make_replay(cmdbuf, weights, tgt)
+    capture_hints.remember(hint, tgt, [k.source for k in kernel_specs], hinted)
+    return Captured(cmdbuf, weights, replay, report)
 
 
 def _constant_buffer(arr: np.ndarray, device: str) -> UOp:

@@ -7,6 +7,7 @@ what a replay needs, importing no renderer. ``Target`` adds the compiler side (d
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +130,17 @@ class Runtime(abc.ABC):
         that call then waits for it. Returns the compilers started: none by default (and none where all is
         cached). Only for kernels this process rendered."""
         return 0
+
+    # whether loading a cached program costs a build (jit/capture_hints.py): then ``program_keys`` and ``prefetch``
+    prefetches_programs: bool = False
+
+    def program_keys(self, sources: Sequence[str]) -> list[str]:
+        """The keys of the cached programs holding the kernels of ``sources``, for a later ``prefetch``."""
+        return []
+
+    def prefetch(self, keys: Sequence[str]) -> None:  # noqa: B027 - nothing to load by default
+        """Start loading the cached programs of ``keys`` (``program_keys`` of an earlier capture of the same graph)
+        in the background, kept for a later ``compile_many``, which does not wait for them."""
 
     def forget_compiled(self) -> None:
         """Drop what this runtime keeps in memory of programs it built, so the next compile goes to the disk cache

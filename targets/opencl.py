@@ -21,7 +21,8 @@ from targets.cpu_caches import cache_level
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import global_launch_size, group_range, render_kernel
-from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime, group_local_size
+from targets.opencl_local_size import group_local_size
+from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime
 from targets.scatter import opencl_scatter_helpers
 
 OPENCL_LANGUAGE = CStyleLanguage(

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from jit.common.errors import CompileError
 from jit.common.helpers import NOLOCALS, prod
 from targets.base import Buffer, Program, RenderedKernel, Runtime, TargetLimits
 from targets.cl_binding import (
@@ -62,11 +62,9 @@ from targets.cl_binding import (
     list_devices,
 )
 from targets.kernel_cache import cache_dir, cached_artifact, publish
+from targets.opencl_local_size import GROUPS_PER_COMPUTE_UNIT, PREFERRED_LOCAL_SIZE, group_local_size, valid_local_size
 from targets.opencl_warm import DeviceTurns, LaunchWarmer
 
-# work-group size aimed for when the device allows more: large enough to fill a GPU wave, small enough that
-# register pressure does not bite; the device and kernel limits still cap it
-PREFERRED_LOCAL_SIZE = 256
 # kernels whose fresh batch a replay may still take (targets/opencl_prewarm.py); older ones are dropped, so a long
 # process compiling many models keeps no more sources than a few models' worth
 FRESH_BATCH_KERNELS = 4096
@@ -74,7 +72,13 @@ FRESH_BATCH_KERNELS = 4096
 # capture just built, each a driver build even where the driver's cache answers it): at most this many, the least
 # recently used released first
 KEPT_PROGRAMS = 64
-GROUPS_PER_COMPUTE_UNIT = 4  # enough work-groups per compute unit that an uneven split costs little
+_CACHE_KEY = re.compile(r"[0-9a-f]{64}")
+
+
+def program_file(key: str, ext: str) -> Path | None:
+    """The kernel cache's file of the program of ``key`` (``.cl`` or ``.bin``: ``ext``), None for a key that is no
+    SHA-256 hex digest as ``_cache_key`` spells it (that could name another file)."""
+    return cache_dir() / f"opencl-{key}{ext}" if _CACHE_KEY.fullmatch(key) else None
 
 
 # element i of an image-held buffer: component i % 4 of texel i / 4, texels row-major (jit.common.dtype.ImageDType).
@@ -87,51 +91,6 @@ IMAGE_HELPER = ("#ifndef DP_READ_IMAGE\n#define DP_READ_IMAGE\n"
                 "  float4 v = read_imagef(img, dp_sampler, (int2)(t % width, t / width));\n"
                 "  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;\n"
                 "}\n#endif")
-
-def choose_local_size(global_size: tuple[int, ...], max_group: int, max_items: tuple[int, ...],
-                      preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
-    """A local size that divides ``global_size`` (OpenCL 1.2 needs uniform work-groups), stays within the
-    per-dimension limits ``max_items`` and, in product, within ``min(max_group, preferred)``; dimension 0 (the
-    innermost, contiguous in memory) is filled first. The budget halves while that leaves fewer than
-    ``min_groups`` work-groups (a register-tiled kernel launches few items: 3 groups on 2 compute units leave
-    one idle for a third of the time)."""
-    budget = max(1, min(max_group, preferred))
-    while True:
-        local, left = [], budget
-        for dim, g in enumerate(global_size):
-            cap = min(left, max_items[dim] if dim < len(max_items) else 1, g)
-            size = next(d for d in range(max(cap, 1), 0, -1) if g % d == 0)
-            local.append(size)
-            left //= size
-        if budget == 1 or prod(global_size) // prod(local) >= min_groups:
-            return tuple(local)
-        budget //= 2
-
-
-def group_local_size(global_size: tuple[int, ...], group: int, max_group: int, max_items: tuple[int, ...],
-                     preferred: int = PREFERRED_LOCAL_SIZE, min_groups: int = 1) -> tuple[int, ...]:
-    """``choose_local_size``, or for a kernel sharing reduces over dimension 0 (jit/codegen/opt/group.py) exactly one
-    output's ``group`` work-items per work-group: the local array holding their partials is indexed by the local
-    id of dimension 0 alone."""
-    if group <= 1:
-        return choose_local_size(global_size, max_group, max_items, preferred, min_groups)
-    if group > min(max_group, max_items[0] if max_items else 1):
-        raise CompileError(f"group reduce: {group} work-items expected within the work-group limits "
-                          f"(max {max_group}, dimension 0 max {max_items[0] if max_items else 1})")
-    return (group, *(1,) * (len(global_size) - 1))
-
-
-def valid_local_size(local: tuple[int, ...], global_size: tuple[int, ...], max_group: int,
-                     max_items: tuple[int, ...]) -> tuple[int, ...] | None:
-    """``local`` when it is a launchable work-group size for ``global_size`` (one entry per dimension, each
-    dividing its global extent and within ``max_items``, product within ``max_group``), else None."""
-    if len(local) != len(global_size) or prod(local) > max_group:
-        return None
-    for dim, (lo, g) in enumerate(zip(local, global_size, strict=True)):
-        if lo < 1 or g % lo or lo > (max_items[dim] if dim < len(max_items) else 1):
-            return None
-    return local
-
 
 def _release_mem(lib: Any, handle: Any, live: Counter[str]) -> None:
     lib.clReleaseMemObject(handle)
@@ -344,33 +303,69 @@ class OpenCLRuntime(Runtime):
 
     def build_in_background(self, items: list[RenderedKernel],
                             built: Callable[[list[tuple[Program, RenderedKernel]]], None] | None = None) -> None:
-        """Start building those of ``items`` the kernel cache lacks as one program on a background thread, published
-        to the cache as ``compile_many`` would (targets/replay_opencl.py ``OpenCLAheadBuild``: a capture's kernels
-        while it renders the rest; the driver's compiler runs with the GIL released). A later ``compile_many`` waits
-        for it and finds them cached; a failed build is dropped, and ``compile_many`` builds those kernels itself and
-        reports the error. ``built`` is called on that thread with each built kernel made launchable as
-        ``compile_many`` makes it (targets/opencl_warm.py)."""
+        """Start building ``items`` on a background thread, as ``compile_many`` would (targets/replay_opencl.py
+        ``OpenCLAheadBuild``: a capture's kernels while it renders the rest; the driver's compiler runs with the GIL
+        released): those the kernel cache lacks as one program, published to the cache; those it holds from their
+        cache files (on a CPU device the driver builds the cached source again, answered by its own cache), kept
+        for this process. A later ``compile_many`` waits for it and finds them; a failed build is dropped, and
+        ``compile_many`` builds those kernels itself and reports the error. ``built`` is called on that thread with
+        each built kernel made launchable as ``compile_many`` makes it (targets/opencl_warm.py)."""
         ext = self._cache_ext
-        fresh = [k for k in items if cached_artifact(f"opencl-{self._cache_key(k.source)}", ext) is None]
-        if fresh:
+        fresh: list[RenderedKernel] = []
+        stored: dict[Path, list[RenderedKernel]] = {}
+        for k in items:
+            path = cached_artifact(f"opencl-{self._cache_key(k.source)}", ext)
+            if path is None:
+                fresh.append(k)
+            elif path.suffix == ext and path not in self._kept:
+                stored.setdefault(path, []).append(k)
+        if fresh or stored:
             if self._builder is None:
                 self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-opencl-build")
-            self._background.append(self._builder.submit(self._build_quietly, fresh, built))
+            self._background.append(self._builder.submit(self._build_quietly, fresh, stored, built))
 
-    def _build_quietly(self, items: list[RenderedKernel],
+    def _build_quietly(self, fresh: list[RenderedKernel], stored: dict[Path, list[RenderedKernel]],
                        built: Callable[[list[tuple[Program, RenderedKernel]]], None] | None) -> None:
-        try:
-            with self._build_lock:
-                program = self._build_batch([(k.name, k.source) for k in items])
-        except OpenCLError:
-            return
-        try:
-            if built is not None:
-                built([(self._kernel(k.name, k.source, dict(k.meta), program), k) for k in items])
-        except OpenCLError:
-            pass  # the capture's own build makes these kernels again and reports what fails
-        finally:
-            self.lib.clReleaseProgram(program)  # the kept programs hold a reference of their own
+        made: list[tuple[Any, list[RenderedKernel]]] = []
+        for path, kernels in stored.items():
+            if path in self._kept:
+                continue
+            try:  # outside the lock, which compile_many would wait for: at worst both build one file
+                program = self._program_from_binary(path.read_bytes()) if self.cache_binaries else \
+                    self._program_from_cached_source(path)
+            except (OSError, OpenCLError):
+                continue  # compile_many reads or builds it again and reports what fails
+            if program is not None:
+                with self._build_lock:
+                    self._keep_program(path, program)
+                made.append((program, kernels))
+        if fresh:
+            try:
+                with self._build_lock:
+                    made.append((self._build_batch([(k.name, k.source) for k in fresh]), fresh))
+            except OpenCLError:
+                pass
+        for program, kernels in made:
+            try:
+                if built is not None:
+                    built([(self._kernel(k.name, k.source, dict(k.meta), program), k) for k in kernels])
+            except OpenCLError:
+                pass  # the capture's own build makes these kernels again and reports what fails
+            finally:
+                self.lib.clReleaseProgram(program)  # the kept programs hold a reference of their own
+
+    prefetches_programs = True
+
+    def program_keys(self, sources: Sequence[str]) -> list[str]:
+        ext = self._cache_ext
+        paths = (cached_artifact(f"opencl-{self._cache_key(source)}", ext) for source in sources)
+        return list(dict.fromkeys(p.stem.removeprefix("opencl-") for p in paths if p is not None and p.suffix == ext))
+
+    def prefetch(self, keys: Sequence[str]) -> None:
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-opencl-build")
+        paths = (program_file(key, self._cache_ext) for key in keys)
+        self._builder.submit(self._build_quietly, [], {p: [] for p in paths if p is not None}, None)  # not waited for
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
         return self.compile_many([(name, source, meta)])[0]

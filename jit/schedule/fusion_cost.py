@@ -36,8 +36,8 @@ HEAVY = frozenset({Ops.EXP, Ops.LOG, Ops.SIN, Ops.COS, Ops.TAN, Ops.TANH, Ops.ER
 OP_COST = {**dict.fromkeys(HEAVY, 32), Ops.FDIV: 8, Ops.RECIPROCAL: 8, Ops.SQRT: 8, Ops.IDIV: 4, Ops.MOD: 4}
 # a byte written by one kernel and read back by the next (or read again by every block), in cheap-op units. 16
 # keeps a single-input activation fused up to 64 blocks (a 256-channel 1x1 conv), as the scheduler's rule for
-# bare epilogues does (kernels.py _reaches_reduce); it errs on fusing: measured on the CPU target, a ReLU fused
-# into that conv already cost ~15% more than a kernel of its own, a second input ~20% more
+# bare epilogues does (kernels.py ``_EpilogueReads.costs_loads``); it errs on fusing: measured on the CPU target, a
+# ReLU fused into that conv already cost ~15% more than a kernel of its own, a second input ~20% more
 BYTE_COST = 16
 # a concat a reduce evaluates fewer times than this stays fused: the extra kernel would cost more than the selects
 # (a ceil-mode max pool of the ONNX conformance tests, padded by a concat, evaluates a few hundred; the zoo's
@@ -112,7 +112,11 @@ def evaluations(root: UOp, boundaries: set[UOp]) -> dict[UOp, int]:
     output of the reduce (code that does not move with the reduce loop is computed before it); any other node
     once per evaluation of its parent (a movement op maps indices, it does not change the count). A node read on
     several paths counts its largest (paths at one index are one evaluation after common subexpressions)."""
-    order, _ = _walk(root, boundaries)
+    return _evaluations(root, boundaries, _walk(root, boundaries)[0])
+
+
+def _evaluations(root: UOp, boundaries: set[UOp], order: list[UOp]) -> dict[UOp, int]:
+    """``evaluations`` over the kernel's nodes in ``order`` (``_walk``'s)."""
     evals: dict[UOp, int] = {root: prod(root.shape or ())}
     outer: dict[UOp, int] = {}  # node under a reduce -> evaluations of that reduce (a hoisted node's count)
     moving: dict[UOp, tuple[bool, ...]] = {}  # node under a reduce -> which of its axes the reduce loop moves
@@ -211,9 +215,9 @@ def dear_producers(boundaries: set[UOp]) -> set[UOp]:
         return set()
     out: set[UOp] = set()
     for k in boundaries:
-        evals = evaluations(k, boundaries)
-        out |= concat_tops(evals)
         order, parents = _walk(k, boundaries)
+        evals = _evaluations(k, boundaries, order)
+        out |= concat_tops(evals)
         again = {n for n, e in evals.items() if n.op in GroupOp.Elementwise and n.shape and blocks(n, e) > 1}
         # inside a recomputed chain (every parent in it, through movement ops): the chain's top decides for it
         inside: set[UOp] = set()

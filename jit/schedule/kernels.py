@@ -120,10 +120,15 @@ def _reads_input(u: UOp, boundaries: set[UOp]) -> bool:
     return u.op is not Ops.CONST
 
 
+def _extends_epilogue(s: UOp, boundaries: set[UOp]) -> bool:
+    """Whether source ``s`` belongs to the epilogue above it: elementwise (or a reshape, a shrink) and no kernel
+    output. A shrink keeps an epilogue one: a Winograd conv's overhanging tiles are shrunk off before its bias."""
+    return (s.op in GroupOp.Elementwise or s.op in (Ops.RESHAPE, Ops.SHRINK)) and s not in boundaries
+
+
 def _epilogue_walk(node: UOp, boundaries: set[UOp]) -> tuple[set[UOp], list[UOp]]:
-    """The elementwise (and reshape, shrink) nodes under ``node`` that are no kernel outputs (``node`` included),
-    and the sources they read that are not such nodes (reduces, buffers, other movement ops, kernel outputs). A
-    shrink keeps an epilogue one: a Winograd conv's overhanging tiles are shrunk off before its bias."""
+    """The nodes under ``node`` that extend its epilogue (``_extends_epilogue``; ``node`` included), and the sources
+    they read that do not (reduces, buffers, other movement ops, kernel outputs)."""
     seen, stack, leaves = set(), [node], []
     while stack:
         n = stack.pop()
@@ -131,35 +136,79 @@ def _epilogue_walk(node: UOp, boundaries: set[UOp]) -> tuple[set[UOp], list[UOp]
             continue
         seen.add(n)
         for s in n.src:
-            if (s.op in GroupOp.Elementwise or s.op in (Ops.RESHAPE, Ops.SHRINK)) and s not in boundaries:
+            if _extends_epilogue(s, boundaries):
                 stack.append(s)
             else:
                 leaves.append(s)
     return seen, leaves
 
 
-def _reaches_reduce(node: UOp, boundaries: set[UOp]) -> set[UOp] | None:
-    """The elementwise (and reshape) nodes under ``node`` (itself included) when a REDUCE_AXIS boundary is among
-    their sources and so is another input (a bias, BN parameters, a residual): ``node`` is an epilogue that
-    costs loads to recompute. Else None (a bare activation or a NaN-safe max is cheaper to recompute per read
-    than to store in a kernel of its own)."""
-    seen, leaves = _epilogue_walk(node, boundaries)
-    reduced = [s.op is Ops.REDUCE_AXIS and s in boundaries for s in leaves]
-    other = any(not r and _reads_input(s, boundaries) for s, r in zip(leaves, reduced, strict=True))
-    return seen if any(reduced) and other else None
+class _EpilogueReads:
+    """For one set of kernel outputs: what each node's epilogue (``_epilogue_walk``) reads, found once per node,
+    bottom up, and kept (a walk per node cost time quadratic in a chain's length, once per kernel reading it)."""
+
+    def __init__(self, boundaries: set[UOp]) -> None:
+        self.boundaries = boundaries
+        self._reads: dict[UOp, tuple[bool, bool]] = {}  # node -> (reads a reduce kernel, reads another input)
+        self._stats: dict[UOp, list[UOp]] = {}
+
+    def costs_loads(self, node: UOp) -> bool:
+        """Whether a REDUCE_AXIS output is among the epilogue's sources and so is another input (a bias, BN
+        parameters, a residual): ``node`` is an epilogue that costs loads to recompute. Else it is not one (a bare
+        activation or a NaN-safe max is cheaper to recompute per read than to store in a kernel of its own)."""
+        b, reads = self.boundaries, self._reads
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if n in reads:
+                stack.pop()
+                continue
+            pending = [s for s in n.src if s not in reads and _extends_epilogue(s, b)]
+            if pending:
+                stack += pending
+                continue
+            stack.pop()
+            reduced = other = False
+            for s in n.src:
+                if _extends_epilogue(s, b):
+                    r, o = reads[s]
+                else:
+                    r = s.op is Ops.REDUCE_AXIS and s in b
+                    o = not r and _reads_input(s, b)
+                reduced, other = reduced or r, other or o
+            reads[n] = (reduced, other)
+        return all(reads[node])
+
+    def row_statistics(self, node: UOp) -> list[UOp]:
+        """The reduce outputs whose results the epilogue broadcasts over its rows (through an EXPAND)."""
+        if node not in self._stats:
+            stats: list[UOp] = []
+            for leaf in _epilogue_walk(node, self.boundaries)[1]:
+                if leaf.op is Ops.EXPAND:  # a statistic broadcast over the row: the reduces it is computed from
+                    src = leaf.src[0]
+                    under = [src] if src in self.boundaries else _epilogue_walk(src, self.boundaries)[1]
+                    stats += [u for u in under if u.op is Ops.REDUCE_AXIS and u in self.boundaries]
+            self._stats[node] = stats
+        return self._stats[node]
+
+    def under_others(self, tops: set[UOp]) -> set[UOp]:
+        """The nodes that extend the epilogue of some node of ``tops`` below it (one walk for all of them)."""
+        seen: set[UOp] = set()
+        stack = [s for n in tops for s in n.src if _extends_epilogue(s, self.boundaries)]
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack += [s for s in n.src if _extends_epilogue(s, self.boundaries)]
+        return seen
 
 
-def _row_normalization(node: UOp, reads: list[UOp], boundaries: set[UOp]) -> bool:
-    """Whether epilogue ``node`` shifts or scales rows by a statistic of the very rows the kernel's reduces
-    (``reads``, each over an input of ``node``'s shape) walk: softmax's ``exp(x - max)`` under its sum, a layer
-    norm's ``x - mean`` under its variance. Each element is then evaluated once there, not once per read: fused, it
-    costs no recomputation, where a kernel of its own costs a store, a reload and a dispatch."""
-    stats: list[UOp] = []
-    for leaf in _epilogue_walk(node, boundaries)[1]:
-        if leaf.op is Ops.EXPAND:  # a statistic broadcast over the row: the reduces it is computed from
-            src = leaf.src[0]
-            under = [src] if src in boundaries else _epilogue_walk(src, boundaries)[1]
-            stats += [u for u in under if u.op is Ops.REDUCE_AXIS and u in boundaries]
+def _row_normalization(node: UOp, reads: list[UOp], stats: list[UOp]) -> bool:
+    """Whether epilogue ``node`` shifts or scales rows by a statistic (``stats``: ``_EpilogueReads.row_statistics``)
+    of the very rows the kernel's reduces (``reads``, each over an input of ``node``'s shape) walk: softmax's
+    ``exp(x - max)`` under its sum, a layer norm's ``x - mean`` under its variance. Each element is then evaluated
+    once there, not once per read: fused, it costs no recomputation, where a kernel of its own costs a store, a
+    reload and a dispatch."""
     return bool(stats and reads) and all(r.src[0].shape == node.shape and r.arg[1] == s.arg[1]
                                          and r.src[0].shape == s.src[0].shape for r in reads for s in stats)
 
@@ -168,9 +217,10 @@ def _recomputed_epilogues(boundaries: set[UOp]) -> set[UOp]:
     """Elementwise epilogues of reduces (bias, BN, activation, residual add) that a reduce kernel reads at
     other indices than its own: left fused there, each is recomputed on every read (a 3x3 conv reads each input
     element 9 x output-channels times). Each becomes a kernel output instead, so it runs once as the epilogue of
-    the producing reduce; only the topmost node of each such chain. A row normalization under a reduce over the
-    same rows (``_row_normalization``) stays fused: that reduce evaluates it once per element."""
+    the producing reduce; only the topmost node of each such chain in each kernel. A row normalization under a
+    reduce over the same rows (``_row_normalization``) stays fused: that reduce evaluates it once per element."""
     out: set[UOp] = set()
+    epilogues = _EpilogueReads(boundaries)
     for k in boundaries:
         region = _kernel_region(k, boundaries)
         if k.op is not Ops.REDUCE_AXIS and not any(n.op is Ops.REDUCE_AXIS and n not in boundaries
@@ -178,11 +228,9 @@ def _recomputed_epilogues(boundaries: set[UOp]) -> set[UOp]:
             continue
         reads = [k] * (k.op is Ops.REDUCE_AXIS) + [n for n, _ in region if n.op is Ops.REDUCE_AXIS
                                                    and n not in boundaries]
-        chains = {n: c for n, direct in region if not direct and n.op in GroupOp.Elementwise
-                  and n not in boundaries and (c := _reaches_reduce(n, boundaries)) is not None
-                  and not _row_normalization(n, reads, boundaries)}
-        inner = set().union(*(c - {n} for n, c in chains.items())) if chains else set()
-        out |= set(chains) - inner
+        chains = {n for n, direct in region if not direct and n.op in GroupOp.Elementwise and n not in boundaries
+                  and epilogues.costs_loads(n) and not _row_normalization(n, reads, epilogues.row_statistics(n))}
+        out |= chains - epilogues.under_others(chains)
     return out
 
 

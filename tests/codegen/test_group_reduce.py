@@ -23,7 +23,7 @@ from targets.cl_binding import CL_DEVICE_TYPE_GPU
 from targets.cpu import CPU_VECTOR_WIDTH, WIDE_VECTOR_OPTS
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.opencl import CPU_DEVICE_OPTS, GPU_OPTS, WIDE_CPU_DEVICE_OPTS
-from targets.opencl_runtime import group_local_size
+from targets.opencl_local_size import group_local_size
 
 pytestmark = pytest.mark.cpu_only  # the OPENCL device is chosen per test; nothing here runs per device
 RNG = np.random.default_rng(11)

@@ -17,6 +17,7 @@ import pytest
 
 import targets.cl_binding as cllib
 import targets.opencl as cl
+import targets.opencl_local_size as clsize
 import targets.opencl_runtime as clrt
 from jit import Context, Tensor, dtypes
 from jit.common.errors import CompileError
@@ -215,20 +216,20 @@ def test_byte_vectors_move_as_words_where_aligned(target: cl.OpenCLTarget, start
 
 
 def test_choose_local_size_respects_limits() -> None:
-    assert clrt.choose_local_size((1024, 8), 4096, (4096, 4096)) == (256, 1)
-    assert clrt.choose_local_size((50, 40, 9), 1024, (1024, 1024, 64)) == (50, 5, 1)
-    assert clrt.choose_local_size((7, 3), 16, (4, 16)) == (1, 3)  # 7 is prime and above the per-dim limit
-    assert clrt.choose_local_size((1000,), 64, (64,), preferred=256) == (50,)
-    assert clrt.choose_local_size((12, 12), 8, (8, 8)) == (6, 1)
+    assert clsize.choose_local_size((1024, 8), 4096, (4096, 4096)) == (256, 1)
+    assert clsize.choose_local_size((50, 40, 9), 1024, (1024, 1024, 64)) == (50, 5, 1)
+    assert clsize.choose_local_size((7, 3), 16, (4, 16)) == (1, 3)  # 7 is prime and above the per-dim limit
+    assert clsize.choose_local_size((1000,), 64, (64,), preferred=256) == (50,)
+    assert clsize.choose_local_size((12, 12), 8, (8, 8)) == (6, 1)
 
 
 def test_choose_local_size_leaves_enough_work_groups_for_the_compute_units() -> None:
     """Regression: a register-tiled conv launched (2, 16, 24) items as 3 groups of 256 on 2 compute units."""
-    assert clrt.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024)) == (2, 16, 8)
-    local = clrt.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024), min_groups=8)
+    assert clsize.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024)) == (2, 16, 8)
+    local = clsize.choose_local_size((2, 16, 24), 1024, (1024, 1024, 1024), min_groups=8)
     assert local == (2, 16, 2) and 2 * 16 * 24 // np.prod(local) >= 8
-    assert clrt.choose_local_size((4,), 1024, (1024,), min_groups=8) == (1,)  # fewer items than groups asked for
-    assert Device["OPENCL"].min_groups == clrt.GROUPS_PER_COMPUTE_UNIT * Device["OPENCL"].info.max_compute_units
+    assert clsize.choose_local_size((4,), 1024, (1024,), min_groups=8) == (1,)  # fewer items than groups asked for
+    assert Device["OPENCL"].min_groups == clsize.GROUPS_PER_COMPUTE_UNIT * Device["OPENCL"].info.max_compute_units
 
 
 def test_a_cpu_devices_large_kernels_are_split_into_more_work_groups(target: cl.OpenCLTarget) -> None:
@@ -241,11 +242,11 @@ def test_a_cpu_devices_large_kernels_are_split_into_more_work_groups(target: cl.
     for n, large in ((96, False), (384, True)):  # n^3 multiply-adds: 1.8 and 113 MFLOP
         a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
         ck = compile_uops([(Tensor(a, device="OPENCL") @ Tensor(b, device="OPENCL")).uop], "OPENCL")[-1]
-        want = (cl.LARGE_KERNEL_GROUPS_PER_UNIT if large and cpu_device else clrt.GROUPS_PER_COMPUTE_UNIT) * units
+        want = (cl.LARGE_KERNEL_GROUPS_PER_UNIT if large and cpu_device else clsize.GROUPS_PER_COMPUTE_UNIT) * units
         assert ck.program.meta.get("min_groups", target.min_groups) == want
         max_group = min(ck.program.handle.max_group, target.max_group)
-        assert ck.program.local_size == clrt.choose_local_size(ck.program.global_size, max_group, target.max_items,
-                                                               target.preferred_local, want)
+        assert ck.program.local_size == clsize.choose_local_size(ck.program.global_size, max_group, target.max_items,
+                                                                 target.preferred_local, want)
         np.testing.assert_allclose(Tensor(a, device="OPENCL").matmul(Tensor(b, device="OPENCL")).numpy(), a @ b,
                                    rtol=1e-4, atol=1e-3)
 

@@ -21,7 +21,7 @@ from jit.codegen.pipeline import commit_dtypes
 from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
 from targets.opencl import GPU_OPTS, opencl_vector_width
-from targets.opencl_runtime import valid_local_size
+from targets.opencl_local_size import valid_local_size
 from targets.registry import Device
 
 RNG = np.random.default_rng(3)
