@@ -85,14 +85,21 @@ class _Groups:
                 self.cost[a] += self.cost.pop(b)
 
 
-def _best_end(start: int, preds: Sequence[set[int]], costs: Sequence[float], lanes: int) -> tuple[int, float]:
-    """The end of the costliest balanced segment from ``start`` and its cost; (start, 0) when there is none."""
+def _best_end(start: int, preds: Sequence[set[int]], costs: Sequence[float], lanes: int,
+              last_pred: Sequence[int]) -> tuple[int, float]:
+    """The end of the costliest balanced segment from ``start`` and its cost; (start, 0) when there is none.
+    ``last_pred``: each kernel's latest predecessor (-1 for none)."""
     groups = _Groups()
     best = (start, 0.0)
     total = 0.0
-    for e in range(start, min(len(costs), start + MAX_SEGMENT_KERNELS)):
+    stop = min(len(costs), start + MAX_SEGMENT_KERNELS)
+    # after the last kernel that follows none from ``start`` on, each kernel joins a group: one group stays one
+    last_root = max((e for e in range(start + 1, stop) if last_pred[e] < start), default=start)
+    for e in range(start, stop):
         groups.add(e, costs[e], (p for p in preds[e] if p >= start))
         total += costs[e]
+        if e >= last_root and len(groups.cost) == 1:
+            break
         if len(groups.cost) < 2 or total < MIN_SEGMENT_COST or total <= best[1]:
             continue
         even = total / min(lanes, len(groups.cost))
@@ -108,9 +115,10 @@ def find_segments(preds: Sequence[set[int]], costs: Sequence[float], lanes: int)
     if lanes < 2:
         return []
     segments: list[Segment] = []
+    last_pred = [max(p, default=-1) for p in preds]
     start = 0
     while start < len(costs):
-        end, _ = _best_end(start, preds, costs, lanes)
+        end, _ = _best_end(start, preds, costs, lanes, last_pred)
         if end == start:
             start += 1
             continue

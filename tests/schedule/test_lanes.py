@@ -58,6 +58,27 @@ def test_a_dependent_chain_gets_no_segment() -> None:
     assert find_segments(preds, [BIG] * 8, lanes=2) == []
 
 
+def test_the_search_stops_where_no_group_can_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start whose later kernels all follow it is given up at once, and a search past the last kernel that could
+    start a group stops once everything is one group: linear in a long chain, not quadratic."""
+    import jit.schedule.streams as streams
+    added: list[int] = []
+    real = streams._Groups.add
+
+    def counted(self: object, x: int, cost: float, joins: object) -> None:
+        added.append(x)
+        real(self, x, cost, joins)
+    monkeypatch.setattr(streams._Groups, "add", counted)
+    n = 400
+    chain = [set()] + [{i - 1} for i in range(1, n)]
+    assert find_segments(chain, [BIG] * n, lanes=2) == [] and len(added) == n
+    added.clear()
+    towers = two_chains(3)  # then a long chain after the join: the towers' segment is still found
+    towers += [{i - 1} for i in range(len(towers), len(towers) + n)]
+    (seg,) = find_segments(towers, [BIG] * len(towers), lanes=2)
+    assert (seg.start, seg.end) == (0, 6) and len(added) < 4 * len(towers)
+
+
 def test_many_small_groups_are_packed_evenly() -> None:
     lane_of, most = pack([5, 4, 3, 3, 2, 1], lanes=2)
     loads = [sum(c for c, lane in zip([5, 4, 3, 3, 2, 1], lane_of, strict=True) if lane == x) for x in (0, 1)]
