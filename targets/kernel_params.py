@@ -77,10 +77,11 @@ def stored_params(source: str) -> frozenset[int]:
         return out
 
     for stmt in re.split(r"[;{}]", _COMMENT.sub(" ", source)):
+        assignments = _assignments(stmt)
         decl = _POINTER_DECL.search(stmt)
-        if decl is not None and not _assignments(stmt):
+        if decl is not None and not assignments:
             aliases.setdefault(decl.group(1), set())  # declared now, assigned later
-        for k in _assignments(stmt):
+        for k in assignments:
             lhs = stmt[:k].rstrip("+-*/%&|^<>")
             decl = _POINTER_DECL.search(lhs)
             if decl is not None or lhs.strip() in aliases:  # a pointer (re)pointed, not a store
@@ -88,6 +89,8 @@ def stored_params(source: str) -> frozenset[int]:
                 aliases[name] = aliases.get(name, set()) | params_in(stmt[k + 1:])
             else:
                 stored |= params_in(lhs)
+        if not any(_DATA.fullmatch(name) or aliases.get(name) for name in _IDENT.findall(stmt)):
+            continue  # what follows only adds the parameters a name in the statement may point into: none
         for m in re.finditer(r"\+\+|--", stmt):
             stored |= params_in(_operand_before(stmt, m.start())) | params_in(_operand_after(stmt, m.end()))
         for call in _STORE_CALL.finditer(stmt):
@@ -125,13 +128,13 @@ _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 def _assignments(stmt: str) -> list[int]:
     """Offsets of the ``=`` of every assignment (plain or compound) in ``stmt``; comparisons are not."""
     out = []
-    for k, ch in enumerate(stmt):
-        if ch != "=" or stmt[k + 1:k + 2] == "=" or stmt[k - 1:k] in ("=", "!"):
-            continue
+    k = stmt.find("=")
+    while k != -1:
         before = stmt[max(0, k - 2):k]
-        if before[-1:] in ("<", ">") and before[:1] != before[-1:]:
-            continue  # <= or >=, but not <<= or >>=
-        out.append(k)
+        if stmt[k + 1:k + 2] != "=" and before[-1:] not in ("=", "!") and \
+                not (before[-1:] in ("<", ">") and before[:1] != before[-1:]):  # <= or >=, but not <<= or >>=
+            out.append(k)
+        k = stmt.find("=", k + 1)
     return out
 
 

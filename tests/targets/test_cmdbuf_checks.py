@@ -157,6 +157,9 @@ def test_json_depth_and_integer_length_are_bounded() -> None:
     ("__global float* restrict p = data7+1; *(p+2) = 0.0f;", {7}),
     ("float* p; p = data3; p[0] = 1.0f;", {3}),
     ("float* q = data2; float* p = q+1; *p = 1.0f;", {2}),
+    # a pointer declared by a statement naming no parameter is still followed once it points into one
+    ("float* p = 0; x = 1; p = data3; *p = 1.0f;", {3}),
+    ("float* q = data2; y = 2; other_kernel(q);", {2}),
     ("long off = data0 - data1; *(data0 - off) = 1.0f;", {0, 1}),
     ("long off = (long)data3; *(data0 + off) = 1.0f;", {0, 3}),
     ("other_kernel(data0, data2+4);", {0, 2}),
