@@ -67,6 +67,8 @@ _VECTOR_TYPEDEF = re.compile(r"typedef ([a-z_A-Z0-9 ]+?) (dp_[a-z0-9_]+) __attri
 _TOKEN = re.compile(r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[A-Za-z]*|[A-Za-z_]\w*|<<=|>>=|\+\+|--|->|&&|\|\||==|!=|"
                     r"<=|>=|<<|>>|[-+*/%&|^]=|\S")
 _PUNCTUATION = frozenset("-+*/%&|^!~<>=?:;,.(){}[]")
+_UNARY_OPS = frozenset({"-", "+", "!", "~", "*", "&", "++", "--"})
+_ASSIGN_OPS = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="})
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _VECTOR_NAME = re.compile(r"dp_(int|uint|float)(8|16|32|64)x(2|4|8|16|32|64)")
 _PREPROCESSOR_OK = re.compile(r"#ifndef [A-Z][A-Z0-9_]*|#define [A-Z][A-Z0-9_]*|#endif|#include <(?:math|stdint)\.h>|"
@@ -97,9 +99,9 @@ def scalar_type(words: str) -> CType | None:
 
 def tokenize(text: str) -> list[str]:
     tokens = _TOKEN.findall(text)
-    for tok in tokens:
+    for tok in set(tokens):  # each distinct token once (a kernel repeats its names and operators)
         if len(tok) == 1 and not (tok.isalnum() or tok == "_") and tok not in _PUNCTUATION:
-            raise IndexParseError(f"unexpected character {tok!r}")
+            raise IndexParseError(f"unexpected character {next(t for t in tokens if t == tok)!r}")
     return tokens
 
 
@@ -180,7 +182,7 @@ class _Parser:
         return self.toks[self.i + k] if k else self.toks[self.i]
 
     def take(self, want: str | None = None) -> str:
-        tok = self.peek()
+        tok = self.toks[self.i]
         if tok == "" or (want is not None and tok != want):
             raise IndexParseError(f"expected {want or 'a token'!r}, got {tok or 'the end'!r}")
         self.i += 1
@@ -330,23 +332,21 @@ class _Parser:
 
     # --- expressions -------------------------------------------------------------------------------------
     def expr(self) -> Expr:
+        """An assignment expression (right to right: ``a = b = c``) or a conditional one."""
         self.deeper()
         try:
-            return self.assignment()
+            lhs = self.ternary()
+            op = self.toks[self.i]
+            if op in _ASSIGN_OPS:
+                self.i += 1
+                return ("assign", op, self.note_assigned(lhs), self.expr())
+            return lhs
         finally:
             self.depth -= 1
 
-    def assignment(self) -> Expr:
-        lhs = self.ternary()
-        op = self.peek()
-        if op in ("=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="):
-            self.take()
-            return ("assign", op, self.note_assigned(lhs), self.expr())
-        return lhs
-
     def ternary(self) -> Expr:
         cond = self.binary(0)
-        if self.peek() != "?":
+        if self.toks[self.i] != "?":
             return cond
         self.take()
         a = self.expr()
@@ -366,13 +366,14 @@ class _Parser:
         precedence step, not per level of C's grammar)."""
         a = self.unary()
         while (prec := self._PRECEDENCE.get(self.toks[self.i], 0)) > floor:
-            op = self.take()
+            op = self.toks[self.i]
+            self.i += 1
             a = ("bin", op, a, self.binary(prec))
         return a
 
     def unary(self) -> Expr:
         tok = self.toks[self.i]
-        if tok in ("-", "+", "!", "~", "*", "&", "++", "--"):
+        if tok in _UNARY_OPS:
             self.take()
             self.deeper()
             try:
@@ -390,7 +391,7 @@ class _Parser:
             e = self.expr()
             self.take(")")
             return ("sizeof_e", e)
-        if tok == "(" and self.is_type_word(self.peek(1)):
+        if tok == "(" and self.is_type_word(self.toks[self.i + 1]):
             self.take()
             t = self.type_name()
             self.take(")")
@@ -409,22 +410,22 @@ class _Parser:
     def list_of(self, open_: str, close: str) -> tuple[Expr, ...]:
         self.take(open_)
         items = [self.item()]
-        while self.peek() == ",":
-            self.take()
+        while self.toks[self.i] == ",":
+            self.i += 1
             items.append(self.item())
         self.take(close)
         return tuple(items)
 
     def item(self) -> Expr:
         """One element of a list: an expression, or a type name (``__builtin_convertvector``'s second argument)."""
-        if self.type_at() and self.peek(1) in (",", ")"):
+        if self.toks[self.i + 1] in (",", ")") and self.type_at():
             return ("type", self.type_name())
         return self.expr()
 
     def primary(self) -> Expr:
         tok = self.take()
         if tok == "(":
-            if self.peek() == "{":  # a GCC statement expression
+            if self.toks[self.i] == "{":  # a GCC statement expression
                 body = self.block_body()
                 self.take(")")
                 return ("stmts", body)
@@ -436,8 +437,8 @@ class _Parser:
         if tok in ("asm", "__asm", "__asm__"):
             raise IndexParseError("expected no inline assembly (asm), whose accesses cannot be bounded")
         if (tok[0].isalpha() or tok[0] == "_") and not self.is_type_word(tok):  # a name: tokens are whole words
-            if self.peek() == "(":
-                if self.peek(1) == ")":
+            if self.toks[self.i] == "(":
+                if self.toks[self.i + 1] == ")":
                     self.i += 2
                     return ("call", tok, ())
                 return ("call", tok, self.list_of("(", ")"))
