@@ -4,6 +4,7 @@ by its own launch and refused with one byte less."""
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import replace
 from pathlib import Path
@@ -265,6 +266,21 @@ def test_nesting_past_the_limit_is_refused_not_crashed() -> None:
         check_extents(deep, "k", (1,), None, [("b0", 16, None), ("b1", 16, None)], [], "d")
     check_extents(c(f"*(data0+i) = *(data1+{'(' * 30}i{')' * 30});"), "k", (1,), None,
                   [("b0", 16, None), ("b1", 16, None)], [], "d")
+
+
+@pytest.mark.parametrize("stmt", ["*(data0+i) = @;", "*(data0+i) = *(data1+i) $ 1;", "*(data0+i) = `x`;"])
+def test_a_character_outside_the_grammar_is_named(stmt: str) -> None:
+    bad = next(ch for ch in stmt if ch in "@$`")
+    with pytest.raises(IndexRangeError, match=re.escape(f"unexpected character '{bad}'")):
+        check_extents(c(stmt), "k", (1,), None, [("b0", 16, None), ("b1", 16, None)], [], "d")
+
+
+def test_chained_assignments_are_followed() -> None:
+    check_extents(c("float a, b; a = b = *(data1+i); *(data0+i) = a;"), "k", (1,), None,
+                  [("b0", 16, None), ("b1", 16, None)], [], "d")
+    with pytest.raises(IndexRangeError):
+        check_extents(c("float* p; float* q; p = q = data0 + 4; *(p+i) = 1.0f;"), "k", (1,), None,
+                      [("b0", 16, None), ("b1", 16, None)], [], "d")
 
 
 def test_a_command_buffer_is_refused_at_construction() -> None:
