@@ -204,20 +204,27 @@ def concat_tops(evals: dict[UOp, int]) -> set[UOp]:
     return {n for n, e in evals.items() if is_concat(n) and n not in inner and e >= CONCAT_MIN_EVALUATIONS}
 
 
-def dear_producers(boundaries: set[UOp]) -> set[UOp]:
+def dear_producers(boundaries: set[UOp], memo: dict[tuple[UOp, ...], set[UOp]] | None = None) -> set[UOp]:
     """The fusion cost pass. Before: ``boundaries``, the kernel outputs found so far (every reduce a kernel
     reads at another index than its own is one). After: every elementwise producer, no kernel output yet, that
     tops a chain some reduce kernel computes more than once per element (once per output block) and that costs
     more to recompute there than to store and reload (or that holds a ``HEAVY`` op), and every concat a reduce
     reads (``concat_tops``: a stored concat is one plain load per tap); the caller makes them kernel outputs,
-    each then computed once. Empty under ``FUSION_COST=0``."""
+    each then computed once. Empty under ``FUSION_COST=0``. ``memo``: each kernel's answer by the nodes it
+    computes (``_walk``'s order, its output first), kept by a caller asking again as the boundaries grow: a kernel
+    computing the same nodes reads the same boundaries, so its answer holds."""
     if not FUSION_COST:
         return set()
     out: set[UOp] = set()
+    memo = {} if memo is None else memo
     for k in boundaries:
         order, parents = _walk(k, boundaries)
+        if (known := memo.get(key := tuple(order))) is not None:
+            out |= known
+            continue
+        found: set[UOp] = set()
         evals = _evaluations(k, boundaries, order)
-        out |= concat_tops(evals)
+        found |= concat_tops(evals)
         again = {n for n, e in evals.items() if n.op in GroupOp.Elementwise and n.shape and blocks(n, e) > 1}
         # inside a recomputed chain (every parent in it, through movement ops): the chain's top decides for it
         inside: set[UOp] = set()
@@ -227,5 +234,7 @@ def dear_producers(boundaries: set[UOp]) -> set[UOp]:
         for n in again - inside:
             cost, heavy = recompute_cost(n, boundaries)
             if heavy or (blocks(n, evals[n]) - 1) * cost > store_reload_cost(n):
-                out.add(n)
+                found.add(n)
+        memo[key] = found
+        out |= found
     return out

@@ -248,9 +248,10 @@ def find_boundaries(targets: list[UOp]) -> list[UOp]:
     base |= {n for n in order if n.op is Ops.CONTIGUOUS}
     base |= {n for n in order if n.op is Ops.REDUCE_AXIS and users.get(n, 0) > 1}
     forced: set[UOp] = set()
+    known: dict[tuple[UOp, ...], set[UOp]] = {}  # dear_producers' answers by kernel, kept between rounds
     while True:  # epilogues made outputs change which reduces are read indirectly: close again until stable
         boundaries = _close_boundaries(base | forced, rank)
-        extra = _recomputed_epilogues(boundaries) | dear_producers(boundaries)
+        extra = _recomputed_epilogues(boundaries) | dear_producers(boundaries, known)
         extra = (extra | pieces_to_compute(boundaries) if STORE_VIEWS else extra) - forced
         if not extra:
             return [n for n in order if n in boundaries]

@@ -233,6 +233,23 @@ def test_the_gelu_chain_is_heavy_and_dear() -> None:
     assert not any(n.op is Ops.ERF for n in toposort([conv.ast]))
 
 
+def test_a_kernel_computing_the_same_nodes_is_answered_from_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = Tensor(np.random.default_rng(9).standard_normal((1, 32, 16, 16), dtype=np.float32))
+    g = x * ((x / 2 ** 0.5).erf() + 1) * 0.5
+    w, b = conv1x1(32, 64)
+    y = g.conv2d(w, b)
+    with Context(FUSION_COST=0):
+        fused = set(find_boundaries([y.uop]))
+    memo: dict = {}
+    assert fusion_cost.dear_producers(fused, memo) == {g.uop} and len(memo) == len(fused)
+    costed: list[object] = []
+    real = fusion_cost.recompute_cost
+    monkeypatch.setattr(fusion_cost, "recompute_cost", lambda n, bs: (costed.append(n), real(n, bs))[1])
+    assert fusion_cost.dear_producers(fused, memo) == {g.uop} and costed == []  # nothing asked again
+    assert fusion_cost.dear_producers(fused | {g.uop}, memo) == set()  # the conv computes other nodes now
+    assert fusion_cost.dear_producers(fused) == {g.uop} and costed  # no memo: asked again
+
+
 # --- concats under a reduce -----------------------------------------------------------------------------------
 def depthwise(c: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(RNG_SEED + c)
