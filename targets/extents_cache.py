@@ -3,7 +3,8 @@
 Proving a kernel's accesses bounded parses and evaluates its C source: for a 120-kernel model about a second in
 every new process that captures it or opens its package, though the answer depends only on the source, the launch
 and the checker's own code. This cache keeps the answers that proved bounds, in files ``extents-<key>.json`` beside the
-compiled kernels (targets/kernel_cache.py).
+compiled kernels (targets/kernel_cache.py), and, in ``params-<key>.json``, which parameters each source may store
+through (targets/kernel_params.py ``stored_params``: a few milliseconds a source, which depend on the source alone).
 
 Key: a SHA-256 over the checker's code (the bytes of every ``targets/index_*.py`` and ``targets/kernel_params.py``,
 read once per process: an edited checker misses), the source, the entry, the launch sizes and the scalar arguments.
@@ -82,5 +83,31 @@ def store(key: str, buffers: dict[int, tuple[int, int]], images: dict[int, tuple
            "images": [[k, lo, hi, sorted(w)] for k, (lo, hi, w) in sorted(images.items())]}
     try:
         publish(_path(key), json.dumps(doc))
+    except OSError:
+        pass
+
+
+def params_key(source: str) -> str:
+    """The key of the parameters ``source`` may store through."""
+    return framed_digest(("stored-params", source), checker_fingerprint())
+
+
+def load_params(key: str) -> frozenset[int] | None:
+    """The stored-through parameters kept under ``key``, or None (a miss, as for ``load``)."""
+    try:
+        doc = json.loads((cache_dir() / f"params-{key}.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("key") != key:
+        return None
+    stored = doc.get("stored")
+    return frozenset(stored) if isinstance(stored, list) and _ints(stored, len(stored)) else None
+
+
+def store_params(key: str, stored: frozenset[int]) -> None:
+    """Keep the stored-through parameters of a source (see ``store``)."""
+    try:
+        doc = {"format": FORMAT, "key": key, "stored": sorted(stored)}
+        publish(cache_dir() / f"params-{key}.json", json.dumps(doc))
     except OSError:
         pass

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from jit.common.errors import DrivepackError
+from targets import extents_cache
 
 
 class KernelParamsError(DrivepackError, ValueError):
@@ -105,6 +106,19 @@ def stored_params(source: str) -> frozenset[int]:
         for pattern in _POINTER_ESCAPE:
             stored |= {i for m in pattern.finditer(stmt) for i in params_in(m.group(1))}
     return frozenset(stored)
+
+
+@lru_cache(maxsize=4096)
+def kept_stored_params(source: str) -> frozenset[int]:
+    """``stored_params``, kept on disk for the next process (targets/extents_cache.py)."""
+    if not extents_cache.enabled():
+        return stored_params(source)
+    key = extents_cache.params_key(source)
+    if (kept := extents_cache.load_params(key)) is not None:
+        return kept
+    stored = stored_params(source)
+    extents_cache.store_params(key, stored)
+    return stored
 
 
 # calls that only read through a pointer argument (and C words followed by a parenthesis)
@@ -204,7 +218,7 @@ def check_kernel(source: str, entry: str, bindings: list[tuple[str, bool]], n_sc
     for p in params[len(bindings):]:
         if p.pointer or p.image:
             raise KernelParamsError(f"{where}: parameter {params.index(p)} expected a scalar, got {p.text!r}")
-    bad = sorted(i for i in stored_params(source) if i != 0)
+    bad = sorted(i for i in kept_stored_params(source) if i != 0)
     if bad:
         raise KernelParamsError(f"{where}: stores expected through data0 only (the written binding), got stores "
                                 f"through {', '.join(f'data{i}' for i in bad)}")

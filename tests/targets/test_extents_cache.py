@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import targets.index_ranges as index_ranges
-from targets import extents_cache
+from targets import extents_cache, kernel_params
 from targets.index_ranges import Extents, access_extents
 
 SOURCE = """void copy(float* restrict data0, float* restrict data1, int n) {
@@ -88,3 +88,47 @@ def test_the_cache_can_be_turned_off(cache: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(extents_cache.ENV, "0")
     assert access_extents(SOURCE, "copy", (1,), None, SCALARS) == WANT
     assert not list(cache.glob("extents-*.json"))
+
+
+# --- which parameters a source stores through (targets/kernel_params.py) ----------------------------------------
+
+def _clear_params_memo() -> None:
+    kernel_params.stored_params.cache_clear()
+    kernel_params.kept_stored_params.cache_clear()
+
+
+@pytest.fixture
+def params_cache(cache: Path) -> Path:
+    _clear_params_memo()
+    yield cache
+    _clear_params_memo()
+
+
+def test_the_stored_through_parameters_are_read_back_without_scanning(params_cache: Path) -> None:
+    kernel_params.check_kernel(SOURCE, "copy", [("out", False), ("in", False)], 1, "k")
+    (path,) = params_cache.glob("params-*.json")
+    assert json.loads(path.read_text())["stored"] == [0]
+    _clear_params_memo()  # as in a new process
+    kernel_params.check_kernel(SOURCE, "copy", [("out", False), ("in", False)], 1, "k")
+    assert kernel_params.stored_params.cache_info().misses == 0  # read back, not scanned
+
+
+@pytest.mark.parametrize("damage", [lambda doc: "{", lambda doc: json.dumps({**doc, "stored": [0, "1"]}),
+                                    lambda doc: json.dumps({**doc, "key": "0" * 64}),
+                                    lambda doc: json.dumps({**doc, "stored": 0})])
+def test_a_damaged_params_file_is_a_miss_and_rewritten(params_cache: Path, damage) -> None:
+    writes_data1 = SOURCE.replace("*(data0+i) =", "*(data1+i) =")
+    with pytest.raises(kernel_params.KernelParamsError, match="through data1"):
+        kernel_params.check_kernel(writes_data1, "copy", [("out", False), ("in", False)], 1, "k")
+    (path,) = params_cache.glob("params-*.json")
+    path.write_text(damage(json.loads(path.read_text())))
+    _clear_params_memo()
+    with pytest.raises(kernel_params.KernelParamsError, match="through data1"):
+        kernel_params.check_kernel(writes_data1, "copy", [("out", False), ("in", False)], 1, "k")
+    assert json.loads(path.read_text())["stored"] == [1]
+
+
+def test_no_params_file_with_the_cache_off(params_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(extents_cache.ENV, "0")
+    kernel_params.check_kernel(SOURCE, "copy", [("out", False), ("in", False)], 1, "k")
+    assert not list(params_cache.glob("params-*.json"))
