@@ -5,7 +5,6 @@ result, a damaged or foreign hint is ignored, and a target whose programs load c
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -19,17 +18,6 @@ from jit.realize import clear_compiled_kernels
 
 X = np.linspace(-1, 1, 192, dtype=np.float32).reshape(1, 3, 8, 8)
 W = np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty kernel cache folder, and this process's compiled kernels forgotten."""
-    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
-    monkeypatch.delenv(rc.ENV, raising=False)
-    monkeypatch.setattr(rc, "_FINGERPRINT", (rc.compiler_fingerprint(), math.inf, frozenset()))
-    clear_compiled_kernels()
-    yield tmp_path
-    clear_compiled_kernels()
 
 
 def _model(x: Tensor) -> dict[str, Tensor]:

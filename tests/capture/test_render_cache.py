@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
@@ -24,18 +23,6 @@ from jit.realize import clear_compiled_kernels, compile_uops
 ROOT = Path(__file__).resolve().parents[2]
 X = np.arange(96, dtype=np.float32).reshape(8, 12) / 7
 A, B = np.ones((64, 96), np.float32) / 3, np.ones((96, 128), np.float32) / 5
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh, empty kernel cache folder for the test, and this process's compiled kernels forgotten."""
-    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
-    monkeypatch.delenv(rc.ENV, raising=False)
-    # stores on even while the checkout's sources are being edited (test_no_store_once_the_sources_changed tests that)
-    monkeypatch.setattr(rc, "_FINGERPRINT", (rc.compiler_fingerprint(), math.inf, frozenset()))
-    clear_compiled_kernels()
-    yield tmp_path
-    clear_compiled_kernels()
 
 
 def _kernels(scale: float = 3.0, opts: bool = False) -> list[realize.CompiledKernel]:

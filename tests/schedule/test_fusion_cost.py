@@ -215,13 +215,18 @@ def test_evaluations_count_a_1x1_conv_input_once_per_output_channel() -> None:
     assert fusion_cost.store_reload_cost(g.uop) == 2 * 4 * fusion_cost.BYTE_COST
 
 
-def test_the_gelu_chain_is_heavy_and_dear() -> None:
-    x = Tensor(np.random.default_rng(8).standard_normal((1, 32, 16, 16), dtype=np.float32))
+def gelu_into_conv(seed: int) -> tuple[Tensor, Tensor, set]:
+    """An exact GELU feeding a 1x1 conv: the GELU, the conv and the conv's kernel outputs with the GELU fused."""
+    x = Tensor(np.random.default_rng(seed).standard_normal((1, 32, 16, 16), dtype=np.float32))
     g = x * ((x / 2 ** 0.5).erf() + 1) * 0.5
     w, b = conv1x1(32, 64)
     y = g.conv2d(w, b)
     with Context(FUSION_COST=0):
-        fused = set(find_boundaries([y.uop]))
+        return g, y, set(find_boundaries([y.uop]))
+
+
+def test_the_gelu_chain_is_heavy_and_dear() -> None:
+    g, y, fused = gelu_into_conv(8)
     assert fusion_cost.recompute_cost(g.uop, fused)[1] is True
     assert fusion_cost.dear_producers(fused) == {g.uop}
     with Context(FUSION_COST=0):
@@ -234,12 +239,7 @@ def test_the_gelu_chain_is_heavy_and_dear() -> None:
 
 
 def test_a_kernel_computing_the_same_nodes_is_answered_from_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
-    x = Tensor(np.random.default_rng(9).standard_normal((1, 32, 16, 16), dtype=np.float32))
-    g = x * ((x / 2 ** 0.5).erf() + 1) * 0.5
-    w, b = conv1x1(32, 64)
-    y = g.conv2d(w, b)
-    with Context(FUSION_COST=0):
-        fused = set(find_boundaries([y.uop]))
+    g, _, fused = gelu_into_conv(9)
     memo: dict = {}
     assert fusion_cost.dear_producers(fused, memo) == {g.uop} and len(memo) == len(fused)
     costed: list[object] = []
