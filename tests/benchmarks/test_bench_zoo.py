@@ -52,7 +52,8 @@ def test_compare_scales_the_tolerance_by_the_largest_reference_value() -> None:
 
 
 def _args(**kw: object) -> argparse.Namespace:
-    return argparse.Namespace(**{"targets": ["CPU"], "repeat": 3, "contention": 0, "threads": 2, "realtime": 0, **kw})
+    return argparse.Namespace(**{"targets": ["CPU"], "repeat": 3, "contention": 0, "threads": 2, "realtime": 0,
+                                 "warm_process": False, **kw})
 
 
 def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_error_row(tmp_path: Path) -> None:
@@ -65,6 +66,22 @@ def test_bench_model_times_a_matching_model_and_keeps_a_failing_target_as_an_err
     assert cpu.cold_s and cpu.warm_s and any((tmp_path / "m-CPU-cache").iterdir())  # the cold capture filled it
     assert bad.error and bad.p50 is None and "\n" not in bad.error
     assert all(ns is None or 0 < ns < 1e6 for ns in r.cross_core_ns)  # measured around the timed part
+
+
+def test_a_warm_capture_in_a_new_process_is_timed_there(tmp_path: Path, capsys,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_gemm_model(), str(path))
+    timed: list[float] = []
+    real = bench_zoo.timed_capture_in_new_process
+    monkeypatch.setattr(bench_zoo, "timed_capture_in_new_process", lambda p, t: timed.append(real(p, t)) or timed[-1])
+    result = bench_zoo.bench_model("m", str(path), _args(warm_process=True), tmp_path)
+    r = result.targets["CPU"]
+    assert r.error is None and r.cold_s and timed == [r.warm_s] and r.warm_s > 0
+    bench_zoo.print_table([result], _args(warm_process=True))
+    assert "first call; warm in a new process)" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="warm capture in a new process: exit 1: .*"):
+        bench_zoo.timed_capture_in_new_process(str(tmp_path / "missing.onnx"), "CPU")
 
 
 @pytest.mark.opencl
