@@ -178,12 +178,15 @@ def clear_compiled_kernels() -> None:
     Device.forget_compiled()
 
 
-_names: dict[str, dict[object, int]] = {}  # base name -> kernel graph -> suffix number
+# (target, base name) -> kernel graph -> suffix number: numbered per target, so that what a process compiled for
+# one target leaves the names (and so the sources and every cache keyed by them) of another's kernels as they are
+_names: dict[tuple[str, str], dict[object, int]] = {}
 
 
-def unique_name(base: str, key: object) -> str:
-    """``base`` for the first kernel with that name, then ``base`` + ``n2``, ``n3``... for different kernels."""
-    seen = _names.setdefault(base, {})
+def unique_name(target: str, base: str, key: object) -> str:
+    """``base`` for the first kernel with that name on ``target``, then ``base`` + ``n2``, ``n3``... for different
+    kernels."""
+    seen = _names.setdefault((target, base), {})
     if key not in seen:
         seen[key] = len(seen) + 1
     n = seen[key]
@@ -195,7 +198,7 @@ def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None
     (stored there after a miss). Either way the same name, source, metadata, stats and policy."""
     entry = render_cache.load(disk_key) if disk_key else None
     if entry is not None:
-        name = unique_name(k.name, entry.sink_key)
+        name = unique_name(target.name, k.name, entry.sink_key)
         return _Pending(name, entry.source_for(name), entry.meta, entry.stats, entry.policy, None, entry.sink_key)
     with _deep_recursion():
         rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
@@ -204,7 +207,7 @@ def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None
             name_key: object = structural_key(rewritten.sink)
         except UnkeyableError:
             name_key = rewritten.sink
-        name = unique_name(k.name, name_key)
+        name = unique_name(target.name, k.name, name_key)
         source, meta = target.render(name, rewritten.sink)
     stats = kernel_stats(rewritten.sink)
     if disk_key:

@@ -245,6 +245,30 @@ def test_capture_is_identical_across_processes_cold_and_warm(tmp_path: Path) -> 
     assert json.loads(off.stdout) == cold
 
 
+_OPENCL_AFTER = """
+import json, sys
+import numpy as np
+from jit import Tensor, capture
+def model(x):
+    return {"y": (x.reshape(1, 3, 8, 8).conv2d(Tensor(np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)),
+                                             padding=1).relu()).sum(axis=(2, 3))}
+x = np.linspace(0, 1, 192, dtype=np.float32).reshape(1, 192)
+for target in sys.argv[1:]:
+    run = capture(model, {"x": x}, target=target)
+print(json.dumps([k.source for k in run.cmdbuf.kernels]))
+"""
+
+
+def test_kernels_for_one_target_are_named_as_if_no_other_had_compiled(tmp_path: Path) -> None:
+    """A process that captured for the CPU target first names the OPENCL capture's kernels as a fresh process does:
+    names are part of the source, which the OpenCL driver's cache and drivepack's are keyed by."""
+    env = {**os.environ, "DRIVEPACK_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    alone, after_cpu = (json.loads(subprocess.run([sys.executable, "-c", _OPENCL_AFTER, *targets], env=env,
+                                                  capture_output=True, text=True, check=True).stdout)
+                        for targets in (["OPENCL"], ["CPU", "OPENCL"]))
+    assert alone == after_cpu
+
+
 def test_capture_in_process_hits(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def model(x: Tensor) -> dict[str, Tensor]:
         return {"y": (x * 2).exp().sum(axis=1)}
