@@ -546,6 +546,9 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     nodes: list[set[str]] = []  # per kernel spec: a kernel run by several dispatches computes for each one's nodes
     dispatches: list[Dispatch] = []
     for k, ck in zip(kept, compiled, strict=True):
+        if ck.name in specs and kernel_specs[specs[ck.name]].source != ck.program.source:
+            # one spec per name: a second kernel of the same name would silently run the first one's code
+            raise CaptureError(f"kernel names: expected one source per name, got two kernels named {ck.name}")
         if ck.name not in specs:
             specs[ck.name] = len(kernel_specs)
             kernel_specs.append(KernelSpec(ck.name, ck.program.source, ck.program.name, tgt.name,

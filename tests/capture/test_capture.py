@@ -250,3 +250,16 @@ def test_a_long_fused_elementwise_chain_renders_shallow_enough_to_load(target: s
     for _ in range(100):
         want = want * np.float32(1.01) + np.float32(0.5)
     np.testing.assert_allclose(cap(x=x)["y"], want, rtol=1e-4)
+
+
+def test_two_kernels_of_one_name_are_refused_not_merged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command buffer keeps one spec per kernel name: two different kernels given one name (were the naming
+    ever to allow it) must stop the capture, never run the first one's code for both."""
+    import jit.realize as realize
+    from jit.realize import clear_compiled_kernels
+    clear_compiled_kernels()
+    monkeypatch.setattr(realize, "unique_name", lambda target, base, key: base)
+    x = np.linspace(0.5, 1.5, 96, dtype=np.float32).reshape(8, 12)
+    with pytest.raises(CaptureError, match="two kernels named E_8_12"):
+        capture(lambda x: {"a": (x * 2).exp(), "b": (x + 1).log()}, {"x": x}, target="CPU")
+    clear_compiled_kernels()
