@@ -260,6 +260,8 @@ def test_two_kernels_of_one_name_are_refused_not_merged(monkeypatch: pytest.Monk
     clear_compiled_kernels()
     monkeypatch.setattr(realize, "unique_name", lambda target, base, key: base)
     x = np.linspace(0.5, 1.5, 96, dtype=np.float32).reshape(8, 12)
-    with pytest.raises(CaptureError, match="two kernels named E_8_12"):
-        capture(lambda x: {"a": (x * 2).exp(), "b": (x + 1).log()}, {"x": x}, target="CPU")
-    clear_compiled_kernels()
+    try:
+        with pytest.raises(CaptureError, match="two kernels named E_8_12"):
+            capture(lambda x: {"a": (x * 2).exp(), "b": (x + 1).log()}, {"x": x}, target="CPU")
+    finally:
+        clear_compiled_kernels()  # no kernel named by the patched function outlives the test
