@@ -178,36 +178,56 @@ def clear_compiled_kernels() -> None:
     Device.forget_compiled()
 
 
-# (target, base name) -> kernel graph -> suffix number: numbered per target, so that what a process compiled for
-# one target leaves the names (and so the sources and every cache keyed by them) of another's kernels as they are
-_names: dict[tuple[str, str], dict[object, int]] = {}
+class KernelNames:
+    """Kernel names of one scope: a capture's command buffer (``compile_kernels(..., names=)``), or everything else a
+    process compiles. ``base`` for the first kernel of that base name on a target, then ``base`` + ``n2``, ``n3``...
+    for different kernels (told apart by their rewritten graph's exact key) in the order the scope meets them. Names
+    are part of the source, which the compiled-kernel caches are keyed by: a capture named in its own scope is the
+    same source in every process, whatever else the process compiled before it."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], dict[object, int]] = {}
+
+    def name(self, target: str, base: str, key: object) -> str:
+        seen = self._seen.setdefault((target, base), {})
+        if key not in seen:
+            seen[key] = len(seen) + 1
+        n = seen[key]
+        return base if n == 1 else f"{base}n{n}"
 
 
-def unique_name(target: str, base: str, key: object) -> str:
-    """``base`` for the first kernel with that name on ``target``, then ``base`` + ``n2``, ``n3``... for different
-    kernels."""
-    seen = _names.setdefault((target, base), {})
-    if key not in seen:
-        seen[key] = len(seen) + 1
-    n = seen[key]
-    return base if n == 1 else f"{base}n{n}"
+_process_names = KernelNames()  # what is compiled outside a capture (eager runs, weight folds)
 
 
-def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None) -> _Pending:
+def _name_key(sink: UOp) -> object:
+    """What tells kernels of one base name apart: the rewritten graph's exact key (the graph where it has none)."""
+    try:
+        return structural_key(sink)
+    except UnkeyableError:
+        return sink
+
+
+def _renamed(done: CompiledKernel, name: str) -> _Pending | None:
+    """A kernel compiled or rendered before, under ``name`` instead (its name stands once in its source, as
+    `` name(``); None where it does not."""
+    old = f" {done.name}("
+    if done.program.source.count(old) != 1:
+        return None
+    return _Pending(name, done.program.source.replace(old, f" {name}("), done.program.meta, done.stats,
+                    done.dtype_policy, done.lowered_sink, done.sink_key)
+
+
+def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None, names: KernelNames) -> _Pending:
     """Kernel ``k`` through the codegen passes and the renderer, or from the render cache under ``disk_key``
-    (stored there after a miss). Either way the same name, source, metadata, stats and policy."""
+    (stored there after a miss), named in ``names``. Either way the same name, source, metadata, stats and policy."""
     entry = render_cache.load(disk_key) if disk_key else None
     if entry is not None:
-        name = unique_name(target.name, k.name, entry.sink_key)
+        name = names.name(target.name, k.name, entry.sink_key)
         return _Pending(name, entry.source_for(name), entry.meta, entry.stats, entry.policy, None, entry.sink_key)
     with _deep_recursion():
         rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
-        try:
-            # numbered by the rewritten graph's exact key, as a cache hit is (the graph itself is not at hand there)
-            name_key: object = structural_key(rewritten.sink)
-        except UnkeyableError:
-            name_key = rewritten.sink
-        name = unique_name(target.name, k.name, name_key)
+        # numbered by the rewritten graph's exact key, as a cache hit is (the graph itself is not at hand there)
+        name = names.name(target.name, k.name, _name_key(rewritten.sink))
         source, meta = target.render(name, rewritten.sink)
     stats = kernel_stats(rewritten.sink)
     if disk_key:
@@ -231,7 +251,7 @@ def _buffer_bytes(k: ScheduledKernel) -> tuple[int, ...] | None:
 
 def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True,
                     rendered: Callable[[RenderedKernel], None] | None = None,
-                    once: bool = False) -> list[CompiledKernel]:
+                    once: bool = False, names: KernelNames | None = None) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
     and the target compiles all new kernels of one call together (one C compiler run on the CPU). A kernel
     rendered in an earlier process under the same code, target and settings is read from the render cache
@@ -243,7 +263,10 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     as soon as its source is known (targets/replay.py ``AheadBuild``).
 
     ``once``: the kernels run once (a capture's weight folds): the target may build them for a shorter compile over
-    faster code (``ONCE_META`` in their metadata), apart from the same kernels built to run often."""
+    faster code (``ONCE_META`` in their metadata), apart from the same kernels built to run often.
+
+    ``names``: the scope the kernels are named in (a capture's, ``KernelNames``); a kernel compiled before under
+    another name is renamed (its source edited, then built again where ``build``). None: the process's."""
     settings = kernel_settings_key()
     process_settings = settings + (ONCE_SETTINGS if once else "")
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
@@ -251,20 +274,26 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     default_opts = target_default_opts(target)  # what a render-cache hit's ``lowered`` is rebuilt with
     context = {"NOOPT": NOOPT.value, "EMULATED_DTYPES": EMULATED_DTYPES.value, "WINO": WINO.value}
     todo: dict[UOp, _Pending] = {}
+    ready: dict[UOp, CompiledKernel] = {}  # kernels compiled (or rendered, without ``build``) before, as they are
     for k in kernels:
         key = (target.name, process_settings, k.ast)
-        if key in _compiled or (not build and key in _rendered) or k.ast in todo:
-            if rendered is not None and k.ast not in todo:
-                done = _compiled.get(key) or _rendered[key]
-                rendered(RenderedKernel(done.name, done.program.source, done.program.meta, _buffer_bytes(k)))
+        if k.ast in todo or k.ast in ready:
             continue
-        if key in _rendered:
-            ck = _rendered.pop(key)
-            pending = todo[k.ast] = _Pending(ck.name, ck.program.source, ck.program.meta, ck.stats, ck.dtype_policy,
-                                             ck.lowered_sink, ck.sink_key)
-        else:
+        done = _compiled.get(key) or _rendered.get(key)
+        pending: _Pending | None = None
+        if done is not None:
+            name = done.name if names is None else \
+                names.name(target.name, k.name, done.sink_key or _name_key(done.lowered))
+            if name == done.name and (key in _compiled or not build):
+                ready[k.ast] = done
+                if rendered is not None:
+                    rendered(RenderedKernel(done.name, done.program.source, done.program.meta, _buffer_bytes(k)))
+                continue
+            pending = _renamed(done, name)  # built under another name, or rendered only: built now
+        if pending is None:
             disk_key = render_cache.entry_key(k.ast, target, "", disk_context) if disk_context is not None else None
-            pending = todo[k.ast] = _rewrite_and_render(k, target, disk_key)
+            pending = _rewrite_and_render(k, target, disk_key, names or _process_names)
+        todo[k.ast] = pending
         if rendered is not None:
             rendered(RenderedKernel(pending.name, pending.source, pending.meta, _buffer_bytes(k)))
         if DEBUG >= 2:
@@ -281,12 +310,13 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
         for ast, p in todo.items():
             program = Program(p.name, p.source, None, tuple(p.meta.get("global_size", (1,))),
                               p.meta.get("local_size"), p.meta)
-            _rendered[(target.name, process_settings, ast)] = kernel(ast, p, program)
+            ready[ast] = _rendered[(target.name, process_settings, ast)] = kernel(ast, p, program)
     elif todo:
         programs = target.compile_many([(p.name, p.source, _once_meta(p.meta, once)) for p in todo.values()])
         for (ast, p), prog in zip(todo.items(), programs, strict=True):
-            _compiled[(target.name, process_settings, ast)] = kernel(ast, p, prog)
-    return [_compiled.get(key) or _rendered[key] for key in ((target.name, process_settings, k.ast) for k in kernels)]
+            ready[ast] = _compiled[(target.name, process_settings, ast)] = kernel(ast, p, prog)
+            _rendered.pop((target.name, process_settings, ast), None)
+    return [ready[k.ast] for k in kernels]
 
 
 def compile_soon(kernels: list[ScheduledKernel], once: bool = False) -> bool:

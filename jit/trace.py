@@ -50,7 +50,7 @@ from jit.common.helpers import STREAMS
 from jit.frontend.tensor import Tensor
 from jit.frontend.weight_layout import WEIGHT_BLOCK_MAX_PAD
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
-from jit.realize import CompiledKernel, compile_kernels, compile_soon, host_bytes, read_into, run_schedule
+from jit.realize import CompiledKernel, KernelNames, compile_kernels, compile_soon, host_bytes, read_into, run_schedule
 from jit.schedule.in_place import in_place_kernel, in_place_problem, is_plain_copy
 from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
 from jit.schedule.memory_plan import plan_alignment, plan_memory
@@ -349,7 +349,7 @@ def _plan_arena(users: dict[UOp, list[int]], segments: list[Segment], alignment:
 
 
 def _states_in_place(kept: list[ScheduledKernel], compiled: list[CompiledKernel], written_back: dict[UOp, UOp],
-                     tgt: Target) -> tuple[list[ScheduledKernel], list[CompiledKernel]]:
+                     tgt: Target, names: KernelNames) -> tuple[list[ScheduledKernel], list[CompiledKernel]]:
     """The schedule with each state's producer storing into the state itself where jit/schedule/in_place.py proves
     that safe, its write-back copy (and any plain copies between) dropped and the temporaries' readers reading the
     state. ``written_back``: the copy's output buffer -> the state's buffer. A producer stays as it is when any
@@ -373,7 +373,7 @@ def _states_in_place(kept: list[ScheduledKernel], compiled: list[CompiledKernel]
         rewritten = in_place_kernel(kept[producer], state)
         if rewritten is None:
             continue
-        ck = compile_kernels([rewritten], tgt, build=not tgt.replay_builds_kernels)[0]
+        ck = compile_kernels([rewritten], tgt, build=not tgt.replay_builds_kernels, names=names)[0]
         if in_place_problem(ck.lowered) is not None:
             continue
         kept[producer], compiled[producer] = rewritten, ck
@@ -519,11 +519,12 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
         kept = [_read_as_images(k, images) for k in kept]
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
-        compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add)
+        names = KernelNames()  # the command buffer's own: named alike in every process (jit/realize.py)
+        compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add, names=names)
         for group in weight_only:  # in order: the scheduled kernels may read the folds
             run_schedule(group, once=True)
     written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}
-    kept, compiled = _states_in_place(kept, compiled, written_back, tgt)
+    kept, compiled = _states_in_place(kept, compiled, written_back, tgt, names)
     alignment = plan_alignment(tgt.limits.buffer_alignment)
     base = _plan_arena(_arena_buffers(kept, role), _lane_segments(kept, compiled, tgt.lanes, role), alignment)[1]
     kept, compiled, zeroed = _zeroed_once(kept, compiled, role, base.arena_bytes)

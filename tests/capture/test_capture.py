@@ -258,10 +258,28 @@ def test_two_kernels_of_one_name_are_refused_not_merged(monkeypatch: pytest.Monk
     import jit.realize as realize
     from jit.realize import clear_compiled_kernels
     clear_compiled_kernels()
-    monkeypatch.setattr(realize, "unique_name", lambda target, base, key: base)
+    monkeypatch.setattr(realize.KernelNames, "name", lambda self, target, base, key: base)
     x = np.linspace(0.5, 1.5, 96, dtype=np.float32).reshape(8, 12)
     try:
         with pytest.raises(CaptureError, match="two kernels named E_8_12"):
             capture(lambda x: {"a": (x * 2).exp(), "b": (x + 1).log()}, {"x": x}, target="CPU")
     finally:
         clear_compiled_kernels()  # no kernel named by the patched function outlives the test
+
+
+def test_kernels_are_renamed_for_each_capture_they_are_reused_in() -> None:
+    """Names are numbered per capture: a kernel compiled by an earlier capture under another name is renamed (its
+    source edited) in the next, and each command buffer keeps one name per kernel."""
+    x = np.linspace(0.5, 1.5, 96, dtype=np.float32).reshape(8, 12)
+    both = {"a": np.exp(x * 2), "b": np.log(x + 1)}
+    for target in ("CPU", "OPENCL"):
+        runs = [capture(lambda x: {"a": (x * 2).exp(), "b": (x + 1).log()}, {"x": x}, target=target),
+                capture(lambda x: {"b": (x + 1).log()}, {"x": x}, target=target),
+                capture(lambda x: {"a": (x * 2).exp(), "b": (x + 1).log()}, {"x": x}, target=target)]
+        names = [[k.name for k in run.cmdbuf.kernels] for run in runs]
+        assert names[0] == names[2] == ["E_8_12", "E_8_12n2"] and names[1] == ["E_8_12"], names
+        assert "E_8_12n2(" in runs[0].cmdbuf.kernels[1].source and "E_8_12(" in runs[1].cmdbuf.kernels[0].source
+        for run in runs:
+            out = run({"x": x})
+            for name, got in out.items():
+                np.testing.assert_allclose(got, both[name], rtol=1e-6)

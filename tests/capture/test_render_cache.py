@@ -245,28 +245,30 @@ def test_capture_is_identical_across_processes_cold_and_warm(tmp_path: Path) -> 
     assert json.loads(off.stdout) == cold
 
 
-_OPENCL_AFTER = """
+_CAPTURE_AFTER = """
 import json, sys
 import numpy as np
 from jit import Tensor, capture
-def model(x):
-    return {"y": (x.reshape(1, 3, 8, 8).conv2d(Tensor(np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)),
-                                             padding=1).relu()).sum(axis=(2, 3))}
+def model(x, scale=1.0):
+    w = Tensor(np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3))
+    return {"y": (x.reshape(1, 3, 8, 8).conv2d(w, padding=1).relu() * scale).sum(axis=(2, 3))}
 x = np.linspace(0, 1, 192, dtype=np.float32).reshape(1, 192)
-for target in sys.argv[1:]:
-    run = capture(model, {"x": x}, target=target)
+for what in sys.argv[1:]:  # TARGET, or TARGET:other for the same model with its conv's epilogue scaled
+    target, _, other = what.partition(":")
+    run = capture(lambda x: model(x, 2.0 if other else 1.0), {"x": x}, target=target)
 print(json.dumps([k.source for k in run.cmdbuf.kernels]))
 """
 
 
-def test_kernels_for_one_target_are_named_as_if_no_other_had_compiled(tmp_path: Path) -> None:
-    """A process that captured for the CPU target first names the OPENCL capture's kernels as a fresh process does:
-    names are part of the source, which the OpenCL driver's cache and drivepack's are keyed by."""
+@pytest.mark.parametrize("before", [["CPU"], ["OPENCL:other"], ["CPU:other", "OPENCL:other"]])
+def test_a_capture_names_its_kernels_as_a_fresh_process_does(tmp_path: Path, before: list[str]) -> None:
+    """A process that captured other models (or for another target) first names an OPENCL capture's kernels as a
+    fresh process does: names are in the source, which the OpenCL driver's cache and drivepack's are keyed by."""
     env = {**os.environ, "DRIVEPACK_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    alone, after_cpu = (json.loads(subprocess.run([sys.executable, "-c", _OPENCL_AFTER, *targets], env=env,
-                                                  capture_output=True, text=True, check=True).stdout)
-                        for targets in (["OPENCL"], ["CPU", "OPENCL"]))
-    assert alone == after_cpu
+    alone, after = (json.loads(subprocess.run([sys.executable, "-c", _CAPTURE_AFTER, *captures], env=env,
+                                              capture_output=True, text=True, check=True).stdout)
+                    for captures in (["OPENCL"], [*before, "OPENCL"]))
+    assert alone == after
 
 
 def test_capture_in_process_hits(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
