@@ -381,11 +381,12 @@ def realize_uops(targets: list[UOp], device: str | None = None) -> dict[UOp, UOp
     return becomes
 
 
-def compiled_kernel(target_name: str, name: str) -> CompiledKernel | None:
-    """The kernel named ``name`` compiled (or only rendered) in this process for target ``target_name`` under the
-    current settings (its stats and dtype policy, e.g. for a package manifest); None when there is none."""
+def compiled_kernel(target_name: str, name: str, source: str) -> CompiledKernel | None:
+    """The kernel named ``name`` with ``source`` compiled (or only rendered) in this process for target
+    ``target_name`` under the current settings (its stats and dtype policy, e.g. for a package manifest); None when
+    there is none. The source tells it apart from another capture's kernel of the same name (``KernelNames``)."""
     settings = kernel_settings_key()
     for (tname, tsettings, _), ck in (*_compiled.items(), *_rendered.items()):
-        if tname == target_name and tsettings == settings and ck.name == name:
+        if tname == target_name and tsettings == settings and ck.name == name and ck.program.source == source:
             return ck
     return None

@@ -461,7 +461,7 @@ def _build_entry(m: _Model, device: str, profile: VehicleProfile, settings: dict
             assert run.report is not None
             counts = kernel_counts(run)
             stages.prog.note("capture", f"{name}: {counts.text()}; {_memory_text(run.report)}")
-            compiled = {k.name: compiled_kernel(target.name, k.name) for k in run.cmdbuf.kernels}
+            compiled = {k.name: compiled_kernel(target.name, k.name, k.source) for k in run.cmdbuf.kernels}
             if session is not None:
                 tuned.hits, tuned.searched = tuned.hits + session.hits, tuned.searched + session.searched
                 tuned.misses += session.misses
