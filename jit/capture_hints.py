@@ -25,7 +25,7 @@ from pathlib import Path
 from jit import render_cache
 from jit.ir.uop import Ops, UOp, toposort
 from targets.base import Runtime
-from targets.kernel_cache import cache_dir, publish
+from targets.kernel_cache import cache_dir, publish, read_entry
 
 FORMAT = 1
 _PROGRAM_KEY = re.compile(r"[0-9a-f]{64}")
@@ -53,13 +53,8 @@ def graph_key(roots: list[UOp], target: Runtime) -> str | None:
 
 
 def _read(key: str) -> list[str] | None:
-    try:
-        doc = json.loads(_path(key).read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not (isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == key):
-        return None
-    programs = doc.get("programs")
+    doc = read_entry(_path(key), FORMAT, key)
+    programs = doc.get("programs") if doc is not None else None
     ok = isinstance(programs, list) and all(isinstance(p, str) and _PROGRAM_KEY.fullmatch(p) for p in programs)
     return programs if ok else None
 

@@ -56,7 +56,7 @@ from jit.common.errors import DrivepackError
 from jit.common.helpers import BEAM, VIZ
 from jit.ir.stable_key import UnkeyableError, structural_key, value_code
 from jit.ir.uop import UOp
-from targets.kernel_cache import cache_dir, publish
+from targets.kernel_cache import cache_dir, publish, read_entry
 
 FORMAT = 1
 ENV = "DRIVEPACK_RENDER_CACHE"
@@ -329,13 +329,9 @@ def cached_answer(question: str, ast: UOp, target: Any, answer: Callable[[], boo
     key = entry_key(ast, target, f"question={question}") if cache_enabled() else None
     if key is None:
         return answer()
-    try:
-        doc = json.loads(_answer_path(key).read_text())
-        if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == key \
-                and isinstance(doc.get("answer"), bool):
-            return doc["answer"]
-    except (OSError, UnicodeDecodeError, ValueError):
-        pass
+    doc = read_entry(_answer_path(key), FORMAT, key)
+    if doc is not None and isinstance(doc.get("answer"), bool):
+        return doc["answer"]
     result = bool(answer())
     if sources_unchanged():
         try:

@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from targets.kernel_cache import cache_dir, framed_digest, publish
+from targets.kernel_cache import cache_dir, framed_digest, publish, read_entry
 
 FORMAT = 1
 ENV = "DRIVEPACK_EXTENTS_CACHE"  # "0": prove every launch again
@@ -62,11 +62,8 @@ def _ints(v: Any, n: int) -> bool:
 
 def load(key: str) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int, frozenset[int]]]] | None:
     """(buffers, images) stored under ``key``, or None: nothing stored, or not a valid entry (a miss)."""
-    try:
-        doc = json.loads(_path(key).read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("key") != key:
+    doc = read_entry(_path(key), FORMAT, key)
+    if doc is None:
         return None
     buffers, images = doc.get("buffers"), doc.get("images")
     if not (isinstance(buffers, list) and all(_ints(b, 3) for b in buffers) and isinstance(images, list)
@@ -94,13 +91,8 @@ def params_key(source: str) -> str:
 
 def load_params(key: str) -> frozenset[int] | None:
     """The stored-through parameters kept under ``key``, or None (a miss, as for ``load``)."""
-    try:
-        doc = json.loads((cache_dir() / f"params-{key}.json").read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("key") != key:
-        return None
-    stored = doc.get("stored")
+    doc = read_entry(cache_dir() / f"params-{key}.json", FORMAT, key)
+    stored = doc.get("stored") if doc is not None else None
     return frozenset(stored) if isinstance(stored, list) and _ints(stored, len(stored)) else None
 
 

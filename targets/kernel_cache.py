@@ -7,10 +7,12 @@ kernel's key then names a ``<key>.ref`` file holding the name of the batch file.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 
 def cache_dir() -> Path:
@@ -39,6 +41,16 @@ def publish(path: Path, data: bytes | str) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
     os.replace(staged, path)
+
+
+def read_entry(path: Path, fmt: int, key: str) -> dict[str, Any] | None:
+    """The JSON object in cache file ``path`` when it is an entry of format ``fmt`` stored under ``key``; None for a
+    file that is missing, unreadable, not JSON or another format's or key's (a miss: the next store replaces it)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == fmt and doc.get("key") == key else None
 
 
 def framed_digest(parts: Iterable[str], seed: str = "") -> str:
