@@ -3,6 +3,7 @@ epilogue adds a second reduce (resnet's projection shortcut) are tiled, with the
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -212,6 +213,27 @@ def test_a_strided_conv_tile_takes_two_output_rows_sharing_its_weights() -> None
     xp = np.pad(x, ((0, 0), (0, 0), (3, 3), (3, 3)))
     want = sum(np.einsum("oc,nchw->nohw", w[:, :, ky, kx], xp[:, :, ky:ky + 224:2, kx:kx + 224:2])
                for ky in range(7) for kx in range(7))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.usefixtures("wide_vectors")
+def test_a_strided_conv_over_a_short_reduce_takes_three_rows_sharing_its_weights() -> None:
+    """squeezenet's stem: 3 -> 64 channels, 3x3 at stride 2 over 224 x 224, a reduce of 27 taps (shorter than
+    ``BROADCAST_SHARING_MIN_TRIPS``) into 111 x 111 outputs. A row of one 16-lane vector x 8 channels loaded two
+    vectors, a shuffle and 8 broadcast weights for 8 multiply-adds; three output rows (111 = 3 x 37, no two divides
+    it) share the weights: 24 accumulators. Their copies come rows first, so each broadcast weight feeds the three
+    rows' multiply-adds one after another (in the reuse axis's order GCC spilled the tile)."""
+    x, w, b = _rand(1, 3, 224, 224), _rand(64, 3, 3, 3, seed=1), _rand(64, seed=2)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), stride=2)
+    plan = plan_tiles(_ast(out), WIDE_VECTOR_OPTS, vector_registers(16))
+    assert plan is not None and plan.window_first
+    assert [(_size_of(r), u) for r, u in plan.upcasts][1:] == [(64, 8), (111, 3)]
+    conv = next(k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_"))
+    assert float_accumulators(conv.program.source) == 16 * 8 * 3
+    updates = re.findall(r"acc\d+ = \(acc\d+\+\((val\d+)\*(val\d+)\)\);", conv.program.source)
+    assert len({weight for _, weight in updates[:3]}) == 1 and len({row for row, _ in updates[:3]}) == 3
+    want = sum(np.einsum("oc,nchw->nohw", w[:, :, ky, kx], x[:, :, ky:ky + 222:2, kx:kx + 222:2])
+               for ky in range(3) for kx in range(3)) + b[None, :, None, None]
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
 
 

@@ -82,12 +82,14 @@ class TilePlan:
     """Which output ranges to upcast and by how much: ``((range, factor), ...)``, inner axis first; ``max_lanes``
     caps the vector lanes of the inner axis where its loads are contiguous only in runs that long (0: no cap);
     ``overlap``: the inner factor need not divide its axis, whose last tile is shifted back to end at the axis's
-    end (jit/codegen/opt/overlap.py); ``overlap_reuse``: the same for the reuse axis (``overlap_height``)."""
+    end (jit/codegen/opt/overlap.py); ``overlap_reuse``: the same for the reuse axis (``overlap_height``);
+    ``window_first``: ``tile_kernel`` orders the third upcast's copies (a window's rows) before the reuse axis's."""
 
     upcasts: tuple[tuple[UOp, int], ...]
     max_lanes: int = 0
     overlap: bool = False
     overlap_reuse: bool = False
+    window_first: bool = False
 
 
 def _size(r: UOp) -> int:
@@ -250,6 +252,11 @@ BROADCAST_SHARING_MIN_TRIPS = 48
 # rows of a tile over a sliding window's axis (``_window_axis``): h output rows of a 3-tap window load h + 2 input
 # rows instead of 3h, and h x the row's vectors are accumulators
 WINDOW_HEIGHTS = (4, 2)
+# rows of a tile over a row read at a stride (a stride-2 conv's), whatever its reduce's length: each row vector costs
+# two unaligned loads and a shuffle and each channel a broadcast weight, so a tile of one row is bound by its loads;
+# rows sharing the weights halve (two) or third (three) the broadcasts a multiply-add needs. The first that divides
+# the axis (squeezenet's 111 output rows: three)
+STRIDED_WINDOW_HEIGHTS = (2, 3)
 # rows of another output axis a tile takes where its reduce is short and nothing is shared (``plan_chains``): each
 # is one more independent chain of accumulators
 CHAIN_HEIGHTS = (4, 2)
@@ -355,6 +362,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     upcasts: list[tuple[UOp, int]] = [(inner, u_inner)]
     heights = tuple(u for u in reuse_upcasts if u * u_inner <= opts.max_upcast)
     fill_upcast = opts.fill_upcast or opts.max_upcast
+    strided = any((st or 0) > 1 for st in row_strides)
     shared = [cand for cand in reversed(outs[:-1])  # innermost first: its loads are the nearest in memory
               if any(inner in deps[ld] and cand not in deps[ld] for ld in loads)]
     for cand in shared:
@@ -363,8 +371,7 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             while u_inner * u_reuse < opts.fill_tile and u_reuse < MAX_FILL_HEIGHT and \
                     u_inner * u_reuse * 2 <= fill_upcast and _size(cand) % (u_reuse * 2) == 0:
                 u_reuse *= 2
-            while opts.fill_upcast and u_inner * u_reuse < opts.fill_tile and \
-                    not any((st or 0) > 1 for st in row_strides) and \
+            while opts.fill_upcast and u_inner * u_reuse < opts.fill_tile and not strided and \
                     u_inner * 2 * u_reuse <= opts.fill_upcast and _size(inner) % (u_inner * 2) == 0:
                 # a height that cannot double (a transformer's 25 tokens, 5 high): the row doubles instead, so
                 # the tile still holds enough accumulators (its 256 -> 2048 feed-forward: 2 vectors by 5 rows are
@@ -374,12 +381,14 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             upcasts.append((cand, u_reuse))
             others = [o for o in outs[:-1] if o is not cand]
             window = _window_axis(others, loads, reduces, deps)
-            if window is None and trips >= BROADCAST_SHARING_MIN_TRIPS:
+            if window is None and (trips >= BROADCAST_SHARING_MIN_TRIPS or strided):
                 window = _broadcast_sharing_axis(others, loads, reduces, deps)
-            if window is not None and _size(window) % WINDOW_HEIGHTS[-1] == 0 and \
-                    u_inner * u_reuse * WINDOW_HEIGHTS[-1] <= opts.window_tile:
-                upcasts.append((window, WINDOW_HEIGHTS[-1]))  # opts.window_tile's two rows
-            elif row_contiguous and (wider := _wider_row_tile(_size(inner), u_inner, _size(cand), u_reuse, opts,
+            rows = _first_divisor(_size(window), STRIDED_WINDOW_HEIGHTS if strided else WINDOW_HEIGHTS[-1:]) \
+                if window is not None else None
+            if rows is not None and u_inner * u_reuse * rows <= opts.window_tile:
+                upcasts.append((window, rows))  # opts.window_tile's two rows (three of a strided row's)
+                return TilePlan(tuple(upcasts), window_first=strided)
+            if row_contiguous and (wider := _wider_row_tile(_size(inner), u_inner, _size(cand), u_reuse, opts,
                                                               registers)) is not None:
                 upcasts = [(inner, wider[0]), (cand, wider[1])]
             break
@@ -498,7 +507,8 @@ def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
                                                                else _size(rng) // u),), rng.arg)
               for i, (rng, u) in enumerate(plan.upcasts)]
     mappings: list[dict[UOp, UOp]] = [{}]
-    for i, (rng, outer, (_, u)) in enumerate(zip(keys, outers, plan.upcasts, strict=True)):  # inner axis first
+    for i in (0, 2, 1) if plan.window_first else range(len(keys)):
+        rng, outer, (_, u) = keys[i], outers[i], plan.upcasts[i]
         start = (outer * u).minimum(_size(rng) - u) if i < 2 and overlapped[i] else outer * u
         if i == 0 and lanes > 1:
             lane = lane_range(sink, lanes)
