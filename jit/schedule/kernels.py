@@ -23,9 +23,9 @@ from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.schedule.channels_last import channels_last_layout, channels_last_view, follows_channels_last
 from jit.schedule.concat_stores import find_concats, pieces_to_compute
-from jit.schedule.fusion_cost import dear_producers
+from jit.schedule.fusion_cost import dear_producers, is_concat
 from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel, lower_zero_fill
-from jit.schedule.padded_stores import find_padded_copies
+from jit.schedule.padded_stores import PaddedCopy, find_padded_copies, merges_last_dims
 from targets.registry import Device
 
 _uids = itertools.count(1)
@@ -275,8 +275,9 @@ def _close_boundaries(start: set[UOp], rank: dict[UOp, int]) -> set[UOp]:
     while work:
         k = work.pop()
         for node, direct in _kernel_region(k, boundaries):
-            if node.op is Ops.PAD and (epi := node.src[0]) not in boundaries and epi.op in GroupOp.Elementwise \
-                    and _epilogue_of_reduce(epi, boundaries):
+            if node.op is Ops.PAD and (epi := _below_merged_planes(node.src[0])) not in boundaries and \
+                    epi.op in GroupOp.Elementwise and (_epilogue_of_reduce(epi, boundaries) or
+                                                       epi is not node.src[0] and is_concat(epi)):
                 boundaries.add(epi)
                 work += [epi, k]  # k's region changed: walk it again
                 break
@@ -284,6 +285,16 @@ def _close_boundaries(start: set[UOp], rank: dict[UOp, int]) -> set[UOp]:
                 boundaries.add(node)
                 work.append(node)
     return boundaries
+
+
+def _below_merged_planes(node: UOp) -> UOp:
+    """The source of ``node`` where it is a RESHAPE merging its source's last dims into one, else ``node``: a
+    plane-aligned copy (jit/frontend/row_align.py) pads its input's merged planes, and that input (a conv's
+    epilogue, or a concat of them: squeezenet's fire modules) is then a kernel output whose producers store into
+    the copy (jit/schedule/padded_stores.py)."""
+    src = node.src[0] if node.op is Ops.RESHAPE else node
+    return src if node.shape is not None and src.shape is not None and merges_last_dims(src.shape, node.shape) \
+        else node
 
 
 def _computes_a_reduce(node: UOp, boundaries: set[UOp]) -> bool:
@@ -321,8 +332,21 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
     def concat_buffer(top: UOp) -> UOp:
         if top not in views:
             assert top.shape is not None and isinstance(top.dtype, DType)
-            views[top] = buffer_view(new_buffer(device, top.dtype, math.prod(top.shape)), top.shape)
+            if (copy := padded.get(top)) is not None:  # the concat is the interior of a padded copy
+                views[top] = copy.interior_view(copy_buffer(copy, top.dtype))
+            else:
+                views[top] = buffer_view(new_buffer(device, top.dtype, math.prod(top.shape)), top.shape)
         return views[top].base
+
+    def copy_buffer(copy: PaddedCopy, dtype: DType) -> UOp:
+        """The buffer of padded copy ``copy``, at its shape, zeroed whole before its producer where that pays."""
+        assert copy.copy.shape is not None
+        buf = new_buffer(device, dtype, math.prod(copy.copy.shape))
+        views[copy.copy] = buffer_view(buf, copy.copy.shape)
+        if copy.zero_fill_pays(dtype.itemsize, line):
+            add(copy.copy, copy.copy, buf, lower_zero_fill(buf, dtype, math.prod(copy.copy.shape)), copy.layout)
+            filled.add(copy.copy)
+        return views[copy.copy]
 
     for node in boundaries:
         assert node.shape is not None and isinstance(node.dtype, DType)
@@ -346,13 +370,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             buf = concat_buffer(piece_of[0].top)
             views[node] = piece_of[1].slice_view(views[piece_of[0].top])
         elif copy is not None:
-            buf = new_buffer(device, node.dtype, math.prod(copy.copy.shape))
-            views[copy.copy] = buffer_view(buf, copy.copy.shape)
-            views[node] = copy.interior_view(views[copy.copy])
-            if copy.zero_fill_pays(node.dtype.itemsize, line):
-                add(copy.copy, copy.copy, buf, lower_zero_fill(buf, node.dtype, math.prod(copy.copy.shape)),
-                    copy.layout)
-                filled.add(copy.copy)
+            views[node] = copy.interior_view(copy_buffer(copy, node.dtype))
+            buf = views[node].base
         else:
             buf = new_buffer(device, node.dtype, size)
             views[node] = buffer_view(buf, node.shape)

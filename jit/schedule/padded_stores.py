@@ -26,6 +26,7 @@ also leaves the producer's stores lines already held. Capture keeps that fill wi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from jit.codegen.opt.options import DEFAULT_OPTS
@@ -79,9 +80,12 @@ class PaddedCopy:
 
     def rows_stay_rows(self) -> bool:
         """Whether the producer's rows stay rows of the copy: nothing but the PAD (and reshapes that keep the last
-        dim) between them, so a tile's row vectors store as whole vectors."""
+        dim, or below the PAD merge the last dims into one) between them, so a tile's row vectors store as whole
+        vectors (a merged plane is one row of the copy: a 1x1 conv's merged rows, jit/codegen/opt/merge.py)."""
         return all(n.op is Ops.PAD or (n.op is Ops.RESHAPE and n.shape is not None and n.src[0].shape is not None
-                                       and n.shape[-1] == n.src[0].shape[-1]) for n in self.chain)
+                                       and (n.shape[-1] == n.src[0].shape[-1] or i > self.pad_at and
+                                            merges_last_dims(n.src[0].shape, n.shape)))
+                   for i, n in enumerate(self.chain))
 
     def channels_last_over_short_rows(self) -> bool:
         """Whether the copy is channels-last (the padded dims' leading dims innermost) and the producer's rows are
@@ -103,6 +107,12 @@ class PaddedCopy:
         n = len(order)
         last = max(order.index(n - 2), order.index(n - 1))
         return tuple(d for d in order[last + 1:] if d < n - 2)
+
+
+def merges_last_dims(before: tuple[int, ...], after: tuple[int, ...]) -> bool:
+    """Whether ``after`` is ``before`` with its last dims merged into one."""
+    keep = len(after) - 1
+    return 0 <= keep < len(before) and before[:keep] == after[:keep] and math.prod(before[keep:]) == after[-1]
 
 
 def _undo(view: UOp, chain: tuple[UOp, ...]) -> UOp:
