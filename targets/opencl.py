@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from jit.codegen.opt.options import WIDE_VECTOR_OPTS, OptOptions
-from jit.codegen.stats import kernel_stats
+from jit.codegen.stats import kernel_stats, ranges_sharing_input
 from jit.common.dtype import DType, dtypes
 from jit.ir.uop import UOp
 from targets.base import DEFAULT_L2, CacheLevel, Target, TargetLimits
@@ -20,8 +20,8 @@ from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
-from targets.cstyle.walk import global_launch_size, group_range, render_kernel
-from targets.opencl_local_size import group_local_size
+from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_kernel
+from targets.opencl_local_size import group_local_size, sharing_local_size
 from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime
 from targets.scatter import opencl_scatter_helpers
 
@@ -142,6 +142,8 @@ class OpenCLTarget(OpenCLRuntime, Target):
         # where they pay (a CPU device is the host: targets/cpu_fma.py probes it); Winograd's choice goes by the
         # host's multiply-add units as on the CPU target (jit/frontend/winograd.py)
         self.large_kernel_groups = 0  # a GPU's groups follow GROUPS_PER_COMPUTE_UNIT only
+        # a CPU device's work-groups gather the items that read the same input (opencl_local_size.py)
+        self.cpu_device = not info.device_type & CL_DEVICE_TYPE_GPU
         if info.device_type & CL_DEVICE_TYPE_GPU:
             self.default_opts = GPU_OPTS
         else:
@@ -173,6 +175,12 @@ class OpenCLTarget(OpenCLRuntime, Target):
             meta["min_groups"] = self.large_kernel_groups
         meta["local_size"] = group_local_size(global_size, group, self.max_group, self.max_items,
                                               self.preferred_local, meta.get("min_groups", self.min_groups))
+        if self.cpu_device and not group:
+            ranges = global_ranges(sink)[:self.language.global_dims][::-1]  # launch dimension d: ranges[d]
+            shared = sharing_local_size(global_size, ranges_sharing_input(sink, ranges), self.max_group,
+                                        self.max_items, self.preferred_local, meta.get("min_groups", self.min_groups))
+            if shared is not None:
+                meta["local_size"] = meta["local_request"] = shared
         if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/codegen/opt/search.py)
             meta["local_request"] = tuple(requested)
         return render_kernel(self.language, name, sink), meta

@@ -1,10 +1,13 @@
-"""FLOPs and bytes of a lowered kernel, counted from its graph (not estimated from the model)."""
+"""FLOPs and bytes of a lowered kernel, counted from its graph (not estimated from the model), and which ranges its
+values and its largest input depend on."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from jit.common.dtype import PtrDType
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 
 
@@ -53,3 +56,24 @@ def kernel_stats(sink: UOp) -> KernelStats:
     glob = tuple(int(r.src[0].arg) for r in sorted((u for u in deps if u.op is Ops.RANGE and u.arg[1] == "global"),
                                                     key=lambda r: r.arg[0]))
     return KernelStats(flops, nbytes, glob or (1,))
+
+
+def ranges_sharing_input(sink: UOp, ranges: Sequence[UOp]) -> tuple[bool, ...]:
+    """Per range of ``ranges`` (a launch's): whether the input that each point of ``ranges`` reads most of (the
+    loaded buffer of most bytes per point of the ranges its loads depend on: a conv's activation row over its
+    weights) is read the same along it, i.e. none of that input's loads depend on it (the conv's output channels)."""
+    deps = range_deps(sink)
+    loads = [u for u in toposort([sink]) if u.op is Ops.LOAD and isinstance(u.src[0].src[0].dtype, PtrDType)]
+    if not loads:
+        return tuple(False for _ in ranges)
+    buffers: dict[UOp, frozenset[UOp]] = {}
+    for ld in loads:
+        buf = ld.src[0].src[0]
+        buffers[buf] = buffers.get(buf, frozenset()) | (deps[ld] & frozenset(ranges))
+
+    def share(buf: UOp) -> float:
+        ptr = buf.dtype
+        assert isinstance(ptr, PtrDType)
+        return ptr.size * ptr.itemsize / math.prod(int(r.src[0].arg) for r in buffers[buf])
+
+    return tuple(r not in buffers[max(buffers, key=share)] for r in ranges)

@@ -244,9 +244,8 @@ def test_a_cpu_devices_large_kernels_are_split_into_more_work_groups(target: cl.
         ck = compile_uops([(Tensor(a, device="OPENCL") @ Tensor(b, device="OPENCL")).uop], "OPENCL")[-1]
         want = (cl.LARGE_KERNEL_GROUPS_PER_UNIT if large and cpu_device else clsize.GROUPS_PER_COMPUTE_UNIT) * units
         assert ck.program.meta.get("min_groups", target.min_groups) == want
-        max_group = min(ck.program.handle.max_group, target.max_group)
-        assert ck.program.local_size == clsize.choose_local_size(ck.program.global_size, max_group, target.max_items,
-                                                                 target.preferred_local, want)
+        items, group = int(np.prod(ck.program.global_size)), int(np.prod(ck.program.local_size))
+        assert items // group >= min(want, items)  # as many work-groups as asked for, where there are items for them
         np.testing.assert_allclose(Tensor(a, device="OPENCL").matmul(Tensor(b, device="OPENCL")).numpy(), a @ b,
                                    rtol=1e-4, atol=1e-3)
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from jit import Context, Tensor, capture, graph_rewrite
+from jit import Context, Ops, Tensor, capture, graph_rewrite
 from jit.codegen.opt import target_peel_dims
 from jit.codegen.opt.hints import UNROLL_HINT_TRIPS
 from jit.codegen.opt.options import OptOptions
@@ -18,10 +18,11 @@ from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint,
 from jit.codegen.passes.cast_const import pm_cast_const
 from jit.codegen.passes.symbolic import pm_symbolic
 from jit.codegen.pipeline import commit_dtypes
+from jit.codegen.stats import ranges_sharing_input
 from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
 from targets.opencl import GPU_OPTS, opencl_vector_width
-from targets.opencl_local_size import valid_local_size
+from targets.opencl_local_size import sharing_local_size, valid_local_size
 from targets.registry import Device
 
 RNG = np.random.default_rng(3)
@@ -213,3 +214,36 @@ def test_opencl_elementwise_rows_convert_and_wrap_as_vectors() -> None:
     assert f"as_uint{n}(" in compile_uops([wrapped.uop], "OPENCL")[-1].program.source
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(wrapped.numpy(), np.maximum(a * np.int32(70001) - 3, -9))
+
+
+def test_a_sharing_work_group_spans_only_the_dimensions_whose_items_read_the_same_input() -> None:
+    # a 1x1 conv's launch (x tiles, rows, channel blocks): the items of one row read the same activation row
+    assert sharing_local_size((1, 32, 4), (False, False, True), 256, (256, 256, 256)) == (1, 1, 4)
+    assert sharing_local_size((2, 16, 84), (False, False, True), 8, (8, 8, 8)) == (1, 1, 7)  # within the limits
+    # as many work-groups as asked for: the group shrinks until the launch leaves them
+    assert sharing_local_size((1, 2, 64), (False, False, True), 256, (256, 256, 256), min_groups=8) == (1, 1, 16)
+    assert sharing_local_size((1, 32, 4), (False, False, False), 256, (256, 256, 256)) is None  # nothing shared
+    assert sharing_local_size((1, 1, 4), (False, False, True), 256, (256, 256, 256), min_groups=8) is None
+    assert sharing_local_size((7,), (), 256, (256,)) is None  # no ranges: a launch of one dimension
+
+
+def test_the_largest_input_per_item_decides_which_ranges_share_it() -> None:
+    # 144 -> 24 channels over 32 x 64: each row's activation (144 x 64 floats) outweighs its channel block's weights
+    x = RNG.standard_normal((1, 144, 32, 64), dtype=np.float32)
+    w = RNG.standard_normal((24, 144, 1, 1), dtype=np.float32)
+    out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"))
+    ck = compile_uops([out.uop], "OPENCL")[-1]
+    blocks = ck.program.global_size[-1]  # the channel blocks: one work-group a row on a CPU device (PoCL)
+    assert blocks > 1 and (ck.program.local_size == (1, 1, blocks)) is Device["OPENCL"].cpu_device
+    np.testing.assert_allclose(out.numpy(), np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x), rtol=1e-4, atol=1e-3)
+
+
+def test_ranges_sharing_input_on_a_conv_kernel() -> None:
+    x = RNG.standard_normal((1, 144, 32, 64), dtype=np.float32)
+    w = RNG.standard_normal((24, 144, 1, 1), dtype=np.float32)
+    kernels, _ = create_schedule([Tensor(x).conv2d(Tensor(w)).uop], "CPU")
+    sink = commit_dtypes(kernels[-1].ast)
+    ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    assert [int(r.src[0].arg) for r in ranges] == [24, 32, 64]  # channels, rows, columns
+    assert ranges_sharing_input(sink, ranges) == (True, False, False)
+    assert ranges_sharing_input(sink, ranges[:1]) == (True,)
