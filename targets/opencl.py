@@ -173,14 +173,17 @@ class OpenCLTarget(OpenCLRuntime, Target):
         meta: dict[str, Any] = {"global_size": global_size, "group": group}
         if self.large_kernel_groups and kernel_stats(sink).flops >= LARGE_KERNEL_FLOPS:
             meta["min_groups"] = self.large_kernel_groups
-        meta["local_size"] = group_local_size(global_size, group, self.max_group, self.max_items,
-                                              self.preferred_local, meta.get("min_groups", self.min_groups))
+        min_groups = meta.get("min_groups", self.min_groups)
+        shared = None
         if self.cpu_device and not group:
             ranges = global_ranges(sink)[:self.language.global_dims][::-1]  # launch dimension d: ranges[d]
             shared = sharing_local_size(global_size, ranges_sharing_input(sink, ranges), self.max_group,
-                                        self.max_items, self.preferred_local, meta.get("min_groups", self.min_groups))
-            if shared is not None:
-                meta["local_size"] = meta["local_request"] = shared
+                                        self.max_items, self.preferred_local, min_groups)
+        if shared is not None:  # asked of the runtime, which otherwise chooses the plain way again
+            meta["local_size"] = meta["local_request"] = shared
+        else:
+            meta["local_size"] = group_local_size(global_size, group, self.max_group, self.max_items,
+                                                  self.preferred_local, min_groups)
         if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/codegen/opt/search.py)
             meta["local_request"] = tuple(requested)
         return render_kernel(self.language, name, sink), meta

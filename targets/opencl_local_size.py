@@ -37,9 +37,9 @@ def sharing_local_size(global_size: tuple[int, ...], sharing: tuple[bool, ...], 
     """For a CPU device: a work-group along the dimensions whose work-items read the same input (``sharing``: a
     conv's output channels), 1 along the others, or None where none shares or no such group leaves ``min_groups``
     work-groups. A CPU device runs a work-group's items one after another on one core, so items sharing their
-    input find it in that core's cache; filled along the rows instead (``choose_local_size``), each item streamed
-    an input of its own and the items sharing one ran on other cores, each reading it again (efficientnet's 1x1
-    convs to 24 channels: 3x slower on PoCL). Within the limits of ``choose_local_size``."""
+    input find it in that core's cache; filled along the rows instead (``choose_local_size``), each item streams an
+    input of its own and the items sharing one run on other cores, each reading it again. Within the limits of
+    ``choose_local_size``."""
     budget = max(1, min(max_group, preferred))
     while budget > 1:
         local, left = [], budget

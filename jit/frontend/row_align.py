@@ -3,9 +3,8 @@
 A stride-1 unpadded 1x1 conv tiles its output plane as one merged row (jit/codegen/opt/merge.py); where its output
 channels do not fill the target's wide vectors, that row runs as whole vectors with an overlapped last one
 (jit/codegen/opt/overlap.py: squeezenet's 512 -> 1000 classifier over 13 x 13 = 169 outputs a channel). Each reduce
-step loads the row's vectors from one input plane, and planes of 169 floats start at 9 different offsets within a
-64-byte line: most of those loads split across two lines, which costs about a third of the conv
-(``benchmarks/bench_zoo.py`` squeezenet1_1).
+step loads the row's vectors from one input plane, and planes of 169 floats start at 16 different offsets within a
+64-byte line: most of those loads split across two lines, and a split load costs two.
 
 Before: the conv reads its input ``x`` (N, Cin, *spatial) as it is. After: it reads ``x`` through a view of a copy
 whose planes are padded to a whole number of wide vectors ((N, Cin, plane) -> (N, Cin, padded plane), zeros after

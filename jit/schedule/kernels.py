@@ -267,7 +267,8 @@ def _epilogue_of_reduce(node: UOp, boundaries: set[UOp]) -> bool:
 def _close_boundaries(start: set[UOp], rank: dict[UOp, int]) -> set[UOp]:
     """``start`` plus every reduce some kernel reads at another index than its own output's. A padded reduce
     epilogue (a conv's bias + activation, padded for the next conv) becomes a kernel as a whole, its reduces
-    fused into it, instead of each reduce alone with the epilogue recomputed by the pad's reader. Kernels are
+    fused into it, instead of each reduce alone with the epilogue recomputed by the pad's reader; so does a
+    concat whose merged planes a copy pads (``_below_merged_planes``), which its pieces then store into. Kernels are
     walked in graph order (``rank``: a node's place in the toposort): which one claims a shared epilogue first
     decides the result, and a set's order differs between processes (UOps hash by identity)."""
     boundaries = set(start)
