@@ -237,5 +237,26 @@ def test_a_strided_conv_over_a_short_reduce_takes_three_rows_sharing_its_weights
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.usefixtures("wide_vectors")
+def test_a_7x7_conv_over_two_vector_rows_takes_three_one_vector_rows_instead() -> None:
+    """openpilot-shaped resnet18's stem: 12 -> 64 channels, 7x7 at stride 2 over 128 x 256 (phase-split: its rows
+    read at stride 1), 64 output rows of 128. Two 16-lane vectors x 8 channels were 16 accumulators loading 10 values
+    a step; one vector x 8 channels x three output rows sharing each broadcast weight are 24 loading 11, the last
+    of the 22 row tiles shifted back (64 is no multiple of 3)."""
+    x, w, b = _rand(1, 12, 128, 256), _rand(64, 12, 7, 7, seed=1) * np.float32(0.1), _rand(64, seed=2)
+    out = Tensor(x).conv2d(Tensor(w), Tensor(b), stride=2, padding=3)
+    conv = next(k for k in compile_uops([out.uop], "CPU") if k.name.startswith("r_"))
+    assert float_accumulators(conv.program.source) == 16 * 8 * 3 * 2  # for each of the two column phases
+    assert conv.program.global_size[0] == 22
+    xp = np.pad(x, ((0, 0), (0, 0), (3, 3), (3, 3)))
+    want = sum(np.einsum("oc,nchw->nohw", w[:, :, ky, kx], xp[:, :, ky:ky + 128:2, kx:kx + 256:2])
+               for ky in range(7) for kx in range(7)) + b[None, :, None, None]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
+    # a 1x1 conv over the same two-vector rows keeps them: its rows read input rows a plane apart
+    pointwise = Tensor(_rand(1, 96, 32, 64)).conv2d(Tensor(_rand(24, 96, 1, 1, seed=3)))
+    plan = plan_tiles(_ast(pointwise), WIDE_VECTOR_OPTS, vector_registers(16))
+    assert plan is not None and not plan.overlap_window and len(plan.upcasts) == 2
+
+
 def _size_of(rng: UOp) -> int:
     return int(rng.src[0].arg)

@@ -83,13 +83,15 @@ class TilePlan:
     caps the vector lanes of the inner axis where its loads are contiguous only in runs that long (0: no cap);
     ``overlap``: the inner factor need not divide its axis, whose last tile is shifted back to end at the axis's
     end (jit/codegen/opt/overlap.py); ``overlap_reuse``: the same for the reuse axis (``overlap_height``);
-    ``window_first``: ``tile_kernel`` orders the third upcast's copies (a window's rows) before the reuse axis's."""
+    ``window_first``: ``tile_kernel`` orders the third upcast's copies (a window's rows) before the reuse axis's;
+    ``overlap_window``: the third upcast need not divide its axis either (overlapped like ``overlap``)."""
 
     upcasts: tuple[tuple[UOp, int], ...]
     max_lanes: int = 0
     overlap: bool = False
     overlap_reuse: bool = False
     window_first: bool = False
+    overlap_window: bool = False
 
 
 def _size(r: UOp) -> int:
@@ -257,6 +259,10 @@ WINDOW_HEIGHTS = (4, 2)
 # rows sharing the weights halve (two) or third (three) the broadcasts a multiply-add needs. The first that divides
 # the axis (squeezenet's 111 output rows: three)
 STRIDED_WINDOW_HEIGHTS = (2, 3)
+# rows of a conv tile one wide vector across, over taps of several input rows, that share each broadcast weight where
+# the row would take two vectors instead (``_tap_rows_fit``: openpilot-shaped resnet18's 7x7 stem over 128-wide rows):
+# 24 accumulators load three vectors and the weights a step, where two vectors by the same channels held 16
+TAP_WINDOW_HEIGHT = 3
 # rows of another output axis a tile takes where its reduce is short and nothing is shared (``plan_chains``): each
 # is one more independent chain of accumulators
 CHAIN_HEIGHTS = (4, 2)
@@ -290,6 +296,17 @@ def _broadcast_sharing_axis(outer: list[UOp], loads: list[UOp], reduces: list[UO
                 any(cand not in deps[ld] and any(r in deps[ld] for r in red_ranges) for ld in loads):
             return cand
     return None
+
+
+def _tap_rows_fit(opts: OptOptions, u_inner: int, u_reuse: int, reduces: list[UOp], registers: int) -> bool:
+    """Whether a tile two wide vectors across (``u_inner``) by ``u_reuse`` channels, over a reduce of taps (every
+    reduce runs over several ranges: kernel rows and columns besides the input channels), takes ``TAP_WINDOW_HEIGHT``
+    output rows of one vector instead (``TilePlan.overlap_window`` where they do not divide the axis): on a target
+    with room for such window rows (``OptOptions.window_tile``) whose registers hold the tile. Not for a 1x1
+    conv: its output rows read input rows a plane apart, which ran slower three at a time."""
+    wide = opts.wide_channel_vector
+    return bool(opts.window_tile and wide) and u_inner == 2 * wide and all(len(red.src) > 2 for red in reduces) and \
+        (u_reuse + 1) * TAP_WINDOW_HEIGHT + 1 <= registers  # the accumulators, each row's vector and a broadcast
 
 
 def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
@@ -380,9 +397,15 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
                 upcasts[0] = (inner, u_inner)
             upcasts.append((cand, u_reuse))
             others = [o for o in outs[:-1] if o is not cand]
-            window = _window_axis(others, loads, reduces, deps)
+            window = sliding = _window_axis(others, loads, reduces, deps)
             if window is None and (trips >= BROADCAST_SHARING_MIN_TRIPS or strided):
                 window = _broadcast_sharing_axis(others, loads, reduces, deps)
+            if window is not None and sliding is None and not strided and \
+                    _tap_rows_fit(opts, u_inner, u_reuse, reduces, registers) and not stores_read_back(nodes):
+                upcasts[0] = (inner, opts.wide_channel_vector)
+                upcasts.append((window, TAP_WINDOW_HEIGHT))
+                return TilePlan(tuple(upcasts), window_first=True,
+                                overlap_window=_size(window) % TAP_WINDOW_HEIGHT != 0)
             rows = _first_divisor(_size(window), STRIDED_WINDOW_HEIGHTS if strided else WINDOW_HEIGHTS[-1:]) \
                 if window is not None else None
             if rows is not None and u_inner * u_reuse * rows <= opts.window_tile:
@@ -500,16 +523,16 @@ def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
 
     ``plan.overlap``: the inner axis runs over ``ceil(n / u)`` tiles starting at ``min(t * u, n - u)`` (its last tile
     stores again some outputs of the one before, with the same values: jit/codegen/opt/overlap.py);
-    ``plan.overlap_reuse``: the reuse axis alike (``overlap_height``)."""
+    ``plan.overlap_reuse``: the reuse axis alike (``overlap_height``), ``plan.overlap_window`` the window's rows."""
     keys = tuple(rng for rng, _ in plan.upcasts)
-    overlapped = (plan.overlap, plan.overlap_reuse)
-    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-_size(rng) // u) if i < 2 and overlapped[i]
+    overlapped = (plan.overlap, plan.overlap_reuse, plan.overlap_window)
+    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-_size(rng) // u) if i < 3 and overlapped[i]
                                                                else _size(rng) // u),), rng.arg)
               for i, (rng, u) in enumerate(plan.upcasts)]
     mappings: list[dict[UOp, UOp]] = [{}]
     for i in (0, 2, 1) if plan.window_first else range(len(keys)):
         rng, outer, (_, u) = keys[i], outers[i], plan.upcasts[i]
-        start = (outer * u).minimum(_size(rng) - u) if i < 2 and overlapped[i] else outer * u
+        start = (outer * u).minimum(_size(rng) - u) if i < 3 and overlapped[i] else outer * u
         if i == 0 and lanes > 1:
             lane = lane_range(sink, lanes)
             mappings = [{rng: start + lane + c * lanes if c else start + lane} for c in range(u // lanes)]
