@@ -525,14 +525,15 @@ def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
     stores again some outputs of the one before, with the same values: jit/codegen/opt/overlap.py);
     ``plan.overlap_reuse``: the reuse axis alike (``overlap_height``), ``plan.overlap_window`` the window's rows."""
     keys = tuple(rng for rng, _ in plan.upcasts)
-    overlapped = (plan.overlap, plan.overlap_reuse, plan.overlap_window)
-    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-_size(rng) // u) if i < 3 and overlapped[i]
+    flags = (plan.overlap, plan.overlap_reuse, plan.overlap_window)
+    overlapped = [i < len(flags) and flags[i] for i in range(len(keys))]
+    outers = [UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(-(-_size(rng) // u) if overlapped[i]
                                                                else _size(rng) // u),), rng.arg)
               for i, (rng, u) in enumerate(plan.upcasts)]
     mappings: list[dict[UOp, UOp]] = [{}]
     for i in (0, 2, 1) if plan.window_first else range(len(keys)):
         rng, outer, (_, u) = keys[i], outers[i], plan.upcasts[i]
-        start = (outer * u).minimum(_size(rng) - u) if i < 3 and overlapped[i] else outer * u
+        start = (outer * u).minimum(_size(rng) - u) if overlapped[i] else outer * u
         if i == 0 and lanes > 1:
             lane = lane_range(sink, lanes)
             mappings = [{rng: start + lane + c * lanes if c else start + lane} for c in range(u // lanes)]
