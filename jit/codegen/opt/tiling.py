@@ -487,18 +487,21 @@ def tile_copies(root: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]
     """``root.substitute(m)`` for every ``m`` in ``mappings`` (each maps exactly ``keys``), walking the graph once:
     only the nodes that depend on a key are rebuilt per copy, the rest are shared by every copy as they are."""
     dependent: set[UOp] = set(keys)
-    order: list[UOp] = []
+    order: list[tuple[UOp, list[int]]] = []  # each rebuilt node with the positions of its sources that are rebuilt
     for node in root.toposort():
-        if node not in dependent and any(s in dependent for s in node.src):
+        if node not in dependent and (rebuilt := [j for j, s in enumerate(node.src) if s in dependent]):
             dependent.add(node)
-            order.append(node)
+            order.append((node, rebuilt))
     if root not in dependent:
         return [root] * len(mappings)
     out = []
     for mapping in mappings:
         done = dict(mapping)
-        for node in order:
-            done[node] = node.replace(src=tuple(done.get(s, s) for s in node.src))
+        for node, rebuilt in order:
+            src = list(node.src)
+            for j in rebuilt:
+                src[j] = done[src[j]]
+            done[node] = UOp(node.op, node.dtype, tuple(src), node.arg)
         out.append(done[root])
     return out
 
