@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,13 +48,13 @@ from jit.common.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.common.errors import DrivepackError, DTypeError
 from jit.common.helpers import STREAMS
 from jit.frontend.tensor import Tensor
-from jit.frontend.weight_layout import WEIGHT_BLOCK_MAX_PAD
-from jit.ir.uop import GroupOp, Ops, UOp, toposort
-from jit.realize import CompiledKernel, KernelNames, compile_kernels, compile_soon, host_bytes, read_into, run_schedule
+from jit.ir.uop import Ops, UOp, toposort
+from jit.realize import CompiledKernel, KernelNames, compile_kernels, host_bytes, read_into, run_schedule
 from jit.schedule.in_place import in_place_kernel, in_place_problem, is_plain_copy
-from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, is_view_of_buffer, new_buffer, realized
+from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, new_buffer, realized
 from jit.schedule.memory_plan import plan_alignment, plan_memory
 from jit.schedule.streams import BYTE_COST, dependencies, find_segments, segment_lifetime
+from jit.weight_folding import folded, run_or_defer, weight_frontier
 from targets.base import Target
 from targets.cmdbuf import Alias, BufferSpec, CommandBuffer, Dispatch, KernelSpec, Segment, arena_binding
 from targets.host_memory import huge_page_slices
@@ -179,80 +179,6 @@ def _in_element_order(u: UOp) -> UOp:
                                   sorted(a for a in u.arg if u.src[0].shape[a] != 1)):
         u = u.src[0]
     return u
-
-
-# --- weight folding ------------------------------------------------------------------------------------------
-def _reaches(order: list[UOp], sources: set[UOp]) -> set[UOp]:
-    """Nodes of ``order`` (a toposort) with a path to one of ``sources``."""
-    hit: set[UOp] = set()
-    for n in order:
-        if n in sources or any(s in hit for s in n.src):
-            hit.add(n)
-    return hit
-
-
-def _foldable(core: UOp) -> bool:
-    """A weight-only value worth computing once: real work (not a buffer, constant or index), a committed
-    dtype, and no larger than the weights it reads (a broadcast is cheaper recomputed than stored) but for the zero
-    padding a blocked layout may add (``WEIGHT_BLOCK_MAX_PAD``)."""
-    if core.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or is_view_of_buffer(core) or core in realized:
-        return False
-    if not isinstance(core.dtype, DType) or core.dtype.weak or core.shape is None or core.size == 0:
-        return False
-    weight_elems = sum(n.arg[2] for n in toposort([core]) if n.op is Ops.BUFFER)
-    return 0 < core.size <= weight_elems * (1 + WEIGHT_BLOCK_MAX_PAD)
-
-
-def weight_frontier(roots: list[UOp], sources: set[UOp]) -> list[UOp]:
-    """The weight-only values read by input-dependent nodes, below their movement ops, that ``_foldable`` takes."""
-    order = toposort(roots)
-    dependent = _reaches(order, sources)
-    frontier: dict[UOp, None] = {}
-    for n in order:
-        if n not in dependent:
-            continue
-        for s in n.src:
-            if s in dependent:
-                continue
-            core = s
-            while core.op in GroupOp.Movement:
-                core = core.src[0]
-            if core not in frontier and _foldable(core):
-                frontier[core] = None
-    return list(frontier)
-
-
-@contextmanager
-def _folded(nodes: list[UOp], device: str) -> Iterator[list[ScheduledKernel]]:
-    """The kernels computing ``nodes``, which count as realized inside the block (schedules made there read their
-    buffers) and are computed by the caller there: they can compile while the compiler builds the other kernels.
-    Forgotten again if the block fails, so no later schedule reads a buffer that was never written."""
-    if not nodes:
-        yield []
-        return
-    # weights made as Tensor(array) live on the default device whatever the capture's target: fold them there
-    # (an OPENCL kernel handed the CPU's memory failed with a TypeError); their results are bound as weights
-    homes = {u.arg[1] for u in toposort(nodes) if u.op is Ops.BUFFER}
-    kernels, becomes = create_schedule(nodes, homes.pop() if len(homes) == 1 else device)
-    recorded = [node for node, view in becomes.items() if node.op is not Ops.BUFFER and node is not view]
-    realized.update((node, becomes[node]) for node in recorded)
-    try:
-        yield kernels
-    except BaseException:
-        for node in recorded:
-            realized.pop(node, None)
-        raise
-
-
-def _run_or_defer(kernels: list[ScheduledKernel], deferred: list[list[ScheduledKernel]]) -> None:
-    """Run weight-only ``kernels`` (their outputs become weights) now, or append them to ``deferred`` when their
-    compile runs in the background (``compile_soon``; the CPU target's compiler) or an earlier group waits there:
-    the caller runs the deferred groups, in order, once it has rendered the kept kernels. Run now, a target that
-    queues launches (OpenCL) computes them while the kept kernels are rendered."""
-    if compile_soon(kernels, once=True) or deferred:
-        deferred.append(kernels)
-    else:
-        run_schedule(kernels, once=True)
 
 
 # --- binding and planning ------------------------------------------------------------------------------------
@@ -473,8 +399,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
     weight_only: list[list[ScheduledKernel]] = []  # kernel groups whose compile runs while the kept are rendered
-    with _folded(frontier, device) as folds:
-        _run_or_defer(folds, weight_only)
+    with folded(frontier, device) as folds:
+        run_or_defer(folds, weight_only)
         kernels, becomes = create_schedule(roots, device)
         dependent: set[UOp] = set(sources)
         produced = {becomes[u].base: f"output:{n}" for n, u in out_targets.items()}
@@ -495,7 +421,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
             kept = [k for k in kernels if id(k) in late]
             pruned = [k for k in pruned if id(k) not in late]
         kept += copies  # state write-backs last: every read of the old state comes before them
-        _run_or_defer(pruned, weight_only)
+        run_or_defer(pruned, weight_only)
 
         role = {**sources, **produced}
         bindings = _Bindings(role, {}, {}, plan_alignment(tgt.limits.buffer_alignment))
@@ -561,17 +487,22 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
 
     ahead.finish(kernel_specs)
-    weights = bindings.weights()
-    report = CaptureReport(len(kernels) + len(folds), len(kept), len(weights),
-                           sum(w.nbytes for w in weights.values()), plan.arena_bytes, plan.naive_bytes,
-                           tuple(segments), tuple(tuple(sorted(n)) for n in nodes))
     order = ("input", "output", "state", "weight", "arena")
     table = sorted(bindings.table.values(), key=lambda b: order.index(b.kind))
-    cmdbuf = CommandBuffer(tgt.name, tuple(kernel_specs), tuple(dispatches), tuple(table), plan.arena_bytes,
-                           plan.alignment, {"kernels_traced": report.kernels_traced,
-                                            "kernels_kept": report.kernels_kept}, tuple(segments),
-                           tuple(sorted({arena[b] for b in zeroed})),
-                           tuple(Alias(f"output:{n}", f"output:{source}") for n, source in aliases.items()))
+    weight_specs = [b for b in table if b.kind == "weight"]
+    report = CaptureReport(len(kernels) + len(folds), len(kept), len(weight_specs),
+                           sum(b.nbytes for b in weight_specs), plan.arena_bytes, plan.naive_bytes,
+                           tuple(segments), tuple(tuple(sorted(n)) for n in nodes))
+    # the weights' copy waits on memory (fresh pages, a device's reads) and the command buffer's checks on Python:
+    # one on a thread of its own while the other runs
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-weights") as pool:
+        copied = pool.submit(bindings.weights)
+        cmdbuf = CommandBuffer(tgt.name, tuple(kernel_specs), tuple(dispatches), tuple(table), plan.arena_bytes,
+                               plan.alignment, {"kernels_traced": report.kernels_traced,
+                                                "kernels_kept": report.kernels_kept}, tuple(segments),
+                               tuple(sorted({arena[b] for b in zeroed})),
+                               tuple(Alias(f"output:{n}", f"output:{source}") for n, source in aliases.items()))
+        weights = copied.result()
     replay = make_replay(cmdbuf, weights, tgt)
     capture_hints.remember(hint, tgt, [k.source for k in kernel_specs], hinted)
     return Captured(cmdbuf, weights, replay, report)

@@ -87,3 +87,33 @@ def test_a_winograd_sized_conv_with_default_device_weights_captures_for_opencl()
     assert pick_tile(Tensor(x, device="OPENCL"), Tensor(w), 1, 1, 1, 1) == 0
     with Context(WINO="4"):
         assert pick_tile(Tensor(x, device="OPENCL"), Tensor(w, device="OPENCL"), 1, 1, 1, 1) == 4
+
+
+@pytest.mark.parametrize("target", ["CPU", "OPENCL"])
+def test_weights_are_copied_on_a_thread_of_their_own_while_the_command_buffer_is_checked(
+        target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weights' copy (fresh memory, a device's reads) overlaps the command buffer's checks (Python), and the
+    report counts the weights the capture returns."""
+    import threading
+
+    from jit import trace
+    from targets.cmdbuf import CommandBuffer
+    threads: dict[str, threading.Thread] = {}
+    copy, check = trace._Bindings.weights, CommandBuffer.validate  # noqa: SLF001 - wrapped to see where each runs
+
+    def copying(self: trace._Bindings) -> dict[int, np.ndarray]:  # noqa: SLF001
+        threads["weights"] = threading.current_thread()
+        return copy(self)
+
+    def checking(self: CommandBuffer) -> None:
+        threads["validate"] = threading.current_thread()
+        check(self)
+
+    monkeypatch.setattr(trace._Bindings, "weights", copying)  # noqa: SLF001
+    monkeypatch.setattr(CommandBuffer, "validate", checking)
+    run = capture(_model, {"x": X}, target=target)
+    assert threads["validate"] is threading.current_thread() and threads["weights"] is not threads["validate"]
+    assert run.report.weights == len(run.weights) > 0
+    assert run.report.weight_bytes == sum(w.nbytes for w in run.weights.values())
+    want = _model(Tensor(X))["y"].numpy()
+    np.testing.assert_allclose(run({"x": X})["y"], want, rtol=1e-5, atol=1e-4)
