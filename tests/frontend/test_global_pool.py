@@ -1,4 +1,4 @@
-"""jit/frontend/nn_ops.py ``global_avg_pool``: a large float32 plane sums as contiguous partial sums per channel,
+"""jit/frontend/pooling.py ``global_avg_pool``: a large float32 plane sums as contiguous partial sums per channel,
 then those; smaller or other planes take the plain mean. Checked against numpy and on the kernels' loads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jit import capture
-from jit.frontend import nn_ops
+from jit.frontend import pooling
 from jit.frontend.tensor import Tensor
 from tests.frontend.test_nn_ops import rand
 
@@ -30,7 +30,7 @@ def test_large_planes_sum_in_two_steps_of_whole_vectors(shape: tuple[int, ...]) 
                                          ((1, 8, 64, 64), np.float16)])
 def test_small_odd_or_half_planes_take_the_plain_mean(shape: tuple[int, ...], dtype: type) -> None:
     # 49 pixels: below POOL_SPLIT_MIN; 900: no multiple of POOL_LANES; float16: accumulated in float32 by mean
-    assert math.prod(shape[2:]) < nn_ops.POOL_SPLIT_MIN or math.prod(shape[2:]) % nn_ops.POOL_LANES or \
+    assert math.prod(shape[2:]) < pooling.POOL_SPLIT_MIN or math.prod(shape[2:]) % pooling.POOL_LANES or \
         dtype is np.float16
     x = rand(*shape, seed=3).astype(dtype)
     got = Tensor(x).global_avg_pool()

@@ -1,4 +1,4 @@
-"""Composite nn ops (jit/frontend/nn_ops.py) against straightforward numpy references written here."""
+"""Composite nn ops (jit/frontend/nn_ops.py, pooling.py) against straightforward numpy references written here."""
 
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ def test_max_pool_int_dtype() -> None:
 
 LARGE_POOL_CASES = [
     # (input shape, kernel, stride, padding, ceil_mode, phase copy): at least PAD_MATERIALIZE_MIN_MACS window
-    # elements; the last dim is read from a phase copy (jit/frontend/nn_ops.py _phase_split_max) where the input is
+    # elements; the last dim is read from a phase copy (jit/frontend/pooling.py _phase_split_max) where the input is
     # padded or the stride is past what vector loads read without a gather, else directly
     ((1, 64, 112, 112), 3, 2, 1, False, True),  # resnet's stem pool
     ((2, 32, 121, 135), 3, 2, 1, True, True),  # odd sizes: the copy's last phase is shorter
