@@ -2,7 +2,7 @@
 
 PoCL's CPU driver compiles a kernel for its launch's work-group size when the kernel first runs
 (targets/opencl_prewarm.py). During a capture one core renders and checks kernels in Python and the other builds a
-program only now and then (targets/replay_opencl.py ``OpenCLAheadBuild``): efficientnet_b0's cold capture kept the
+program only now and then (targets/opencl_ahead.py ``OpenCLAheadBuild``): efficientnet_b0's cold capture kept the
 two cores 1.4 of 2 busy, and its replay's first call then compiled for several seconds more. ``LaunchWarmer`` runs
 each kernel of a freshly built batch once, on scratch buffers of its parameters' sizes and a queue of its own, so
 that the driver compiles it on that idle core (the driver's calls release the GIL); the first call then finds it

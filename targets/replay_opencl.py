@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from jit.common.helpers import prod, usable_cores
-from targets.base import Buffer, Program, RenderedKernel, Runtime
+from targets.base import Buffer, Program, Runtime
 from targets.cl_binding import (
     CL_BUFFER_CREATE_TYPE_REGION,
     CL_COMMAND_BUFFER_FLAGS_KHR,
@@ -74,15 +74,20 @@ from targets.cl_binding import (
 )
 from targets.cmdbuf import BufferSpec, CommandBuffer, dtype_itemsize, parse_arena
 from targets.host_memory import aligned_in_place, huge_page_array
+from targets.opencl_ahead import OpenCLAheadBuild
+from targets.opencl_bindings import (
+    InputBinding,
+    release_bindings,
+    release_command_buffer,
+    release_kernels,
+    release_mems,
+)
 from targets.opencl_prewarm import Launch, Prewarm, prewarm_wanted, start_prewarm
 from targets.opencl_runtime import OpenCLRuntime
-from targets.opencl_warm import LaunchWarmer, WarmKey, warm_key
+from targets.opencl_warm import WarmKey, warm_key
 from targets.replay import IN_PLACE, AheadBuild, DispatchSpan, Replay, ReplayError
 from targets.source_check import OPENCL, check_kernels
 
-# kernels a capture's background build takes at a time (``OpenCLAheadBuild``): more programs cost more in all (PoCL
-# built efficientnet_b0's 88 kernels in 1.57 s as one program, 1.79 s as four, 2.17 s as eight)
-AHEAD_BATCH = 24
 # inputs below this many bytes are written: a write of a few bytes costs less than mapping a host-pointer buffer,
 # and small arrays are usually fresh each call, so their addresses would never repeat
 HOST_PTR_MIN_BYTES = 1 << 16
@@ -108,81 +113,6 @@ def khr_functions(platform: Any) -> dict[str, Any]:
             raise ReplayError(f"{COMMAND_BUFFER_EXT}: entry point {name} expected from the platform, got NULL")
         out[name] = ffi.cast(f"{name}_fn", address)
     return out
-
-
-def _release_kernels(lib: Any, kernels: list[Any]) -> None:
-    for k in kernels:
-        lib.clReleaseKernel(k)
-
-
-def _release_command_buffer(release: Any, cb: Any) -> None:
-    release(cb)
-
-
-def _release_mems(lib: Any, mems: list[Any]) -> None:
-    for m in mems:
-        lib.clReleaseMemObject(m)
-
-
-class _InputBinding:
-    """The cl_mem each input is bound to for one set of input addresses (None: the replay's own buffer, written
-    each call), the launches that read them (kernels of their own for the dispatches reading an input) and the
-    command buffer recorded from those launches."""
-
-    def __init__(self, mems: list[Any], launches: list[Any], kernels: list[Any]) -> None:
-        self.mems, self.launches, self.kernels = mems, launches, kernels
-        self.command_buffer: Any = None
-
-    def release(self, lib: Any, release_cb: Any) -> None:
-        if self.command_buffer is not None:
-            release_cb(self.command_buffer)
-            self.command_buffer = None
-        _release_kernels(lib, self.kernels)
-        _release_mems(lib, [m for m in self.mems if m is not None])
-        self.mems, self.launches, self.kernels = [], [], []
-
-
-def _release_bindings(lib: Any, release_cb: Any, bindings: OrderedDict[Any, _InputBinding]) -> None:
-    for b in bindings.values():
-        b.release(lib, release_cb)
-    bindings.clear()
-
-
-class OpenCLAheadBuild(AheadBuild):
-    """Every ``AHEAD_BATCH`` kernels a capture renders, built as one program on the runtime's background thread
-    while it renders the rest (targets/opencl_runtime.py ``build_in_background``): the driver's compiler ran only
-    after the last kernel was rendered (efficientnet_b0 on PoCL: 1.1 s of a 5.6 s capture, the other core idle).
-    The capture's own build (``compile_many``) waits for these and builds what is left. On PoCL's CPU driver each
-    built kernel is also launched once on a thread of its own (targets/opencl_warm.py), which the replay made of
-    them stops."""
-
-    def __init__(self, runtime: OpenCLRuntime) -> None:
-        self._runtime = runtime
-        self._seen: set[str] = set()
-        self._batch: dict[str, RenderedKernel] = {}  # by name: names are unique within a program
-        self._warmer: LaunchWarmer | None = None
-        if prewarm_wanted(runtime.info.platform, bool(runtime.info.device_type & CL_DEVICE_TYPE_CPU)):
-            if runtime.warmer is not None:  # an earlier capture's, never made into a replay
-                runtime.warmer.stop()
-            self._warmer = runtime.warmer = LaunchWarmer(runtime)
-
-    def add(self, kernel: RenderedKernel) -> None:
-        if kernel.source in self._seen:
-            return
-        self._seen.add(kernel.source)
-        if kernel.name in self._batch:
-            self._start()
-        self._batch[kernel.name] = kernel
-        if len(self._batch) >= AHEAD_BATCH:
-            self._start()
-
-    def _start(self) -> None:
-        self._runtime.build_in_background(list(self._batch.values()), self._warm if self._warmer else None)
-        self._batch = {}
-
-    def _warm(self, built: list[tuple[Program, RenderedKernel]]) -> None:
-        assert self._warmer is not None
-        self._warmer.add([(program, k.buffer_bytes) for program, k in built if k.buffer_bytes is not None])
 
 
 class OpenCLReplay(Replay):
@@ -225,12 +155,12 @@ class OpenCLReplay(Replay):
         self._in_names = tuple(self.input_names)
         self._out_shared = [self._shared.get(b.binding) for b in cmdbuf.computed_outputs]
         self._queue1 = self.ffi.new("cl_command_queue[1]", [target.queue])
-        self._own = _InputBinding([None] * len(self._in), self._launches, [])
+        self._own = InputBinding([None] * len(self._in), self._launches, [])
         self._own.command_buffer = self._command_buffer
-        self._host_bindings: OrderedDict[tuple[Any, ...], _InputBinding] = OrderedDict()
+        self._host_bindings: OrderedDict[tuple[Any, ...], InputBinding] = OrderedDict()
         self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
         release_cb = self._khr.get("clReleaseCommandBufferKHR")
-        weakref.finalize(self, _release_bindings, self.lib, release_cb, self._host_bindings).atexit = False
+        weakref.finalize(self, release_bindings, self.lib, release_cb, self._host_bindings).atexit = False
         info = target.info
         self._host_ptr_refusal = "" if info.host_unified_memory else \
             f"copied: {info.name} reports no CL_DEVICE_HOST_UNIFIED_MEMORY"
@@ -321,7 +251,7 @@ class OpenCLReplay(Replay):
                                  CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, region)
             self._mems[b.binding] = sub
             subs.append(sub)
-        weakref.finalize(self, _release_mems, self.lib, subs).atexit = False
+        weakref.finalize(self, release_mems, self.lib, subs).atexit = False
         for binding in cb.zeroed:  # once: no dispatch writes their zeros (CommandBuffer.zeroed)
             size = parse_arena(binding)[1]
             t.copyin(Buffer(t, size, self._mems[binding]), memoryview(bytes(size)))
@@ -329,7 +259,7 @@ class OpenCLReplay(Replay):
     def _make_kernels(self) -> list[Any]:
         """One cl_kernel per dispatch, every argument set now (a kernel object keeps its arguments)."""
         made: list[Any] = []
-        weakref.finalize(self, _release_kernels, self.lib, made).atexit = False
+        weakref.finalize(self, release_kernels, self.lib, made).atexit = False
         for i in range(self.n_dispatches):
             made.append(self._make_kernel(i, self._mems))
         return made
@@ -378,7 +308,7 @@ class OpenCLReplay(Replay):
         if err[0] != 0:
             raise OpenCLError("clCreateCommandBufferKHR", err[0])
         if owned:
-            weakref.finalize(self, _release_command_buffer, khr["clReleaseCommandBufferKHR"], cb).atexit = False
+            weakref.finalize(self, release_command_buffer, khr["clReleaseCommandBufferKHR"], cb).atexit = False
         for i, launch in enumerate(launches):
             if launch is None:
                 continue
@@ -429,7 +359,7 @@ class OpenCLReplay(Replay):
                    f"% {self._host_align} == {address % self._host_align})"
         return ""
 
-    def _bind_inputs(self, inputs: list[np.ndarray]) -> _InputBinding:
+    def _bind_inputs(self, inputs: list[np.ndarray]) -> InputBinding:
         """Write the inputs that are copied, map and unmap those bound in place, and return the binding to run
         with."""
         if not all(self._always_copied):
@@ -440,7 +370,7 @@ class OpenCLReplay(Replay):
                                    for name, why in zip(self._in_names, self._always_copied, strict=True)])
         return self._own
 
-    def _bind_by_address(self, inputs: list[np.ndarray]) -> _InputBinding:
+    def _bind_by_address(self, inputs: list[np.ndarray]) -> InputBinding:
         """``_bind_inputs`` where some input may be bound in place: bound where its address allows and recurs."""
         addresses = [a.__array_interface__["data"][0] for a in inputs]
         reasons = []
@@ -485,7 +415,7 @@ class OpenCLReplay(Replay):
             self._seen.popitem(last=False)
         return False
 
-    def _host_binding(self, key: tuple[Any, ...]) -> _InputBinding:
+    def _host_binding(self, key: tuple[Any, ...]) -> InputBinding:
         """The binding of this set of input addresses: kept from an earlier call, else made (and the least
         recently used one released when ``HOST_PTR_BINDINGS`` are kept)."""
         found = self._host_bindings.get(key)
@@ -495,7 +425,7 @@ class OpenCLReplay(Replay):
         if len(self._host_bindings) >= HOST_PTR_BINDINGS:
             _, old = self._host_bindings.popitem(last=False)
             old.release(self.lib, self._khr.get("clReleaseCommandBufferKHR"))
-        binding = _InputBinding([], list(self._launches), [])
+        binding = InputBinding([], list(self._launches), [])
         try:
             for k in key:
                 binding.mems.append(None if k is None else checked_create(

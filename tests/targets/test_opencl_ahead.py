@@ -1,5 +1,5 @@
 """A capture's OpenCL programs built on a background thread while it renders the rest (targets/opencl_runtime.py
-``build_in_background``, targets/replay_opencl.py ``OpenCLAheadBuild``)."""
+``build_in_background``, targets/opencl_ahead.py ``OpenCLAheadBuild``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import targets.opencl_ahead as oa
 import targets.replay_opencl as ro
 from jit import capture
 from jit.realize import clear_compiled_kernels
@@ -64,9 +65,9 @@ class _Recorder:
 
 
 def test_the_ahead_build_starts_a_program_every_batch_of_distinct_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ro, "AHEAD_BATCH", 2)
+    monkeypatch.setattr(oa, "AHEAD_BATCH", 2)
     runtime = _Recorder()
-    ahead = ro.OpenCLAheadBuild(runtime)  # type: ignore[arg-type]
+    ahead = oa.OpenCLAheadBuild(runtime)  # type: ignore[arg-type]
     for name, source in [("a", "A"), ("a", "A"), ("b", "B"), ("c", "C"), ("c", "C2"), ("d", "D")]:
         ahead.add(RenderedKernel(name, source, {}, None))  # a source seen before is not a new kernel; a name must
         # be unique in a program
@@ -77,7 +78,7 @@ def test_a_capture_builds_in_the_background_and_computes_the_same(fresh_cache: O
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Five distinct kernels (four reduces, then the last add): two background programs of two, and the capture's
     own build only the fifth."""
-    monkeypatch.setattr(ro, "AHEAD_BATCH", 2)
+    monkeypatch.setattr(oa, "AHEAD_BATCH", 2)
     monkeypatch.setattr(ro, "usable_cores", lambda: 2)
     started: list[int] = []
     build = fresh_cache.build_in_background

@@ -72,11 +72,12 @@ SCRIPT = textwrap.dedent("""
     import os
     from pathlib import Path
     import numpy as np
+    import targets.opencl_ahead as oa
     import targets.replay_opencl as ro
     from jit import Tensor, capture
     from targets.opencl_warm import LaunchWarmer
 
-    ro.AHEAD_BATCH = 4  # a program every four kernels, each warmed once built
+    oa.AHEAD_BATCH = 4  # a program every four kernels, each warmed once built
     stop = LaunchWarmer.stop
     def drained_stop(self):  # the replay stops the warmer once it launched what it was given
         assert self.wait_until_idle(600)
@@ -125,14 +126,15 @@ def test_a_capture_warms_its_built_kernels_and_the_helper_gets_the_rest(tmp_path
 def test_kernels_reading_images_are_never_warmed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: a weight read as an image keeps its plain buffer in the schedule, and the warmer bound a buffer
     where the kernel takes an image2d_t (PoCL crashed a test worker now and then)."""
+    import targets.opencl_ahead as oa
     import targets.replay_opencl as ro
     from jit import capture_onnx, load_onnx
     from jit.realize import clear_compiled_kernels
     from packager.samples import sample_inputs, vision_model
 
     seen: list = []
-    add = ro.OpenCLAheadBuild.add
-    monkeypatch.setattr(ro.OpenCLAheadBuild, "add", lambda self, kernel: seen.append(kernel) or add(self, kernel))
+    add = oa.OpenCLAheadBuild.add
+    monkeypatch.setattr(oa.OpenCLAheadBuild, "add", lambda self, kernel: seen.append(kernel) or add(self, kernel))
     monkeypatch.setattr(ro, "usable_cores", lambda: 2)
     clear_compiled_kernels()
     proto = vision_model()
