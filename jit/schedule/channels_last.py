@@ -18,6 +18,10 @@ after a depthwise conv) is stored channels-last too, where it reads more of them
 in the plain order it read them a plane apart per channel, one lane at a time. Its loop over channels then opens
 innermost (jit/codegen/opt/order.py ``contiguous_store_innermost``), so it loads and stores whole vectors.
 
+After ``channels_last_concat``: a concat along channels of such rows whose every piece is a conv's output stored
+into its slice (jit/schedule/concat_stores.py) is laid out (N, H, W, C) too, so those convs' channel vectors store
+whole into it.
+
 What holds: the buffer holds the same values at permuted positions and every kernel reads them through the view,
 so each value is computed as before; a kernel reading another layout may tile otherwise (its sums in another order),
 so results agree within float rounding, not always bit for bit.
@@ -33,6 +37,7 @@ from jit.codegen.pipeline import commit_dtypes
 from jit.ir.rewrite import graph_rewrite
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.render_cache import cached_answer
+from jit.schedule.concat_stores import Concat
 from targets.registry import Device
 
 
@@ -78,6 +83,25 @@ def channels_last_view(node: UOp, buf: UOp, ast: UOp, device: str) -> UOp | None
     ``channels_last_layout`` has no view or the kernel is tiled otherwise."""
     view = channels_last_layout(node, buf, device)
     return view if view is not None and tiles_across_channels(ast, device) else None
+
+
+def channels_last_concat(concat: Concat, buf: UOp, device: str) -> UOp | None:
+    """The (N, H, W, C) view of ``buf`` that ``concat``, pieces joined along the channels of an (N, C, H, W) value,
+    is stored through, where every piece is a kernel output stored into its slice (squeezenet's fire modules: its
+    convs): over rows that do not split into vectors those kernels tile across channels
+    (jit/codegen/opt/tiling.py takes the channel tile for a row whose stores scatter), so each piece's channel
+    vectors store whole. None where ``channels_last_layout`` has none, along another axis, with a piece copied in
+    (shufflenet's channel split passes half its input through, which would then be copied lane by lane) or of
+    channels the device's widest channel vector does not divide (shufflenet's 24: its 28-wide rows are cheaper
+    along them than in 8-lane channel vectors)."""
+    shape = concat.top.shape
+    if shape is None or len(shape) != 4 or any(p.axis != 1 for p in concat.pieces):
+        return None
+    opts = target_default_opts(Device[device])
+    lanes = opts.wide_channel_vector or opts.channel_vector
+    if any(p.value not in concat.stored or (p.value.shape or (0, 0))[1] % lanes for p in concat.pieces):
+        return None
+    return channels_last_layout(concat.top, buf, device)
 
 
 def _non_unit_axes(shape: tuple[int, ...]) -> list[int]:

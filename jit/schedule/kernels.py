@@ -21,7 +21,12 @@ from jit.common.dtype import DType, commit_weak
 from jit.common.helpers import STORE_VIEWS
 from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
-from jit.schedule.channels_last import channels_last_layout, channels_last_view, follows_channels_last
+from jit.schedule.channels_last import (
+    channels_last_concat,
+    channels_last_layout,
+    channels_last_view,
+    follows_channels_last,
+)
 from jit.schedule.concat_stores import find_concats, pieces_to_compute
 from jit.schedule.fusion_cost import dear_producers, is_concat
 from jit.schedule.lower import LoweringContext, kernel_name, lower_border, lower_kernel, lower_zero_fill
@@ -336,7 +341,11 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             if (copy := padded.get(top)) is not None:  # the concat is the interior of a padded copy
                 views[top] = copy.interior_view(copy_buffer(copy, top.dtype))
             else:
-                views[top] = buffer_view(new_buffer(device, top.dtype, math.prod(top.shape)), top.shape)
+                buf = new_buffer(device, top.dtype, math.prod(top.shape))
+                view = channels_last_concat(concats[top], buf, device) if top not in roots else None
+                views[top] = view if view is not None else buffer_view(buf, top.shape)
+                if view is not None:
+                    stored_channels_last.add(top)
         return views[top].base
 
     def copy_buffer(copy: PaddedCopy, dtype: DType) -> UOp:

@@ -350,8 +350,11 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
     narrow_row = _size(inner) == u_inner < opts.wide_channel_vector
     # and so does a row read at a stride over a long reduce (``OptOptions.strided_channel_trips``)
     strided_long = 0 < opts.strided_channel_trips <= trips and any((st or 0) > 1 for st in row_strides)
-    if opts.channel_vector and (u_inner % opts.channel_vector or narrow_row or strided_long) and \
-            (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous) and \
+    # and so does a row whose stores lie apart (a conv's slice of a channels-last concat,
+    # jit/schedule/channels_last.py): along it every vector would scatter, across channels each stores whole
+    row_scatters = any((row_stride(u.src[0].src[1], inner, deps) or 2) > 1 for u in nodes if u.op is Ops.STORE)
+    if opts.channel_vector and (u_inner % opts.channel_vector or narrow_row or strided_long or row_scatters) and \
+            (u_inner % 4 or trips >= CHANNEL_MIN_TRIPS or not row_contiguous or row_scatters) and \
             (found := _channel_vector_axis(outs[:-1], loads, deps, opts)) is not None:
         # a row too short for vectors (resnet's 14 and 7): the tile row runs across output channels, whose weights
         # conv2d stores channels-last so they load contiguously; the spatial row becomes the reuse axis
@@ -372,7 +375,8 @@ def plan_tiles(sink: UOp, opts: OptOptions = DEFAULT_OPTS,
             u_row = max(d for d in range(1, DEFAULT_VECTOR_REGISTERS - SPARE_VECTOR_REGISTERS + 1)
                         if _size(inner) % d == 0)
             nvec = vectors(u_row)
-        if not _overlap_row_first(opts, lanes, _size(inner), u_inner, row_strides, trips, (u_row, nvec)):
+        if row_scatters or not _overlap_row_first(opts, lanes, _size(inner), u_inner, row_strides, trips,
+                                                  (u_row, nvec)):
             # no wider than the runs the loads read contiguously (the weights' channel block): a wider vector would
             # gather every tap's weights lane by lane
             return TilePlan(((across, lanes * nvec), (inner, u_row)), lanes)
