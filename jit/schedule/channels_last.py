@@ -18,9 +18,9 @@ after a depthwise conv) is stored channels-last too, where it reads more of them
 in the plain order it read them a plane apart per channel, one lane at a time. Its loop over channels then opens
 innermost (jit/codegen/opt/order.py ``contiguous_store_innermost``), so it loads and stores whole vectors.
 
-After ``channels_last_concat``: a concat along channels of such rows whose every piece is a conv's output stored
-into its slice (jit/schedule/concat_stores.py) is laid out (N, H, W, C) too, so those convs' channel vectors store
-whole into it.
+After ``channels_last_concat``: a concat along channels of such rows whose every piece is a kernel output stored
+into its slice (jit/schedule/concat_stores.py: squeezenet's expand convs) is laid out (N, H, W, C) too, so those
+kernels' channel vectors store whole into it.
 
 What holds: the buffer holds the same values at permuted positions and every kernel reads them through the view,
 so each value is computed as before; a kernel reading another layout may tile otherwise (its sums in another order),
