@@ -20,7 +20,9 @@ Per model, printed in one table (ratios: lower is better, < 1 = drivepack faster
 * capture seconds (load + capture + the first call, every compile included: PoCL compiles each kernel for its
   launch size at its first launch) cold, with empty kernel caches (``DRIVEPACK_CACHE`` a fresh directory and the
   process's compiled kernels forgotten), and warm, captured again from them (in this process; ``--warm-process``: in
-  a new Python process, as a user's next run captures, timed inside it from the load on). PoCL's own cache
+  a new Python process, as a user's next run captures, timed inside it from the load on; a warm capture replays
+  what the cold one left in the capture cache, jit/capture_cache.py, and ``--warm-process`` also times one with
+  that cache off, from the kernel caches alone). PoCL's own cache
   (``POCL_CACHE_DIR``,
   which serves OPENCL's warm capture: drivepack keeps no binaries of a CPU device) is one fresh directory for the
   whole run, so an OPENCL kernel source that an earlier model of the same run compiled is warm there.
@@ -86,6 +88,7 @@ from bench_core import BLOCK_CALLS, SETTLE_S, cross_core_round_trip_ns, interlea
 from zoo_models import QUICK, ZOO, ensure, zoo_listing  # noqa: E402
 
 from jit import capture_onnx, load_onnx  # noqa: E402
+from jit.capture_cache import ENV as CAPTURE_CACHE_ENV  # noqa: E402
 from jit.realize import clear_compiled_kernels  # noqa: E402
 from targets.cpu_runtime import THREADS_ENV  # noqa: E402
 
@@ -108,6 +111,7 @@ class TargetResult:
 
     cold_s: float | None = None
     warm_s: float | None = None
+    uncached_s: float | None = None  # warm in a new process with the capture cache off (``--warm-process``)
     dispatches: int | None = None
     max_abs: float | None = None
     max_rel: float | None = None
@@ -233,11 +237,13 @@ print(timed_capture(sys.argv[1], feeds_for(onnx.load(sys.argv[1]), seed=0), sys.
 """
 
 
-def timed_capture_in_new_process(path: str, target: str) -> float:
-    """``timed_capture``'s seconds for a fresh Python process given this one's environment (its kernel caches)."""
+def timed_capture_in_new_process(path: str, target: str, capture_cache: bool = True) -> float:
+    """``timed_capture``'s seconds for a fresh Python process given this one's environment (its kernel caches);
+    ``capture_cache=False``: with the capture cache off, so that it schedules again (jit/capture_cache.py)."""
     here = Path(__file__).resolve()
+    env = {**os.environ} | ({} if capture_cache else {CAPTURE_CACHE_ENV: "0"})
     done = subprocess.run([sys.executable, "-c", WARM_PROCESS, path, target, str(here.parents[1]), str(here.parent)],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"warm capture in a new process: exit {done.returncode}: {last[0]}")
@@ -362,13 +368,16 @@ def bench_model(name: str, path: str, args: argparse.Namespace, work: Path) -> M
                 tr.warm_s, run = timed_capture(path, feeds, target)
                 if args.warm_process:
                     tr.warm_s = timed_capture_in_new_process(path, target)
+                    tr.uncached_s = timed_capture_in_new_process(path, target, capture_cache=False)
             tr.dispatches = run.n_dispatches
             tr.max_abs, tr.max_rel, ok = compare(run(feeds), names, want)
         except Exception as e:  # noqa: BLE001  # a model drivepack cannot run is a row, not the end of the run
             tr.error = one_line(e)
             print(f"  {name} {target}: {tr.error}", flush=True)
             continue
-        print(f"  {name} {target}: capture cold {tr.cold_s:.1f} s warm {tr.warm_s:.1f} s, {tr.dispatches} dispatches, "
+        uncached = f" ({tr.uncached_s:.1f} s without the capture cache)" if tr.uncached_s is not None else ""
+        print(f"  {name} {target}: capture cold {tr.cold_s:.1f} s warm {tr.warm_s:.1f} s{uncached}, "
+              f"{tr.dispatches} dispatches, "
               f"max abs err {tr.max_abs:.2g} (rel {tr.max_rel:.2g})", flush=True)
         if not ok:
             tr.error = f"outputs differ from onnxruntime (max abs {tr.max_abs:.3g}, rel {tr.max_rel:.3g}); not timed"
@@ -422,13 +431,21 @@ def cell(tr: TargetResult | None, value: Callable[[TargetResult], str]) -> str:
     return "ERR" if tr.error and tr.p50 is None and tr.cold_s is None else value(tr)
 
 
+def warm_cells(t: TargetResult | None, uncached: bool) -> str:
+    """The warm capture's cell, and with ``uncached`` the one of the warm capture without the capture cache."""
+    return f" {cell(t, lambda v: _s(v.warm_s)):>6s}" + (f" {cell(t, lambda v: _s(v.uncached_s)):>6s}" if uncached
+                                                          else "")
+
+
 def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[str, float | None]:
     cpu, ocl = "CPU", "OPENCL"
     p99 = args.contention > 0
     head = f"{'model':22s} {'GFLOP':>7s} {'dp CPU':>8s} {'dp OCL':>8s} {'ORT':>8s} "
     if p99:
         head += f"{'CPU p99':>8s} {'OCL p99':>8s} {'ORT p99':>8s} {'CPU 99/50':>9s} {'ctl 99/50':>9s} "
-    head += (f"{'CPU/ORT':>8s} {'OCL/ORT':>8s} {'CPU cold':>8s} {'warm':>6s} {'OCL cold':>8s} {'warm':>6s} "
+    # --warm-process: each warm column followed by the warm capture with the capture cache off ("no cc")
+    warm_heads = f" {'warm':>6s}" + (f" {'no cc':>6s}" if args.warm_process else "")
+    head += (f"{'CPU/ORT':>8s} {'OCL/ORT':>8s} {'CPU cold':>8s}{warm_heads} {'OCL cold':>8s}{warm_heads} "
              f"{'rel err':>8s}")
     what = f"median of {args.repeat} calls after 3 warm-up"
     if args.realtime:
@@ -436,6 +453,9 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
     warm = "; warm in a new process" if args.warm_process else ""
     print(f"\nreplay ms ({what}{f', p50/p99 with {args.contention} busy processes' if p99 else ''}); "
           f"capture s (load + capture + first call{warm}); ratios: lower is better")
+    if args.warm_process:
+        print("warm: from the capture cache (jit/capture_cache.py); no cc: with it off (DRIVEPACK_CAPTURE_CACHE=0), "
+              "the kernel caches only")
     print(head)
     ratios: dict[str, list[float]] = {cpu: [], ocl: []}
     for r in results:
@@ -455,8 +475,8 @@ def print_table(results: list[ModelResult], args: argparse.Namespace) -> dict[st
                      f"{_ms(r.ort_p99):>8s} {cell(t[cpu], lambda v: _x(v.p99, v.p50)):>9s} "
                      f"{_x(r.control_p99, r.control_p50):>9s} ")
         line += (f"{_x(ok[cpu], r.ort_p50):>8s} {_x(ok[ocl], r.ort_p50):>8s} "
-                 f"{cell(t[cpu], lambda v: _s(v.cold_s)):>8s} {cell(t[cpu], lambda v: _s(v.warm_s)):>6s} "
-                 f"{cell(t[ocl], lambda v: _s(v.cold_s)):>8s} {cell(t[ocl], lambda v: _s(v.warm_s)):>6s} "
+                 f"{cell(t[cpu], lambda v: _s(v.cold_s)):>8s}{warm_cells(t[cpu], args.warm_process)} "
+                 f"{cell(t[ocl], lambda v: _s(v.cold_s)):>8s}{warm_cells(t[ocl], args.warm_process)} "
                  f"{f'{rel:.1e}' if rel is not None else '-':>8s}")
         print(line)
     means = {k: geomean(v) for k, v in ratios.items()}

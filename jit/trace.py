@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from jit import capture_hints
+from jit import capture_cache, capture_hints
 from jit.codegen.passes.images import weights_to_images
 from jit.common.dtype import DType, commit_weak, dtypes, from_numpy, image_shape
 from jit.common.errors import DrivepackError, DTypeError
@@ -396,6 +396,11 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     roots = [*out_targets.values(), *new_states.values()]
     hint = capture_hints.graph_key(roots, tgt)  # the programs the last capture of this graph used, loaded meanwhile
     hinted = capture_hints.start_prefetch(hint, tgt)
+    cache_key = capture_cache.capture_key(roots, sources, tgt, fold_weights, state)
+    if (hit := capture_cache.load(cache_key, tgt.name)) is not None:
+        cmdbuf, weights, fields = hit
+        return Captured(cmdbuf, weights, make_replay(cmdbuf, weights, tgt),
+                        CaptureReport(**fields, segments=cmdbuf.segments))
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
     weight_only: list[list[ScheduledKernel]] = []  # kernel groups whose compile runs while the kept are rendered
@@ -505,6 +510,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         weights = copied.result()
     replay = make_replay(cmdbuf, weights, tgt)
     capture_hints.remember(hint, tgt, [k.source for k in kernel_specs], hinted)
+    capture_cache.store(cache_key, cmdbuf, weights, report)
     return Captured(cmdbuf, weights, replay, report)
 
 

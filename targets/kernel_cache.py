@@ -35,12 +35,19 @@ def cached_artifact(stem: str, ext: str) -> Path | None:
     return None
 
 
-def publish(path: Path, data: bytes | str) -> None:
-    """Write atomically: concurrent test workers may compile the same kernel."""
+def publish(path: Path, data: bytes | str | Iterable[Any]) -> None:
+    """Write atomically: concurrent test workers may compile the same kernel. ``data``: the bytes, the text, or
+    an iterable of bytes-like chunks written one after another (a large file never held whole in memory)."""
+    chunks = [data.encode()] if isinstance(data, str) else [data] if isinstance(data, bytes | bytearray) else data
     fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode() if isinstance(data, str) else data)
-    os.replace(staged, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+        os.replace(staged, path)
+    except BaseException:
+        Path(staged).unlink(missing_ok=True)
+        raise
 
 
 def read_entry(path: Path, fmt: int, key: str) -> dict[str, Any] | None:

@@ -54,6 +54,11 @@ _SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, BEAM, VIZ, EMU
                                                  STREAMS, FUSION_COST, STORE_VIEWS)}
 
 
+def settings_key() -> str:
+    """Every setting as ``KEY=value``, in one line: what a cache of results computed under them is keyed by."""
+    return ";".join(f"{key}={s.value!r}" for key, s in sorted(_SETTINGS.items()))
+
+
 @contextlib.contextmanager
 def Context(**kwargs: Any) -> Iterator[None]:  # noqa: N802 - reads like the reference system's Context
     """Temporarily override settings: ``with Context(NOOPT=1): ...``."""

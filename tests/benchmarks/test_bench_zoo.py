@@ -72,14 +72,23 @@ def test_a_warm_capture_in_a_new_process_is_timed_there(tmp_path: Path, capsys,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(_conv_gemm_model(), str(path))
-    timed: list[float] = []
+    monkeypatch.setenv(bench_zoo.CAPTURE_CACHE_ENV, "1")  # the suite turns it off (tests/conftest.py)
+    timed: list[tuple[bool, float]] = []
     real = bench_zoo.timed_capture_in_new_process
-    monkeypatch.setattr(bench_zoo, "timed_capture_in_new_process", lambda p, t: timed.append(real(p, t)) or timed[-1])
+
+    def recording(p: str, t: str, capture_cache: bool = True) -> float:
+        timed.append((capture_cache, real(p, t, capture_cache)))
+        return timed[-1][1]
+    monkeypatch.setattr(bench_zoo, "timed_capture_in_new_process", recording)
     result = bench_zoo.bench_model("m", str(path), _args(warm_process=True), tmp_path)
     r = result.targets["CPU"]
-    assert r.error is None and r.cold_s and timed == [r.warm_s] and r.warm_s > 0
+    assert r.error is None and r.cold_s and r.warm_s and r.uncached_s
+    assert timed == [(True, r.warm_s), (False, r.uncached_s)]
+    assert list((tmp_path / "m-CPU-cache").glob("capture-*.json"))  # what the warm captures found
     bench_zoo.print_table([result], _args(warm_process=True))
-    assert "first call; warm in a new process)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "first call; warm in a new process)" in out and "no cc: with it off (DRIVEPACK_CAPTURE_CACHE=0)" in out
+    assert f" {r.warm_s:6.1f} {r.uncached_s:6.1f} " in out
     with pytest.raises(RuntimeError, match="warm capture in a new process: exit 1: .*"):
         bench_zoo.timed_capture_in_new_process(str(tmp_path / "missing.onnx"), "CPU")
 

@@ -1,0 +1,209 @@
+"""The capture cache (jit/capture_cache.py): a capture of a graph captured before, with the same constants, target
+and settings, replays the stored command buffer and weights without scheduling; anything else misses, and a
+damaged entry is a miss that the next capture replaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jit.capture_cache as cc
+import jit.trace as trace
+from jit import Tensor, capture
+from jit.common.helpers import Context
+from jit.realize import clear_compiled_kernels
+
+ROOT = Path(__file__).resolve().parents[2]
+X = np.linspace(-1, 1, 192, dtype=np.float32).reshape(1, 3, 8, 8)
+W = np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3)
+
+
+@pytest.fixture
+def on(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(cc.ENV, "1")
+    monkeypatch.delenv(cc.BUDGET_ENV, raising=False)
+    return cache
+
+
+def _model(weights: np.ndarray = W) -> Callable[..., dict[str, Tensor]]:
+    def model(x: Tensor) -> dict[str, Tensor]:
+        h = x.conv2d(Tensor(weights), padding=1).relu()
+        return {"y": (h * 0.5).sum(axis=(2, 3)).exp(), "h": h}
+    return model
+
+
+def _reference(weights: np.ndarray = W, x: np.ndarray = X) -> np.ndarray:
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h = np.zeros((1, 4, 8, 8), np.float32)
+    for i in range(3):
+        for j in range(3):
+            h += np.einsum("nchw,oc->nohw", padded[:, :, i:i + 8, j:j + 8], weights[:, :, i, j])
+    return np.exp((np.maximum(h, 0) * 0.5).sum(axis=(2, 3)))
+
+
+def _scheduled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the captures that scheduled (a hit schedules nothing)."""
+    calls: list[int] = []
+    real = trace.create_schedule
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(trace, "create_schedule", counting)
+    return calls
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("capture-*.json"))
+
+
+@pytest.mark.parametrize("target", ["CPU", "OPENCL"])
+def test_a_second_capture_replays_the_first_without_scheduling(on: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               target: str) -> None:
+    scheduled = _scheduled(monkeypatch)
+    first = capture(_model(), {"x": X}, target=target)
+    assert len(scheduled) == 1 and len(_entries(on)) == 1
+    clear_compiled_kernels()
+    second = capture(_model(), {"x": X}, target=target)
+    assert len(scheduled) == 1
+    assert second.cmdbuf.to_bytes() == first.cmdbuf.to_bytes() and second.report == first.report
+    assert first.weights.keys() == second.weights.keys()
+    for wid, w in first.weights.items():
+        np.testing.assert_array_equal(second.weights[wid], w)
+        assert not second.weights[wid].flags.writeable
+    for x in (X, -2 * X):
+        out = second({"x": x})
+        np.testing.assert_allclose(out["y"], _reference(x=x), rtol=1e-5)
+        np.testing.assert_array_equal(out["h"], first({"x": x})["h"])
+
+
+def test_other_weights_shape_settings_or_target_miss(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduled = _scheduled(monkeypatch)
+    capture(_model(), {"x": X}, target="CPU")
+    other = W[::-1].copy()
+    run = capture(_model(other), {"x": X}, target="CPU")
+    np.testing.assert_allclose(run({"x": X})["y"], _reference(other), rtol=1e-5)
+    capture(_model(), {"x": np.zeros((1, 3, 8, 9), np.float32)}, target="CPU")
+    with Context(NOOPT=1):
+        capture(_model(), {"x": X}, target="CPU")
+    capture(_model(), {"x": X}, target="CPU", fold_weights=False)
+    capture(_model(), {"x": X}, target="OPENCL")
+    assert len(scheduled) == 6 and len(_entries(on)) == 6
+    capture(_model(other), {"x": X}, target="CPU")
+    assert len(scheduled) == 6
+
+
+def test_a_state_and_its_initial_value_are_part_of_the_key(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def step(x: Tensor, total: Tensor) -> dict[str, Tensor]:
+        new = total + x
+        return {"total": new, "y": new * 2}
+    scheduled = _scheduled(monkeypatch)
+    x = np.ones(4, np.float32)
+    for init in (np.zeros(4, np.float32), np.zeros(4, np.float32), np.arange(4, dtype=np.float32)):
+        run = capture(step, {"x": x}, target="CPU", state={"total": init})
+        np.testing.assert_array_equal(run(x=x)["y"], 2 * (init + 1))
+        np.testing.assert_array_equal(run(x=x)["y"], 2 * (init + 2))
+        run.reset_state()
+        np.testing.assert_array_equal(run.read_state("total"), init)
+    assert len(scheduled) == 2
+
+
+def _damage_blob(folder: Path) -> None:
+    (blob,) = folder.glob("capture-*.bin")
+    data = bytearray(blob.read_bytes())
+    data[5] ^= 1
+    blob.write_bytes(bytes(data))
+
+
+def _wrong_target(folder: Path) -> None:
+    (doc,) = _entries(folder)
+    entry = json.loads(doc.read_text())
+    entry["cmdbuf"]["target"] = "OPENCL"
+    doc.write_text(json.dumps(entry))
+
+
+def _bad_offset(folder: Path) -> None:
+    (doc,) = _entries(folder)
+    entry = json.loads(doc.read_text())
+    entry["weights"][0][1] = 1 << 40
+    doc.write_text(json.dumps(entry))
+
+
+@pytest.mark.parametrize("damage", [
+    _damage_blob, _wrong_target, _bad_offset,
+    lambda folder: next(folder.glob("capture-*.bin")).unlink(),
+    lambda folder: _entries(folder)[0].write_text("{not json"),
+    lambda folder: _entries(folder)[0].write_text(_entries(folder)[0].read_text().replace('"dispatches"', '"x"')),
+], ids=["flipped-weight-byte", "other-target", "offset-past-the-end", "no-weights-file", "not-json", "bad-cmdbuf"])
+def test_a_damaged_entry_is_a_miss_and_replaced(on: Path, monkeypatch: pytest.MonkeyPatch,
+                                                damage: Callable[[Path], None]) -> None:
+    first = capture(_model(), {"x": X}, target="CPU")
+    damage(on)
+    scheduled = _scheduled(monkeypatch)
+    again = capture(_model(), {"x": X}, target="CPU")
+    assert len(scheduled) == 1
+    np.testing.assert_array_equal(again({"x": X})["y"], first({"x": X})["y"])
+    capture(_model(), {"x": X}, target="CPU")  # the entry the miss stored back
+    assert len(scheduled) == 1
+
+
+def test_off_stores_nothing(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cc.ENV, "0")
+    capture(_model(), {"x": X}, target="CPU")
+    assert not list(on.glob("capture-*"))
+
+
+def test_the_least_recently_used_entries_go_past_the_budget(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def dense(scale: float) -> Callable[..., dict[str, Tensor]]:  # 1.5 MiB of weights
+        w = np.linspace(-1, 1, 192 * 2048, dtype=np.float32).reshape(192, 2048) * scale
+        return lambda x: {"y": x.reshape(1, 192) @ Tensor(w)}
+    scheduled = _scheduled(monkeypatch)
+    monkeypatch.setenv(cc.BUDGET_ENV, "4")
+    for scale in (1, 2):
+        capture(dense(scale), {"x": X}, target="CPU")
+    assert len(list(on.glob("capture-*.bin"))) == 2
+    capture(dense(1), {"x": X}, target="CPU")  # a hit: now the most recently used
+    monkeypatch.setenv(cc.BUDGET_ENV, "2")
+    capture(dense(3), {"x": X}, target="CPU")  # over the budget: scale 2's, then scale 1's entry go
+    assert len(scheduled) == 3 and len(list(on.glob("capture-*.bin"))) == 1 and len(_entries(on)) == 1
+    capture(dense(3), {"x": X}, target="CPU")
+    assert len(scheduled) == 3
+    monkeypatch.setenv(cc.BUDGET_ENV, "0")  # keeps nothing, not even what it just stored
+    capture(dense(4), {"x": X}, target="CPU")
+    assert not list(on.glob("capture-*"))
+    monkeypatch.setenv(cc.BUDGET_ENV, "lots")
+    with pytest.raises(ValueError, match=f"{cc.BUDGET_ENV}: expected a number of MiB, got 'lots'"):
+        cc.budget_bytes()
+
+
+_CAPTURE = """
+import json
+import numpy as np
+import jit.trace as trace
+from jit import Tensor, capture
+scheduled = []
+real = trace.create_schedule
+trace.create_schedule = lambda *a, **k: scheduled.append(1) or real(*a, **k)
+def model(x):
+    w = Tensor(np.linspace(-1, 1, 108, dtype=np.float32).reshape(4, 3, 3, 3))
+    return {"y": (x.conv2d(w, padding=1).relu() * 0.5).sum(axis=(2, 3))}
+x = np.linspace(0, 1, 192, dtype=np.float32).reshape(1, 3, 8, 8)
+run = capture(model, {"x": x}, target="CPU")
+print(json.dumps({"scheduled": len(scheduled), "cmdbuf": run.cmdbuf.to_bytes().decode(),
+                  "y": run({"x": x})["y"].tobytes().hex()}))
+"""
+
+
+def test_a_new_process_replays_what_an_earlier_one_stored(tmp_path: Path) -> None:
+    env = {**os.environ, "DRIVEPACK_CACHE": str(tmp_path), "PYTHONPATH": str(ROOT), cc.ENV: "1"}
+    cold, warm = (json.loads(subprocess.run([sys.executable, "-c", _CAPTURE], env=env, capture_output=True,
+                                            text=True, check=True).stdout) for _ in range(2))
+    assert (cold["scheduled"], warm["scheduled"]) == (1, 0)
+    assert cold["cmdbuf"] == warm["cmdbuf"] and cold["y"] == warm["y"]
