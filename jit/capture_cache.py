@@ -151,6 +151,8 @@ def load(key: str | None, target_name: str) -> tuple[CommandBuffer, dict[int, np
             if not all(type(v) is int for v in (wid, offset, nbytes)) or offset < 0 or offset + nbytes > whole.size:
                 return None
             weights[wid] = whole[offset:offset + nbytes]
+        if {int(b.name): b.nbytes for b in cmdbuf.weights} != {wid: w.size for wid, w in weights.items()}:
+            return None
         report = {f: doc["report"][f] for f in REPORT_FIELDS}
         nodes = doc["report"]["kernel_nodes"]
         if not all(type(v) is int for v in report.values()) or not all(

@@ -129,6 +129,13 @@ def _wrong_target(folder: Path) -> None:
     doc.write_text(json.dumps(entry))
 
 
+def _short_weight(folder: Path) -> None:
+    (doc,) = _entries(folder)
+    entry = json.loads(doc.read_text())
+    entry["weights"][0][2] -= 4
+    doc.write_text(json.dumps(entry))
+
+
 def _bad_offset(folder: Path) -> None:
     (doc,) = _entries(folder)
     entry = json.loads(doc.read_text())
@@ -137,11 +144,12 @@ def _bad_offset(folder: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [
-    _damage_blob, _wrong_target, _bad_offset,
+    _damage_blob, _wrong_target, _bad_offset, _short_weight,
     lambda folder: next(folder.glob("capture-*.bin")).unlink(),
     lambda folder: _entries(folder)[0].write_text("{not json"),
     lambda folder: _entries(folder)[0].write_text(_entries(folder)[0].read_text().replace('"dispatches"', '"x"')),
-], ids=["flipped-weight-byte", "other-target", "offset-past-the-end", "no-weights-file", "not-json", "bad-cmdbuf"])
+], ids=["flipped-weight-byte", "other-target", "offset-past-the-end", "weight-size-not-the-cmdbufs",
+        "no-weights-file", "not-json", "bad-cmdbuf"])
 def test_a_damaged_entry_is_a_miss_and_replaced(on: Path, monkeypatch: pytest.MonkeyPatch,
                                                 damage: Callable[[Path], None]) -> None:
     first = capture(_model(), {"x": X}, target="CPU")
