@@ -28,10 +28,13 @@ removed first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import mmap
 import os
+import re
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -53,6 +56,7 @@ BUDGET_ENV = "DRIVEPACK_CAPTURE_CACHE_MB"
 DEFAULT_BUDGET_MB = 2048
 # a page: each weight of a mapped .bin starts on one, which is any command buffer's alignment but the largest
 BLOB_ALIGNMENT = 4096
+_PROGRAM_KEY = re.compile(r"[0-9a-f]{64}")
 REPORT_FIELDS = ("kernels_traced", "kernels_kept", "weights", "weight_bytes", "arena_bytes", "naive_bytes")
 
 # BUFFER node -> SHA-256 of its bytes: a BUFFER's memory is written once (by its upload or the kernel computing it)
@@ -112,6 +116,92 @@ def capture_key(roots: list[UOp], names: Mapping[UOp, str], target: Any, fold_we
     except UnkeyableError:
         return None
     return h.hexdigest()
+
+
+# the graph builders: a capture keyed by its model (``model_key``) is replayed without them running
+_BUILDERS = ("jit/frontend", "jit/onnx")
+
+
+@functools.cache
+def _builders_fingerprint() -> tuple[str, float]:
+    """(SHA-256 of every graph builder file's path and bytes, when it was taken)."""
+    taken = time.time()
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for folder in _BUILDERS:
+        for path in sorted((root / folder).rglob("*.py")):
+            h.update(f"\n{path.relative_to(root).as_posix()}\n".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest(), taken
+
+
+def _builders_unchanged() -> bool:
+    """False when a graph builder file changed after ``_builders_fingerprint`` read them (this process may run
+    code the fingerprint does not describe)."""
+    taken = _builders_fingerprint()[1]
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return all(p.stat().st_mtime < taken for folder in _BUILDERS for p in (root / folder).rglob("*.py"))
+    except OSError:
+        return False
+
+
+def model_key(content_digest: str | None, model_settings: str, example_inputs: Mapping[str, Any], target: Any,
+              fold_weights: bool) -> str | None:
+    """The key of a capture of a loaded model (jit/onnx/loader.py ``OnnxModel``) whose bytes have
+    ``content_digest`` and whose own settings (float16, device) read ``model_settings``, called with inputs of
+    ``example_inputs``' names, dtypes and shapes: what a capture keyed by its traced graph would be, without
+    tracing. None where it has none (no digest: a model given as a ModelProto; an input that is no array)."""
+    if content_digest is None or not cache_enabled():
+        return None
+    context = render_cache.key_context(target, f"{kernel_settings_key()}|{settings_key()}|fold={fold_weights}")
+    if context is None:
+        return None
+    parts = [f"drivepack-model-capture/{FORMAT}", context, _builders_fingerprint()[0], content_digest, model_settings]
+    for name, arr in example_inputs.items():
+        if not isinstance(arr, np.ndarray):
+            return None
+        parts.append(f"input {name} {arr.dtype.str} {arr.shape}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _alias_path(key: str) -> Path:
+    return cache_dir() / f"model-capture-{key}.json"
+
+
+def load_model_capture(key: str | None, target: Any) -> tuple[str, tuple[CommandBuffer, dict[int, np.ndarray],
+                                                                         dict[str, Any]], list[list[str]]] | None:
+    """For a ``model_key``: the key of the capture entry its model's last capture stored, that entry (``load``)
+    and the host nodes that capture ran (``OnnxModel.host_nodes``, as [node, op] pairs); None on a miss. On a
+    target whose cached programs cost a build each to load (``prefetches_programs``: jit/capture_hints.py), the
+    programs that capture replayed start loading first, while the entry is read and checked."""
+    doc = read_entry(_alias_path(key), FORMAT, key) if key is not None else None
+    if doc is None:
+        return None
+    graph_key, host_nodes, programs = doc.get("capture"), doc.get("host_nodes"), doc.get("programs")
+    if not isinstance(graph_key, str) or not isinstance(host_nodes, list) or not all(
+            isinstance(h, list) and len(h) == 2 and all(isinstance(v, str) for v in h) for h in host_nodes):
+        return None
+    if isinstance(programs, list) and programs and target.prefetches_programs and all(
+            isinstance(p, str) and _PROGRAM_KEY.fullmatch(p) for p in programs):
+        target.prefetch(programs, awaited=True)
+    hit = load(graph_key, target.name)
+    return None if hit is None else (graph_key, hit, host_nodes)
+
+
+def store_model_capture(key: str | None, target: Any, captured_key: str | None, sources: list[str],
+                        host_nodes: list[tuple[str, str]]) -> None:
+    """Remember that the capture of ``model_key`` ``key`` on ``target`` is the capture entry ``captured_key``
+    (which holds the command buffer and weights: two models of one graph share them), that its kernels are
+    ``sources`` (the programs to prefetch) and that it ran ``host_nodes``."""
+    if key is None or captured_key is None or not render_cache.sources_unchanged() or not _builders_unchanged():
+        return
+    programs = list(dict.fromkeys(target.program_keys(sources))) if target.prefetches_programs else []
+    try:
+        publish(_alias_path(key), json.dumps({"format": FORMAT, "key": key, "capture": captured_key,
+                                              "programs": programs, "host_nodes": [list(h) for h in host_nodes]}))
+    except OSError:
+        pass
 
 
 def _paths(key: str) -> tuple[Path, Path]:

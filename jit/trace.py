@@ -99,8 +99,16 @@ class Captured:
     from several threads: every call goes through its Replay, which runs one call at a time (targets/replay.py)."""
 
     def __init__(self, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], replay: Replay,
-                 report: CaptureReport | None = None) -> None:
+                 report: CaptureReport | None = None, cache_key: str | None = None) -> None:
         self.cmdbuf, self.weights, self.replay, self.report = cmdbuf, weights, replay, report
+        self.cache_key = cache_key  # the capture cache entry it was stored under or replayed from
+
+    @staticmethod
+    def from_capture_cache(cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], report: dict[str, Any],
+                           target: Target, cache_key: str) -> Captured:
+        """The replay of a capture cache entry (``jit.capture_cache.load``'s command buffer, weights and report)."""
+        return Captured(cmdbuf, weights, make_replay(cmdbuf, weights, target),
+                        CaptureReport(**report, segments=cmdbuf.segments), cache_key)
 
     @staticmethod
     def from_cmdbuf(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str,
@@ -397,10 +405,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     hint = capture_hints.graph_key(roots, tgt)  # the programs the last capture of this graph used, loaded meanwhile
     hinted = capture_hints.start_prefetch(hint, tgt)
     cache_key = capture_cache.capture_key(roots, sources, tgt, fold_weights, state)
-    if (hit := capture_cache.load(cache_key, tgt.name)) is not None:
-        cmdbuf, weights, fields = hit
-        return Captured(cmdbuf, weights, make_replay(cmdbuf, weights, tgt),
-                        CaptureReport(**fields, segments=cmdbuf.segments))
+    if cache_key is not None and (hit := capture_cache.load(cache_key, tgt.name)) is not None:
+        return Captured.from_capture_cache(*hit, tgt, cache_key)
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
     weight_only: list[list[ScheduledKernel]] = []  # kernel groups whose compile runs while the kept are rendered
@@ -511,7 +517,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     replay = make_replay(cmdbuf, weights, tgt)
     capture_hints.remember(hint, tgt, [k.source for k in kernel_specs], hinted)
     capture_cache.store(cache_key, cmdbuf, weights, report)
-    return Captured(cmdbuf, weights, replay, report)
+    return Captured(cmdbuf, weights, replay, report, cache_key)
 
 
 def _constant_buffer(arr: np.ndarray, device: str) -> UOp:
@@ -525,8 +531,24 @@ def capture_onnx(model: Any, example_inputs: Mapping[str, Any], target: str | No
 
     The inputs are placeholders, known only at replay time: a host op (jit/onnx/host_ops.py) that reads one,
     or a value computed from one, raises ``HostOpError`` naming the node; host ops on the model's constants run
-    now, and their results are constants of the capture."""
-    return capture(lambda **kw: model(kw), example_inputs, target=target, fold_weights=fold_weights)
+    now, and their results are constants of the capture.
+
+    A model loaded from a file or bytes is first looked up in the capture cache by its bytes, its settings and
+    the inputs' names, dtypes and shapes (``jit.capture_cache.model_key``): a capture of it made before is
+    replayed without tracing, and ``model.host_nodes`` are the ones that capture ran."""
+    tgt = Device[Device.canonical(target) if target else Device.DEFAULT]
+    key = capture_cache.model_key(getattr(model, "content_digest", None),
+                                  f"float16={getattr(model, 'float16', None)};device={getattr(model, 'device', None)}",
+                                  example_inputs, tgt, fold_weights)
+    if (hit := capture_cache.load_model_capture(key, tgt)) is not None:
+        graph_key, entry, host_nodes = hit
+        model.restore_host_nodes(host_nodes)
+        return Captured.from_capture_cache(*entry, tgt, graph_key)
+    captured = capture(lambda **kw: model(kw), example_inputs, target=target, fold_weights=fold_weights)
+    if key is not None:
+        capture_cache.store_model_capture(key, tgt, captured.cache_key, [k.source for k in captured.cmdbuf.kernels],
+                                          [(h.node, h.op) for h in model.host_nodes])
+    return captured
 
 
 def jit(fn: ModelFn | None = None, *, target: str | None = None, state: Mapping[str, Any] | None = None,

@@ -138,9 +138,10 @@ class Runtime(abc.ABC):
         """The keys of the cached programs holding the kernels of ``sources``, for a later ``prefetch``."""
         return []
 
-    def prefetch(self, keys: Sequence[str]) -> None:  # noqa: B027 - nothing to load by default
+    def prefetch(self, keys: Sequence[str], awaited: bool = False) -> None:  # noqa: B027 - nothing to load by default
         """Start loading the cached programs of ``keys`` (``program_keys`` of an earlier capture of the same graph)
-        in the background, kept for a later ``compile_many``, which does not wait for them."""
+        in the background, kept for a later ``compile_many``, which does not wait for them unless ``awaited`` (keys
+        known to be the programs it needs: it would otherwise build the one being loaded again, side by side)."""
 
     def forget_compiled(self) -> None:
         """Drop what this runtime keeps in memory of programs it built, so the next compile goes to the disk cache

@@ -361,11 +361,13 @@ class OpenCLRuntime(Runtime):
         paths = (cached_artifact(f"opencl-{self._cache_key(source)}", ext) for source in sources)
         return list(dict.fromkeys(p.stem.removeprefix("opencl-") for p in paths if p is not None and p.suffix == ext))
 
-    def prefetch(self, keys: Sequence[str]) -> None:
+    def prefetch(self, keys: Sequence[str], awaited: bool = False) -> None:
         if self._builder is None:
             self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-opencl-build")
         paths = (program_file(key, self._cache_ext) for key in keys)
-        self._builder.submit(self._build_quietly, [], {p: [] for p in paths if p is not None}, None)  # not waited for
+        loading = self._builder.submit(self._build_quietly, [], {p: [] for p in paths if p is not None}, None)
+        if awaited:
+            self._background.append(loading)
 
     def compile(self, name: str, source: str, meta: dict[str, Any]) -> Program:
         return self.compile_many([(name, source, meta)])[0]

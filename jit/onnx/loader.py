@@ -12,6 +12,7 @@ the lazy graph never contains it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,7 +41,7 @@ from jit.onnx.registry import (
     op_key,
     tensor_to_numpy,
 )
-from jit.onnx.validate import parse_model, read_model, validate_model
+from jit.onnx.validate import parse_model, read_model_digest, validate_model
 from targets.registry import Device
 
 
@@ -55,7 +56,7 @@ class OnnxModel:
     """
 
     def __init__(self, model: onnx.ModelProto, base_dir: str | None = None, device: str | None = None,
-                 float16: bool = False) -> None:
+                 float16: bool = False, source_digest: str | None = None) -> None:
         self.proto = model
         self.device = device
         self.float16 = float16
@@ -64,6 +65,17 @@ class OnnxModel:
         self.opset = self.opsets.get("", 1)
         graph = model.graph
         self.initializers: dict[str, np.ndarray] = {t.name: tensor_to_numpy(t, base_dir) for t in graph.initializer}
+        # what the model computes, as bytes: the SHA-256 of the serialized model it was parsed from (None when it
+        # came as a ModelProto), then each external tensor's; jit/capture_cache.py keys its captures by it
+        self.content_digest: str | None = None
+        if source_digest is not None:
+            h = hashlib.sha256(source_digest.encode())
+            for t in graph.initializer:
+                if t.data_location == onnx.TensorProto.EXTERNAL:
+                    arr = np.ascontiguousarray(self.initializers[t.name])
+                    h.update(f"\n{t.name}\n".encode())
+                    h.update(hashlib.sha256(arr.reshape(-1).view(np.uint8)).digest())
+            self.content_digest = h.hexdigest()
         self.input_names = [i.name for i in graph.input if i.name not in self.initializers]
         self.output_names = [o.name for o in graph.output]
         self.metadata = {p.key: p.value for p in model.metadata_props}
@@ -71,6 +83,11 @@ class OnnxModel:
         # the nodes that computed on the host during the last call (jit/onnx/host_ops.py)
         self.host_nodes: list[HostNode] = []
         self._check_ops(graph)
+
+    def restore_host_nodes(self, pairs: list[list[str]]) -> None:
+        """``host_nodes`` as a capture of this model recorded them ([node, op] pairs): a capture replayed from the
+        capture cache (jit/capture_cache.py) ran no node itself."""
+        self.host_nodes = [HostNode(node, op) for node, op in pairs]
 
     def _check_ops(self, graph: onnx.GraphProto) -> None:
         for node in graph.node:
@@ -229,16 +246,18 @@ def load_onnx(src: str | os.PathLike[str] | bytes | onnx.ModelProto, device: str
     External data is read from the model file's directory (``base_dir`` for bytes or a ModelProto; without
     one such a model may not name external data), never from the current directory.
     """
+    digest = None
     if isinstance(src, onnx.ModelProto):
         model = src
         validate_model(model, base_dir)
     elif isinstance(src, (bytes, bytearray)):
         model = parse_model(bytes(src))
         validate_model(model, base_dir)
+        digest = hashlib.sha256(src).hexdigest()
     else:
         path = Path(src)
         if not path.exists():
             raise OnnxError(f"model: file {str(path)!r} does not exist")
-        model, base = read_model(path)
+        model, base, digest = read_model_digest(path)
         base_dir = base
-    return OnnxModel(model, None if base_dir is None else str(base_dir), device, float16)
+    return OnnxModel(model, None if base_dir is None else str(base_dir), device, float16, digest)

@@ -11,6 +11,7 @@ handler, no Tensor), so importing this module is cheap and cycle-free.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Iterable
@@ -66,6 +67,12 @@ def parse_model(data: bytes, where: str = "model") -> onnx.ModelProto:
 
 def read_model(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, Path]:
     """Parse and validate the model file at ``path``; returns it with its directory (where external data lives)."""
+    model, base, _ = read_model_digest(path)
+    return model, base
+
+
+def read_model_digest(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, Path, str]:
+    """``read_model``, and the SHA-256 of the file's bytes (what a cache of the model's captures is keyed by)."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -73,7 +80,7 @@ def read_model(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, Path]:
         raise OnnxError(f"model: expected a readable .onnx file, got {str(p)!r}: {e.strerror}") from None
     model = parse_model(data, str(p))
     validate_model(model, p.parent, str(p), serialized=data)
-    return model, p.parent
+    return model, p.parent, hashlib.sha256(data).hexdigest()
 
 
 def checked_model(data: bytes, path: str | os.PathLike[str]) -> onnx.ModelProto:

@@ -12,12 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 import jit.capture_cache as cc
 import jit.trace as trace
-from jit import Tensor, capture
+import targets.opencl_runtime as ocr
+from jit import Device, Tensor, capture, capture_onnx, load_onnx
 from jit.common.helpers import Context
+from jit.onnx.loader import OnnxModel
 from jit.realize import clear_compiled_kernels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,3 +218,93 @@ def test_a_new_process_replays_what_an_earlier_one_stored(tmp_path: Path) -> Non
                                             text=True, check=True).stdout) for _ in range(2))
     assert (cold["scheduled"], warm["scheduled"]) == (1, 0)
     assert cold["cmdbuf"] == warm["cmdbuf"] and cold["y"] == warm["y"]
+
+
+def _onnx_bytes(bias: float = 1.0) -> bytes:
+    """x (1, 4) -> Gather(x, NonZero(mask)) + bias: the NonZero on a constant runs on the host at capture."""
+    mask = onnx.numpy_helper.from_array(np.array([0, 1, 0, 1], np.float32), "mask")
+    b = onnx.numpy_helper.from_array(np.array([bias], np.float32), "b")
+    shape = onnx.numpy_helper.from_array(np.array([-1], np.int64), "shape")
+    nodes = [onnx.helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+             onnx.helper.make_node("Reshape", ["nz", "shape"], ["idx"], name="flat"),
+             onnx.helper.make_node("Gather", ["x", "idx"], ["g"], axis=1, name="gather"),
+             onnx.helper.make_node("Add", ["g", "b"], ["y"], name="add")]
+    graph = onnx.helper.make_graph(
+        nodes, "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])], [mask, b, shape])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def _traced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the calls of any OnnxModel (a capture traces by calling it once)."""
+    calls: list[int] = []
+    real = OnnxModel.__call__
+
+    def counting(self: OnnxModel, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(OnnxModel, "__call__", counting)
+    return calls
+
+
+XS = np.arange(4, dtype=np.float32).reshape(1, 4)
+
+
+@pytest.mark.parametrize("target", ["CPU", "OPENCL"])
+def test_a_model_captured_before_is_replayed_without_tracing(on: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path, target: str) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_onnx_bytes())
+    traced = _traced(monkeypatch)
+    first_model = load_onnx(path, device=target)
+    first = capture_onnx(first_model, {"x": XS}, target=target)
+    assert [(h.node, h.op) for h in first_model.host_nodes] == [("nonzero", "NonZero")]
+    clear_compiled_kernels()
+    for again in (load_onnx(path, device=target), load_onnx(_onnx_bytes(), device=target)):
+        second = capture_onnx(again, {"x": XS}, target=target)
+        assert again.host_nodes == first_model.host_nodes
+        assert second.cmdbuf.to_bytes() == first.cmdbuf.to_bytes() and second.cache_key == first.cache_key
+        np.testing.assert_array_equal(second({"x": XS})["y"], [[2.0, 4.0]])
+    assert len(traced) == 1 and len(list(on.glob("model-capture-*.json"))) == 1
+
+
+def test_a_model_with_other_bytes_inputs_or_settings_is_traced(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    traced = _traced(monkeypatch)
+    capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
+    run = capture_onnx(load_onnx(_onnx_bytes(bias=5.0)), {"x": XS}, target="CPU")
+    np.testing.assert_array_equal(run({"x": XS})["y"], [[6.0, 8.0]])
+    capture_onnx(load_onnx(_onnx_bytes()), {"x": XS.astype(np.float16)}, target="CPU")
+    capture_onnx(load_onnx(_onnx_bytes(), float16=True), {"x": XS}, target="CPU")
+    capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="OPENCL")
+    monkeypatch.setattr(cc, "_builders_fingerprint", lambda: ("edited", 0.0))  # an edited graph builder
+    capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
+    assert len(traced) == 6
+    # a ModelProto has no bytes to key it by: traced, then served by its traced graph's key
+    scheduled = _scheduled(monkeypatch)
+    capture_onnx(load_onnx(onnx.load_from_string(_onnx_bytes())), {"x": XS}, target="CPU")
+    assert len(traced) == 7 and not scheduled
+
+
+def test_a_model_entry_whose_capture_is_gone_is_traced_again(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
+    for blob in on.glob("capture-*.bin"):
+        blob.unlink()
+    traced = _traced(monkeypatch)
+    run = capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
+    assert len(traced) == 1
+    np.testing.assert_array_equal(run({"x": XS})["y"], [[2.0, 4.0]])
+
+
+def test_an_opencl_model_hit_loads_its_programs_before_its_entry(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="OPENCL")
+    clear_compiled_kernels()
+    calls: list[tuple[list[str], bool]] = []
+    real = ocr.OpenCLRuntime.prefetch
+
+    def recording(self: ocr.OpenCLRuntime, keys: list[str], awaited: bool = False) -> None:
+        calls.append((list(keys), awaited))
+        real(self, keys, awaited)
+    monkeypatch.setattr(ocr.OpenCLRuntime, "prefetch", recording)
+    capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="OPENCL")
+    target = Device["OPENCL"]
+    assert calls == [(list(dict.fromkeys(target.program_keys([k.source for k in first.cmdbuf.kernels]))), True)]
