@@ -14,6 +14,14 @@ stands for or the SHA-256 of the bytes it holds (so a model with other weights m
 with no exact encoding, or a buffer that is neither, has no key: it is captured as before. The cache is off
 (``cache_enabled``) with ``DRIVEPACK_CAPTURE_CACHE=0`` and wherever the render cache is (tuning, BEAM search, VIZ).
 
+A capture of a loaded ONNX model (``jit.trace.capture_onnx``) is looked up before it traces, by ``model_key``: the
+same context, the graph builders' code (``jit/frontend``, ``jit/onnx``: tracing no longer decides the key), the
+SHA-256 of the bytes the model was parsed from and of its external tensors (``OnnxModel.content_digest``; a model
+given as a ModelProto has none and is keyed by its traced graph only), its float16 and device settings and the
+inputs' names, dtypes and shapes. ``model-capture-<key>.json`` names the capture entry its last capture stored
+(the weights are not stored twice), the host nodes that capture ran and, on a target whose cached programs cost a
+build each to load (PoCL), those programs, which start loading before the entry is read.
+
 Files, in the kernel cache's folder (``targets.kernel_cache.cache_dir``): ``capture-<key>.bin``, the weights one
 after another, each at a multiple of ``BLOB_ALIGNMENT``; ``capture-<key>.json``, plain JSON read as data only: the
 command buffer (``CommandBuffer.to_dict``, validated again by ``from_dict`` on load), each weight's id, offset and
@@ -23,7 +31,7 @@ the page cache, not copies. Anything that does not check out (a missing or chang
 does not validate or names another target, a field of the wrong type) is a miss, and the next store replaces it.
 Files are replaced, never rewritten in place (``publish``), so a replay's mapping never changes under it. The .bin
 files are kept under ``DRIVEPACK_CAPTURE_CACHE_MB`` (``DEFAULT_BUDGET_MB``) in all, the least recently used
-removed first.
+removed first; a model-capture file naming a removed entry is a miss (those files are a few hundred bytes).
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +184,10 @@ def load_model_capture(key: str | None, target: Any) -> tuple[str, tuple[Command
     and the host nodes that capture ran (``OnnxModel.host_nodes``, as [node, op] pairs); None on a miss. On a
     target whose cached programs cost a build each to load (``prefetches_programs``: jit/capture_hints.py), the
     programs that capture replayed start loading first, while the entry is read and checked."""
-    doc = read_entry(_alias_path(key), FORMAT, key) if key is not None else None
+    if key is None:
+        return None
+    wait_stored()
+    doc = read_entry(_alias_path(key), FORMAT, key)
     if doc is None:
         return None
     graph_key, host_nodes, programs = doc.get("capture"), doc.get("host_nodes"), doc.get("programs")
@@ -197,10 +209,15 @@ def store_model_capture(key: str | None, target: Any, captured_key: str | None, 
     if key is None or captured_key is None or not render_cache.sources_unchanged() or not _builders_unchanged():
         return
     programs = list(dict.fromkeys(target.program_keys(sources))) if target.prefetches_programs else []
+    _in_background(_publish_quietly, _alias_path(key), json.dumps({
+        "format": FORMAT, "key": key, "capture": captured_key, "programs": programs,
+        "host_nodes": [list(h) for h in host_nodes]}))
+
+
+def _publish_quietly(path: Path, text: str) -> None:
     try:
-        publish(_alias_path(key), json.dumps({"format": FORMAT, "key": key, "capture": captured_key,
-                                              "programs": programs, "host_nodes": [list(h) for h in host_nodes]}))
-    except OSError:
+        publish(path, text)
+    except OSError:  # a read-only or full cache folder costs the next capture its speed, never a result
         pass
 
 
@@ -224,6 +241,7 @@ def load(key: str | None, target_name: str) -> tuple[CommandBuffer, dict[int, np
     ``key`` for the target named ``target_name``; None on a miss."""
     if key is None:
         return None
+    wait_stored()
     doc_path, blob_path = _paths(key)
     doc = read_entry(doc_path, FORMAT, key)
     if doc is None:
@@ -259,10 +277,33 @@ def load(key: str | None, target_name: str) -> tuple[CommandBuffer, dict[int, np
 
 
 def store(key: str | None, cmdbuf: CommandBuffer, weights: Mapping[int, np.ndarray], report: Any) -> None:
-    """Keep a capture's command buffer, weights and report (its ``REPORT_FIELDS`` and ``kernel_nodes``) under ``key``.
-    A read-only or full cache folder costs the next capture its speed, never this one its result."""
-    if key is None or not render_cache.sources_unchanged():
-        return
+    """Keep a capture's command buffer, weights and report (its ``REPORT_FIELDS`` and ``kernel_nodes``) under ``key``,
+    written on a thread of its own (``wait_stored``). A read-only or full cache folder costs the next capture its
+    speed, never this one its result."""
+    if key is not None and render_cache.sources_unchanged():
+        _in_background(_write_entry, key, cmdbuf, dict(weights), report, budget_bytes())
+
+
+# a capture returns while its entry is written (the file's pages, on a fresh VM, can cost as much as the capture's
+# last steps); every lookup first waits for the writes this process started, and the interpreter for any left
+_writer: ThreadPoolExecutor | None = None
+_writing: list[Future[None]] = []
+
+
+def _in_background(fn: Callable[..., None], *args: Any) -> None:
+    global _writer
+    if _writer is None:
+        _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-capture-cache")
+    _writing.append(_writer.submit(fn, *args))
+
+
+def wait_stored() -> None:
+    """Wait until the entries this process started storing are written (or given up on)."""
+    while _writing:
+        _writing.pop(0).result()
+
+
+def _write_entry(key: str, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], report: Any, budget: int) -> None:
     doc_path, blob_path = _paths(key)
     layout, end = [], 0
     for wid, w in weights.items():
@@ -288,7 +329,7 @@ def store(key: str | None, cmdbuf: CommandBuffer, weights: Mapping[int, np.ndarr
                "blob_sha256": sha.hexdigest(), "report": {f: getattr(report, f) for f in REPORT_FIELDS}
                | {"kernel_nodes": [list(n) for n in report.kernel_nodes]}}
         publish(doc_path, json.dumps(doc, sort_keys=True, separators=(",", ":")))
-        _evict(budget_bytes())
+        _evict(budget)
     except OSError:
         pass
 

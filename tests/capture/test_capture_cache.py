@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,8 +64,14 @@ def _scheduled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _files(folder: Path, pattern: str) -> list[Path]:
+    """The cache files matching ``pattern`` once this process's stores are written (they run on a thread)."""
+    cc.wait_stored()
+    return sorted(folder.glob(pattern))
+
+
 def _entries(folder: Path) -> list[Path]:
-    return sorted(folder.glob("capture-*.json"))
+    return _files(folder, "capture-*.json")
 
 
 @pytest.mark.parametrize("target", ["CPU", "OPENCL"])
@@ -119,7 +126,7 @@ def test_a_state_and_its_initial_value_are_part_of_the_key(on: Path, monkeypatch
 
 
 def _damage_blob(folder: Path) -> None:
-    (blob,) = folder.glob("capture-*.bin")
+    (blob,) = _files(folder, "capture-*.bin")
     data = bytearray(blob.read_bytes())
     data[5] ^= 1
     blob.write_bytes(bytes(data))
@@ -148,7 +155,7 @@ def _bad_offset(folder: Path) -> None:
 
 @pytest.mark.parametrize("damage", [
     _damage_blob, _wrong_target, _bad_offset, _short_weight,
-    lambda folder: next(folder.glob("capture-*.bin")).unlink(),
+    lambda folder: _files(folder, "capture-*.bin")[0].unlink(),
     lambda folder: _entries(folder)[0].write_text("{not json"),
     lambda folder: _entries(folder)[0].write_text(_entries(folder)[0].read_text().replace('"dispatches"', '"x"')),
 ], ids=["flipped-weight-byte", "other-target", "offset-past-the-end", "weight-size-not-the-cmdbufs",
@@ -168,7 +175,7 @@ def test_a_damaged_entry_is_a_miss_and_replaced(on: Path, monkeypatch: pytest.Mo
 def test_off_stores_nothing(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cc.ENV, "0")
     capture(_model(), {"x": X}, target="CPU")
-    assert not list(on.glob("capture-*"))
+    assert not _files(on, "capture-*")
 
 
 def test_the_least_recently_used_entries_go_past_the_budget(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,16 +186,16 @@ def test_the_least_recently_used_entries_go_past_the_budget(on: Path, monkeypatc
     monkeypatch.setenv(cc.BUDGET_ENV, "4")
     for scale in (1, 2):
         capture(dense(scale), {"x": X}, target="CPU")
-    assert len(list(on.glob("capture-*.bin"))) == 2
+    assert len(_files(on, "capture-*.bin")) == 2
     capture(dense(1), {"x": X}, target="CPU")  # a hit: now the most recently used
     monkeypatch.setenv(cc.BUDGET_ENV, "2")
     capture(dense(3), {"x": X}, target="CPU")  # over the budget: scale 2's, then scale 1's entry go
-    assert len(scheduled) == 3 and len(list(on.glob("capture-*.bin"))) == 1 and len(_entries(on)) == 1
+    assert len(scheduled) == 3 and len(_files(on, "capture-*.bin")) == 1 and len(_entries(on)) == 1
     capture(dense(3), {"x": X}, target="CPU")
     assert len(scheduled) == 3
     monkeypatch.setenv(cc.BUDGET_ENV, "0")  # keeps nothing, not even what it just stored
     capture(dense(4), {"x": X}, target="CPU")
-    assert not list(on.glob("capture-*"))
+    assert not _files(on, "capture-*")
     monkeypatch.setenv(cc.BUDGET_ENV, "lots")
     with pytest.raises(ValueError, match=f"{cc.BUDGET_ENV}: expected a number of MiB, got 'lots'"):
         cc.budget_bytes()
@@ -265,7 +272,7 @@ def test_a_model_captured_before_is_replayed_without_tracing(on: Path, monkeypat
         assert again.host_nodes == first_model.host_nodes
         assert second.cmdbuf.to_bytes() == first.cmdbuf.to_bytes() and second.cache_key == first.cache_key
         np.testing.assert_array_equal(second({"x": XS})["y"], [[2.0, 4.0]])
-    assert len(traced) == 1 and len(list(on.glob("model-capture-*.json"))) == 1
+    assert len(traced) == 1 and len(_files(on, "model-capture-*.json")) == 1
 
 
 def test_a_model_with_other_bytes_inputs_or_settings_is_traced(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,7 +294,7 @@ def test_a_model_with_other_bytes_inputs_or_settings_is_traced(on: Path, monkeyp
 
 def test_a_model_entry_whose_capture_is_gone_is_traced_again(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
-    for blob in on.glob("capture-*.bin"):
+    for blob in _files(on, "capture-*.bin"):
         blob.unlink()
     traced = _traced(monkeypatch)
     run = capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
@@ -308,3 +315,21 @@ def test_an_opencl_model_hit_loads_its_programs_before_its_entry(on: Path, monke
     capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="OPENCL")
     target = Device["OPENCL"]
     assert calls == [(list(dict.fromkeys(target.program_keys([k.source for k in first.cmdbuf.kernels]))), True)]
+
+
+def test_a_capture_returns_while_its_entry_is_written_and_a_lookup_waits_for_it(
+        on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    real = cc._write_entry
+
+    def held(*args: object) -> None:
+        assert release.wait(30)
+        real(*args)
+    monkeypatch.setattr(cc, "_write_entry", held)
+    scheduled = _scheduled(monkeypatch)
+    capture(_model(), {"x": X}, target="CPU")
+    assert not list(on.glob("capture-*"))  # still held
+    threading.Timer(0.2, release.set).start()
+    second = capture(_model(), {"x": X}, target="CPU")  # its lookup waited for the write, then hit
+    assert len(scheduled) == 1 and len(_entries(on)) == 1
+    np.testing.assert_allclose(second({"x": X})["y"], _reference(), rtol=1e-5)
