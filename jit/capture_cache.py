@@ -65,7 +65,7 @@ BUDGET_ENV = "DRIVEPACK_CAPTURE_CACHE_MB"
 DEFAULT_BUDGET_MB = 2048
 # a page: each weight of a mapped .bin starts on one, which is any command buffer's alignment but the largest
 BLOB_ALIGNMENT = 4096
-_PROGRAM_KEY = re.compile(r"[0-9a-f]{64}")
+_KEY = re.compile(r"[0-9a-f]{64}")  # a SHA-256 hex digest: what a file names another entry or a program by
 REPORT_FIELDS = ("kernels_traced", "kernels_kept", "weights", "weight_bytes", "arena_bytes", "naive_bytes")
 
 # BUFFER node -> SHA-256 of its bytes: a BUFFER's memory is written once (by its upload or the kernel computing it)
@@ -90,14 +90,20 @@ def _content_digest(buf: UOp, scratch: list[np.ndarray]) -> str:
     return digest
 
 
+def _context(target: Any, fold_weights: bool) -> str | None:
+    """What both keys share: the render cache's key context under every setting; None when the cache is off or
+    the target has no exact key."""
+    if not cache_enabled():
+        return None
+    return render_cache.key_context(target, f"{kernel_settings_key()}|{settings_key()}|fold={fold_weights}")
+
+
 def capture_key(roots: list[UOp], names: Mapping[UOp, str], target: Any, fold_weights: bool,
                 states: Mapping[str, np.ndarray]) -> str | None:
     """The key of a capture of ``roots`` on ``target`` whose placeholder BUFFERs are ``names`` (``input:x``,
     ``state:h``) and whose states start at ``states`` (stored with the weights, not in the graph); None where it
     has none (see the module docstring)."""
-    if not cache_enabled():
-        return None
-    context = render_cache.key_context(target, f"{kernel_settings_key()}|{settings_key()}|fold={fold_weights}")
+    context = _context(target, fold_weights)
     if context is None:
         return None
     h = hashlib.sha256(f"drivepack-capture-cache/{FORMAT}\n{context}".encode())
@@ -161,9 +167,7 @@ def model_key(content_digest: str | None, model_settings: str, example_inputs: M
     ``content_digest`` and whose own settings (float16, device) read ``model_settings``, called with inputs of
     ``example_inputs``' names, dtypes and shapes: what a capture keyed by its traced graph would be, without
     tracing. None where it has none (no digest: a model given as a ModelProto; an input that is no array)."""
-    if content_digest is None or not cache_enabled():
-        return None
-    context = render_cache.key_context(target, f"{kernel_settings_key()}|{settings_key()}|fold={fold_weights}")
+    context = _context(target, fold_weights) if content_digest is not None else None
     if context is None:
         return None
     parts = [f"drivepack-model-capture/{FORMAT}", context, _builders_fingerprint()[0], content_digest, model_settings]
@@ -191,11 +195,11 @@ def load_model_capture(key: str | None, target: Any) -> tuple[str, tuple[Command
     if doc is None:
         return None
     graph_key, host_nodes, programs = doc.get("capture"), doc.get("host_nodes"), doc.get("programs")
-    if not isinstance(graph_key, str) or not isinstance(host_nodes, list) or not all(
+    if not isinstance(graph_key, str) or not _KEY.fullmatch(graph_key) or not isinstance(host_nodes, list) or not all(
             isinstance(h, list) and len(h) == 2 and all(isinstance(v, str) for v in h) for h in host_nodes):
         return None
     if isinstance(programs, list) and programs and target.prefetches_programs and all(
-            isinstance(p, str) and _PROGRAM_KEY.fullmatch(p) for p in programs):
+            isinstance(p, str) and _KEY.fullmatch(p) for p in programs):
         target.prefetch(programs, awaited=True)
     hit = load(graph_key, target.name)
     return None if hit is None else (graph_key, hit, host_nodes)

@@ -292,10 +292,28 @@ def test_a_model_with_other_bytes_inputs_or_settings_is_traced(on: Path, monkeyp
     assert len(traced) == 7 and not scheduled
 
 
-def test_a_model_entry_whose_capture_is_gone_is_traced_again(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _not_a_digest(folder: Path) -> None:
+    """The alias names a complete entry stored under a name that is no SHA-256 digest (a file name could then
+    name any path): refused, though the entry itself would check out."""
+    (alias,) = _files(folder, "model-capture-*.json")
+    doc = json.loads(alias.read_text())
+    (entry,) = _entries(folder)
+    stored = json.loads(entry.read_text())
+    (folder / "capture-mine.json").write_text(json.dumps(stored | {"key": "mine"}))
+    (folder / "capture-mine.bin").write_bytes(entry.with_suffix(".bin").read_bytes())
+    assert cc.load("mine", "CPU") is not None
+    alias.write_text(json.dumps(doc | {"capture": "mine"}))
+
+
+@pytest.mark.parametrize("damage", [
+    lambda folder: [blob.unlink() for blob in _files(folder, "capture-*.bin")],
+    _not_a_digest,
+    lambda folder: _files(folder, "model-capture-*.json")[0].write_text("[]"),
+], ids=["capture-gone", "names-no-digest", "not-an-entry"])
+def test_a_model_entry_that_does_not_check_out_is_traced_again(on: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               damage: Callable[[Path], None]) -> None:
     capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
-    for blob in _files(on, "capture-*.bin"):
-        blob.unlink()
+    damage(on)
     traced = _traced(monkeypatch)
     run = capture_onnx(load_onnx(_onnx_bytes()), {"x": XS}, target="CPU")
     assert len(traced) == 1
