@@ -102,13 +102,16 @@ class Captured:
                  report: CaptureReport | None = None, cache_key: str | None = None) -> None:
         self.cmdbuf, self.weights, self.replay, self.report = cmdbuf, weights, replay, report
         self.cache_key = cache_key  # the capture cache entry it was stored under or replayed from
+        self.cache_hit = False  # replayed from that entry (``from_capture_cache``), not captured now
 
     @staticmethod
     def from_capture_cache(cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], report: dict[str, Any],
                            target: Target, cache_key: str) -> Captured:
         """The replay of a capture cache entry (``jit.capture_cache.load``'s command buffer, weights and report)."""
-        return Captured(cmdbuf, weights, make_replay(cmdbuf, weights, target),
-                        CaptureReport(**report, segments=cmdbuf.segments), cache_key)
+        captured = Captured(cmdbuf, weights, make_replay(cmdbuf, weights, target),
+                            CaptureReport(**report, segments=cmdbuf.segments), cache_key)
+        captured.cache_hit = True
+        return captured
 
     @staticmethod
     def from_cmdbuf(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str,

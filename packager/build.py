@@ -460,7 +460,8 @@ def _build_entry(m: _Model, device: str, profile: VehicleProfile, settings: dict
             run = captured(device, float16, stages.prog)
             assert run.report is not None
             counts = kernel_counts(run)
-            stages.prog.note("capture", f"{name}: {counts.text()}; {_memory_text(run.report)}")
+            cached = "; replayed from the capture cache (jit/capture_cache.py)" if run.cache_hit else ""
+            stages.prog.note("capture", f"{name}: {counts.text()}; {_memory_text(run.report)}{cached}")
             compiled = {k.name: compiled_kernel(target.name, k.name, k.source) for k in run.cmdbuf.kernels}
             if session is not None:
                 tuned.hits, tuned.searched = tuned.hits + session.hits, tuned.searched + session.searched

@@ -84,6 +84,7 @@ def test_a_second_capture_replays_the_first_without_scheduling(on: Path, monkeyp
     second = capture(_model(), {"x": X}, target=target)
     assert len(scheduled) == 1
     assert second.cmdbuf.to_bytes() == first.cmdbuf.to_bytes() and second.report == first.report
+    assert (first.cache_hit, second.cache_hit) == (False, True) and first.cache_key == second.cache_key
     assert first.weights.keys() == second.weights.keys()
     for wid, w in first.weights.items():
         np.testing.assert_array_equal(second.weights[wid], w)

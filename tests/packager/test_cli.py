@@ -107,3 +107,18 @@ def test_demo_modeld_packages_the_whole_step_and_feeds_it_at_20_hz(capsys: pytes
     assert load_package(out_path).entries == ("run@1928x1208", "prepare@1928x1208")
     assert (tmp_path / "sample_vision_pipeline.onnx").is_file() and (tmp_path / "sample_policy_pipeline.onnx").is_file()
     assert f"drivepack replay {out_path} --rate 20" in out
+
+
+def test_a_second_demo_replays_its_capture_from_the_capture_cache_and_packages_the_same(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("DRIVEPACK_CAPTURE_CACHE", "1")  # the suite turns it off (tests/conftest.py)
+    packages = []
+    for run in ("first", "second"):
+        (tmp_path / run).mkdir()
+        monkeypatch.chdir(tmp_path / run)
+        assert main(["demo"]) == 0
+        err = capsys.readouterr().err
+        assert ("replayed from the capture cache" in err) == (run == "second")
+        packages.append(load_package(Path("sample_vision.dpk")).entry("vision"))
+    assert packages[0].cmdbuf == packages[1].cmdbuf
