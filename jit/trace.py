@@ -99,19 +99,17 @@ class Captured:
     from several threads: every call goes through its Replay, which runs one call at a time (targets/replay.py)."""
 
     def __init__(self, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], replay: Replay,
-                 report: CaptureReport | None = None, cache_key: str | None = None) -> None:
+                 report: CaptureReport | None = None, cache_key: str | None = None, cache_hit: bool = False) -> None:
         self.cmdbuf, self.weights, self.replay, self.report = cmdbuf, weights, replay, report
         self.cache_key = cache_key  # the capture cache entry it was stored under or replayed from
-        self.cache_hit = False  # replayed from that entry (``from_capture_cache``), not captured now
+        self.cache_hit = cache_hit  # replayed from that entry (``from_capture_cache``), not captured now
 
     @staticmethod
     def from_capture_cache(cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], report: dict[str, Any],
                            target: Target, cache_key: str) -> Captured:
         """The replay of a capture cache entry (``jit.capture_cache.load``'s command buffer, weights and report)."""
-        captured = Captured(cmdbuf, weights, make_replay(cmdbuf, weights, target),
-                            CaptureReport(**report, segments=cmdbuf.segments), cache_key)
-        captured.cache_hit = True
-        return captured
+        return Captured(cmdbuf, weights, make_replay(cmdbuf, weights, target),
+                        CaptureReport(**report, segments=cmdbuf.segments), cache_key, cache_hit=True)
 
     @staticmethod
     def from_cmdbuf(cmdbuf: CommandBuffer, weights: Mapping[int, Any], target: Target | str,
@@ -408,7 +406,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     hint = capture_hints.graph_key(roots, tgt)  # the programs the last capture of this graph used, loaded meanwhile
     hinted = capture_hints.start_prefetch(hint, tgt)
     cache_key = capture_cache.capture_key(roots, sources, tgt, fold_weights, state)
-    if cache_key is not None and (hit := capture_cache.load(cache_key, tgt.name)) is not None:
+    if (hit := capture_cache.load(cache_key, tgt.name)) is not None:
         return Captured.from_capture_cache(*hit, tgt, cache_key)
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
