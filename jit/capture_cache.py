@@ -284,8 +284,8 @@ def store(key: str | None, cmdbuf: CommandBuffer, weights: Mapping[int, np.ndarr
     """Keep a capture's command buffer, weights and report (its ``REPORT_FIELDS`` and ``kernel_nodes``) under ``key``,
     written on a thread of its own (``wait_stored``). A read-only or full cache folder costs the next capture its
     speed, never this one its result."""
-    if key is not None and render_cache.sources_unchanged():
-        _in_background(_write_entry, key, cmdbuf, dict(weights), report, budget_bytes())
+    if key is not None and render_cache.sources_unchanged():  # the folder is this call's, not the writer's later one
+        _in_background(_write_entry, *_paths(key), key, cmdbuf, dict(weights), report, budget_bytes())
 
 
 # a capture returns while its entry is written (the file's pages, on a fresh VM, can cost as much as the capture's
@@ -307,8 +307,8 @@ def wait_stored() -> None:
         _writing.pop(0).result()
 
 
-def _write_entry(key: str, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray], report: Any, budget: int) -> None:
-    doc_path, blob_path = _paths(key)
+def _write_entry(doc_path: Path, blob_path: Path, key: str, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray],
+                 report: Any, budget: int) -> None:
     layout, end = [], 0
     for wid, w in weights.items():
         layout.append([wid, end, w.nbytes])
@@ -333,7 +333,7 @@ def _write_entry(key: str, cmdbuf: CommandBuffer, weights: dict[int, np.ndarray]
                "blob_sha256": sha.hexdigest(), "report": {f: getattr(report, f) for f in REPORT_FIELDS}
                | {"kernel_nodes": [list(n) for n in report.kernel_nodes]}}
         publish(doc_path, json.dumps(doc, sort_keys=True, separators=(",", ":")))
-        _evict(budget)
+        _evict(blob_path.parent, budget)
     except OSError:
         pass
 
@@ -346,10 +346,10 @@ def budget_bytes() -> int:
         raise ValueError(f"{BUDGET_ENV}: expected a number of MiB, got {raw!r}") from None
 
 
-def _evict(budget: int) -> None:
-    """Remove the least recently used entries until the .bin files hold ``budget`` bytes at most."""
+def _evict(folder: Path, budget: int) -> None:
+    """Remove the least recently used entries in ``folder`` until its .bin files hold ``budget`` bytes at most."""
     entries = []
-    for blob in cache_dir().glob("capture-*.bin"):
+    for blob in folder.glob("capture-*.bin"):
         try:
             st = blob.stat()
         except OSError:

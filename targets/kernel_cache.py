@@ -37,9 +37,10 @@ def cached_artifact(stem: str, ext: str) -> Path | None:
 
 def publish(path: Path, data: bytes | str | Iterable[Any]) -> None:
     """Write atomically: concurrent test workers may compile the same kernel. ``data``: the bytes, the text, or
-    an iterable of bytes-like chunks written one after another (a large file never held whole in memory)."""
+    an iterable of bytes-like chunks written one after another (a large file never held whole in memory). Staged
+    beside ``path``: a rename within one folder is atomic, and a writer thread never follows a later cache folder."""
     chunks = [data.encode()] if isinstance(data, str) else [data] if isinstance(data, bytes | bytearray) else data
-    fd, staged = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp")
+    fd, staged = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import jit.capture_cache as cc
 import jit.render_cache as rc
 from jit.realize import clear_compiled_kernels
 
@@ -21,4 +22,5 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(rc, "_FINGERPRINT", (rc.compiler_fingerprint(), math.inf, frozenset()))
     clear_compiled_kernels()
     yield tmp_path
+    cc.wait_stored()  # a store still running would otherwise write into the next test's folder
     clear_compiled_kernels()

@@ -352,3 +352,22 @@ def test_a_capture_returns_while_its_entry_is_written_and_a_lookup_waits_for_it(
     second = capture(_model(), {"x": X}, target="CPU")  # its lookup waited for the write, then hit
     assert len(scheduled) == 1 and len(_entries(on)) == 1
     np.testing.assert_allclose(second({"x": X})["y"], _reference(), rtol=1e-5)
+
+
+def test_an_entry_goes_to_the_folder_of_the_capture_that_stored_it(on: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # regression: the writer thread read $DRIVEPACK_CACHE when it ran, so a write still pending when a test (or a
+    # caller) moved the cache elsewhere landed in the new folder
+    release = threading.Event()
+    real = cc._write_entry
+
+    def held(*args: object) -> None:
+        assert release.wait(30)
+        real(*args)
+    monkeypatch.setattr(cc, "_write_entry", held)
+    capture(_model(), {"x": X}, target="CPU")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(elsewhere))
+    release.set()
+    assert len(_entries(on)) == 1 and len(_files(on, "capture-*.bin")) == 1
+    assert not list(elsewhere.iterdir())
