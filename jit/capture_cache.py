@@ -42,6 +42,8 @@ import json
 import mmap
 import os
 import re
+import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -292,12 +294,24 @@ def store(key: str | None, cmdbuf: CommandBuffer, weights: Mapping[int, np.ndarr
 # last steps); every lookup first waits for the writes this process started, and the interpreter for any left
 _writer: ThreadPoolExecutor | None = None
 _writing: list[Future[None]] = []
+# the writer's nice value: its hashing and copying never take a core from the replay's first calls, whose dispatch
+# timings choose how the replay splits its work (targets/cpu_split.py)
+WRITER_NICENESS = 19
+
+
+def _lower_priority() -> None:
+    if sys.platform == "linux":  # a thread's own nice value: on Linux, setpriority of a thread id is per thread
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+        except OSError:
+            pass  # best effort: the entry is the same at any priority
 
 
 def _in_background(fn: Callable[..., None], *args: Any) -> None:
     global _writer
     if _writer is None:
-        _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-capture-cache")
+        _writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drivepack-capture-cache",
+                                     initializer=_lower_priority)
     _writing.append(_writer.submit(fn, *args))
 
 

@@ -459,6 +459,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
         names = KernelNames()  # the command buffer's own: named alike in every process (jit/realize.py)
         compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add, names=names)
+        ahead.rendered()
         for group in weight_only:  # in order: the scheduled kernels may read the folds
             run_schedule(group, once=True)
     written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}

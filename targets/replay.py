@@ -216,11 +216,16 @@ def host_input(c: _InputCheck, value: Any) -> tuple[np.ndarray, str]:
 class AheadBuild:
     """A replay build started before its replay is made, by a capture that renders the kernels (only text this
     process rendered: a package's kernels are checked before anything compiles them). ``add`` is called with each
-    kernel as it is rendered, in command-buffer order (a name seen before again); ``finish`` with the command
-    buffer's kernels once all are rendered, returning the compilers it started. This base builds nothing."""
+    kernel as it is rendered, in command-buffer order (a name seen before again), ``rendered`` after the last one,
+    and ``finish`` with the command buffer's kernels once it is made, returning the compilers it started. This
+    base builds nothing."""
 
     def add(self, kernel: RenderedKernel) -> None:
         """``kernel`` was rendered."""
+
+    def rendered(self) -> None:
+        """Every kernel is rendered; the command buffer is not made yet (a later step may still drop or change
+        kernels, which ``finish`` then sees)."""
 
     def finish(self, kernels: Sequence[KernelSpec]) -> int:
         """Every kernel is rendered: ``kernels`` are the command buffer's."""

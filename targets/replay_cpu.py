@@ -540,18 +540,30 @@ class CPUAheadBuild(AheadBuild):
         self._flags = (*cpu.CFLAGS, *DRIVER_FLAGS)  # what ``_flags`` gives kernels of this renderer
         self._names: set[str] = set()
         self._units = _UnitBuilder()
+        self._started: list[str] = []
 
     def add(self, kernel: RenderedKernel) -> None:
         if kernel.name in self._names or _in_glue_unit(kernel.source, kernel.name):
             return
         self._names.add(kernel.name)
         closed = self._units.add(kernel.source)
-        if closed is not None and cpu.compile_jobs() >= 2:
-            cpu.compile_ahead([closed], flags=self._flags)
+        if closed is not None:
+            self._start(closed)
+
+    def rendered(self) -> None:
+        # the last unit too, while the capture plans its arena and checks its command buffer; only after a closed
+        # one (fewer kernels may make a single unit of everything, which compiles differently)
+        if self._started and len(units := self._units.units()) > len(self._units.closed):
+            self._start(units[-1])
+
+    def _start(self, unit: str) -> None:
+        if cpu.compile_jobs() >= 2:
+            cpu.compile_ahead([unit], flags=self._flags)
+            self._started.append(unit)
 
     def finish(self, kernels: Sequence[KernelSpec]) -> int:
         units = _kernel_units(kernels, cpu.compile_jobs())
         flags = (*_flags(kernels), *DRIVER_FLAGS)
         made = set(units[0]) if units is not None and flags == self._flags else set()
-        cpu.abandon_ahead([part for part in self._units.closed if part not in made], flags=self._flags)
+        cpu.abandon_ahead([part for part in self._started if part not in made], flags=self._flags)
         return 0 if units is None else cpu.compile_ahead(units[0], flags=flags)

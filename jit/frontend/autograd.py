@@ -210,12 +210,11 @@ def _rule(node: UOp, grad: UOp) -> Grads:
 
     ``PatternMatcher.rewrite`` promises a UOp, and these rules return tuples, so the match runs here.
     """
-    for pat, fn, wants_ctx in pm_gradient._by_op[node.op]:
+    for fn, wants_ctx, captures in pm_gradient.matches(node):
         rule: Callable[..., Grads | None] = fn  # type: ignore[assignment]  # these rules return tuples
-        for captures in pat.match(node, {}):
-            out = rule(ctx=grad, **captures) if wants_ctx else rule(**captures)
-            if out is not None:
-                return out
+        out = rule(ctx=grad, **captures) if wants_ctx else rule(**captures)
+        if out is not None:
+            return out
     raise UnsupportedOp(f"gradient: no rule for op {node.op.name} (dtype {node.dtype!r}, arg {node.arg!r})")
 
 

@@ -108,24 +108,91 @@ def _match_all(pats: tuple[UPat, ...], srcs: tuple[UOp, ...], store: dict[str, U
         yield from _match_all(pats[1:], srcs[1:], st)
 
 
+SinglePathMatcher = Callable[[UOp, dict[str, UOp]], bool]
+
+
+def single_path(pat: UPat) -> SinglePathMatcher | None:
+    """``pat.match`` as a plain function, for a pattern that matches a node in at most one way (no commutative
+    sources anywhere in it): it binds the captures into the dict it is given, in the order ``match`` would, and
+    says whether the node matched (the dict is to be dropped when not). None for a pattern with commutative
+    sources, which only ``match`` enumerates. A rewrite tries every rule on every node: the generators ``match``
+    builds per try cost more than most tries' work."""
+    if pat.is_commutative:
+        return None
+    every: SinglePathMatcher | None = None
+    children: tuple[SinglePathMatcher, ...] = ()
+    if isinstance(pat.src, UPat):
+        if (every := single_path(pat.src)) is None:
+            return None
+    elif pat.src is not None:
+        found = [single_path(p) for p in pat.src]
+        if any(c is None for c in found):
+            return None
+        children = tuple(c for c in found if c is not None)
+    ops, dtypes, arg, name, has_src = pat.ops, pat.dtypes, pat.arg, pat.name, pat.src is not None
+    n, any_len = len(children), pat.allow_any_len
+
+    def matches(uop: UOp, store: dict[str, UOp]) -> bool:
+        if ops is not None and uop.op not in ops:
+            return False
+        if dtypes is not None and uop.dtype not in dtypes:
+            return False
+        if arg is not None and (uop.arg != arg or type(uop.arg) is not type(arg)):
+            return False
+        if name is not None:
+            bound = store.get(name)
+            if bound is not None and bound is not uop:
+                return False
+            store[name] = uop
+        if not has_src:
+            return True
+        srcs = uop.src
+        if every is not None:
+            return all(every(s, store) for s in srcs)
+        if len(srcs) != n and not (any_len and len(srcs) >= n):
+            return False
+        for child, s in zip(children, srcs, strict=False):  # allow_any_len: srcs may run longer
+            if not child(s, store):
+                return False
+        return True
+
+    return matches
+
+
 class PatternMatcher:
     """An ordered list of rules, indexed by op so that a node is only tried against rules for its op."""
 
     def __init__(self, rules: list[tuple[UPat, RewriteFn]]) -> None:
         self.rules = rules
-        self._by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool]]] = {op: [] for op in Ops}
+        self._by_op: dict[Ops, list[tuple[UPat, RewriteFn, bool, SinglePathMatcher | None]]] = {op: [] for op in Ops}
         for pat, fn in rules:
             wants_ctx = "ctx" in inspect.signature(fn).parameters
+            single = single_path(pat)
             for op in (pat.ops if pat.ops is not None else Ops):
-                self._by_op[op].append((pat, fn, wants_ctx))
+                self._by_op[op].append((pat, fn, wants_ctx, single))
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
 
+    def matches(self, uop: UOp) -> Iterator[tuple[RewriteFn, bool, dict[str, UOp]]]:
+        """Every rule whose pattern matches ``uop``, in rule order (a commutative pattern once per way it
+        matches), as its function, whether that takes ``ctx``, and the captures."""
+        for pat, fn, wants_ctx, single in self._by_op[uop.op]:
+            if single is None:
+                for captures in pat.match(uop, {}):
+                    yield fn, wants_ctx, captures
+            elif single(uop, captures := {}):
+                yield fn, wants_ctx, captures
+
     def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
-        """The first non-None result of a matching rule, or None."""
-        for pat, fn, wants_ctx in self._by_op[uop.op]:
-            for captures in pat.match(uop, {}):
+        """The first non-None result of a matching rule, or None (``matches``, without its generator)."""
+        for pat, fn, wants_ctx, single in self._by_op[uop.op]:
+            if single is None:
+                for captures in pat.match(uop, {}):
+                    out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
+                    if out is not None and out is not uop:
+                        return out
+            elif single(uop, captures := {}):
                 out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
                 if out is not None and out is not uop:
                     return out

@@ -262,7 +262,9 @@ class UOp:
         return done[self]
 
     # --- cached properties ------------------------------------------------------------------------
-    def _cached(self, name: str, fn: Callable[[UOp], Any]) -> Any:
+    def cached(self, name: str, fn: Callable[[UOp], Any]) -> Any:
+        """``fn(self)``, computed once per node and ``name``: ``fn`` must depend on the node's graph alone (a node
+        is immutable and interned, so the value holds for as long as the node lives)."""
         cache = self._cache
         if name not in cache:
             cache[name] = fn(self)
@@ -271,7 +273,7 @@ class UOp:
     @property
     def shape(self) -> tuple[int, ...] | None:
         """Tensor-level shape; None for kernel-level nodes."""
-        return self._cached("shape", _compute_shape)
+        return self.cached("shape", _compute_shape)
 
     @property
     def size(self) -> int:
@@ -280,11 +282,11 @@ class UOp:
 
     @property
     def vmin(self) -> int | float | bool:
-        return self._cached("vrange", _compute_vrange)[0]
+        return self.cached("vrange", _compute_vrange)[0]
 
     @property
     def vmax(self) -> int | float | bool:
-        return self._cached("vrange", _compute_vrange)[1]
+        return self.cached("vrange", _compute_vrange)[1]
 
     @property
     def is_alu(self) -> bool:

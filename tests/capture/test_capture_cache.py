@@ -371,3 +371,19 @@ def test_an_entry_goes_to_the_folder_of_the_capture_that_stored_it(on: Path, tmp
     release.set()
     assert len(_entries(on)) == 1 and len(_files(on, "capture-*.bin")) == 1
     assert not list(elsewhere.iterdir())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own nice value is Linux's")
+def test_entries_are_written_at_the_lowest_priority(on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the writer's hashing and copying must not take a core from the replay's first calls, which time its dispatches
+    seen: list[int] = []
+    real = cc._write_entry
+
+    def recording(*args: object) -> None:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        real(*args)
+    monkeypatch.setattr(cc, "_write_entry", recording)
+    capture(_model(), {"x": X}, target="CPU")
+    cc.wait_stored()
+    assert seen == [max(cc.WRITER_NICENESS, os.getpriority(os.PRIO_PROCESS, 0))]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != cc.WRITER_NICENESS  # the caller's is its own

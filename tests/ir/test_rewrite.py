@@ -3,8 +3,8 @@
 import numpy as np
 
 from jit import dtypes
-from jit.codegen.passes.symbolic import pm_symbolic
-from jit.ir.rewrite import PatternMatcher, UPat, graph_rewrite
+from jit.codegen.passes.symbolic import canonical_sum, pm_symbolic
+from jit.ir.rewrite import PatternMatcher, UPat, graph_rewrite, single_path
 from jit.ir.uop import Ops, UOp
 
 
@@ -123,3 +123,44 @@ def test_a_row_split_and_rejoined_is_the_row() -> None:
     # a different multiple of the quotient stays as it is
     kept = graph_rewrite((f // 56) * 57 + f % 56, pm_symbolic)
     assert any(u.op is Ops.IDIV for u in kept.toposort())
+
+
+def _nodes() -> list[UOp]:
+    r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 4),), (0, "global"))
+    c2, c3 = UOp.const(dtypes.int32, 2), UOp.const(dtypes.int32, 3)
+    f = UOp.const(dtypes.float32, 2.0)
+    return [r, c2, r + c2, c2 + r, r + r, (r + c2) * c3, r * c3, (r < c3).where(c2, c3),
+            f + f, UOp(Ops.CAST, dtypes.float32, (r,)), UOp(Ops.CONST, dtypes.int32, arg=2)]
+
+
+def test_a_pattern_without_commutative_sources_matches_as_one_function_like_match() -> None:
+    """``single_path`` (what PatternMatcher tries rules with) binds what ``match`` yields, and only then."""
+    pats = [UPat.var("x"), UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))), UPat(Ops.ADD, src=(UPat.var("x"),) * 2),
+            UPat(Ops.ADD, name="a", src=UPat(dtype=dtypes.int32)), UPat(Ops.MUL, src=(UPat(Ops.ADD),),
+                                                                         allow_any_len=True),
+            UPat(Ops.MUL, src=(UPat(Ops.ADD),)), UPat(Ops.CONST, arg=2), UPat(Ops.CONST, arg=2.0),
+            UPat((Ops.ADD, Ops.MUL), dtype=dtypes.float32, name="y"), UPat(Ops.WHERE, src=(UPat(Ops.CMPLT), UPat.cvar(),
+                                                                                           UPat.cvar("c")))]
+    for pat in pats:
+        fn = single_path(pat)
+        assert fn is not None
+        for node in _nodes():
+            first = next(pat.match(node, {}), None)
+            got: dict[str, UOp] = {}
+            assert fn(node, got) == (first is not None), (pat, node)
+            if first is not None:
+                assert got == first
+
+
+def test_a_pattern_with_commutative_sources_anywhere_is_left_to_match() -> None:
+    assert single_path(UPat.var("x") + 1) is None
+    assert single_path(UPat(Ops.MUL, src=(UPat.var("x") + 1, UPat.cvar("c")))) is None
+    assert single_path(UPat(Ops.MUL, src=UPat.var("x") + 1)) is None
+
+
+def test_a_canonical_sum_is_kept_on_its_node() -> None:
+    r = UOp(Ops.RANGE, dtypes.int32, (UOp.const(dtypes.int32, 8),), (0, "global"))
+    s = UOp.const(dtypes.int32, 3) + r * 2 + 1
+    first = canonical_sum(s)
+    assert first is not None and canonical_sum(first) is None
+    assert canonical_sum(s) is first and s.cached("canonical_sum", lambda _: None) is first

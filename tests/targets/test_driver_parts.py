@@ -259,3 +259,31 @@ def test_objects_compiled_ahead_are_cached_and_a_failed_one_is_reported_at_the_l
     assert cpu.compile_ahead(broken, flags=flags) == 2
     with pytest.raises(CompileError, match="part 0"):
         cpu.compile_shared_parts(broken, flags=flags)
+
+
+def test_the_last_unit_starts_once_every_kernel_is_rendered(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """``rendered`` starts the unit still open (its kernels will not grow), so its compiler runs while the capture
+    plans and checks the command buffer; ``finish`` then finds every unit started. Only after a unit closed:
+    before that, the kernels may yet make a single unit, compiled another way."""
+    monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
+    monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
+    monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
+    tag = tmp_path.name.replace("-", "_")
+    specs = [KernelSpec(f"dp_k{i}_{tag}", f"void dp_k{i}_{tag}(int* data0, int* data1) {{ *data0 = *data1 + {i}; }}",
+                        f"dp_k{i}_{tag}", "CPU", "") for i in range(3)]
+    monkeypatch.setattr(replay_cpu, "UNIT_BYTES", len(specs[0].source) + 1)  # two kernels close a unit
+    lone = replay_cpu.CPUAheadBuild()
+    lone.add(RenderedKernel(specs[0].name, specs[0].source, {}, (4,)))
+    before = cpu.cc_invocations
+    lone.rendered()
+    assert cpu.cc_invocations == before  # no unit closed yet: nothing started
+    ahead = replay_cpu.CPUAheadBuild()
+    for spec in specs:
+        ahead.add(RenderedKernel(spec.name, spec.source, {}, (4,)))
+    assert cpu.cc_invocations - before == 1  # the first two kernels' unit
+    ahead.rendered()
+    assert cpu.cc_invocations - before == 2  # the third's, still open
+    assert ahead.finish(specs) == 0  # both units were started: nothing left, nothing stopped
+    flags = (*cpu.CFLAGS, *replay_cpu.DRIVER_FLAGS)
+    path = cpu.compile_shared_parts([*replay_cpu._kernel_units(specs, 2)[0], f"int dp_glue_{tag};"], flags=flags)
+    assert path.exists() and cpu.cc_invocations - before == 4  # the glue and the link only

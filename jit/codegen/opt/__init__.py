@@ -61,8 +61,8 @@ from jit.codegen.opt.tiling import (
     plan_chains,
     plan_tiles,
     plan_vector_row,
-    tile_copies,
     tile_kernel,
+    tile_sink,
     vector_registers,
 )
 from jit.codegen.opt.vectorize import MIN_LANES, choose_lanes
@@ -203,7 +203,7 @@ def unroll_small_loops(sink: UOp) -> UOp:
     if outs and int(outs[-1].src[0].arg) <= UPCAST_MAX:
         rng = outs[-1]
         maps = [{rng: rng.const_like(i)} for i in range(int(rng.src[0].arg))]
-        sink = sink.replace(src=tuple(c for s in sink.src for c in tile_copies(s, (rng,), maps)))
+        sink = tile_sink(sink, (rng,), maps)
     if any(u.op is Ops.REDUCE and len(u.src) == 2 and int(u.src[1].src[0].arg) <= UPCAST_MAX for u in nodes):
         sink = graph_rewrite(sink, pm_unroll_reduce, name="unroll")
     return sink

@@ -18,7 +18,7 @@ loaded data are not index masks and are neither required nor expected to fold.
 
 from __future__ import annotations
 
-from jit.codegen.opt.tiling import tile_copies
+from jit.codegen.opt.tiling import tile_sink
 from jit.codegen.stats import range_deps
 from jit.common.dtype import DType
 from jit.ir.uop import Ops, UOp, toposort
@@ -50,7 +50,7 @@ def _interior(masks: list[UOp], rng: UOp, multiple: int) -> tuple[int, int] | No
                          if hi - lo >= MIN_INTERIOR), key=lambda b: (b[0] + n - b[1], b))
     for lo, hi in candidates:
         inner = UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(hi - lo),), (rng.arg[0], "peel"))
-        if all(_decided(c) for c in tile_copies(UOp(Ops.SINK, src=tuple(masks)), (rng,), [{rng: inner + lo}])[0].src):
+        if all(_decided(c) for c in tile_sink(UOp(Ops.SINK, src=tuple(masks)), (rng,), [{rng: inner + lo}]).src):
             hi = lo + (hi - lo) // multiple * multiple  # a sub-interval of a decided one is decided too
             return (lo, hi) if hi - lo >= MIN_INTERIOR else None
     return None
@@ -74,4 +74,4 @@ def peel_masked_row(sink: UOp, launch_dims: int, multiple: int = 1) -> tuple[UOp
     inner = UOp(Ops.RANGE, rng.dtype, (rng.src[0].const_like(hi - lo),), (rng.arg[0], "peel"))
     maps = [{rng: rng.const_like(i)} for i in range(lo)] + [{rng: inner + lo if lo else inner}] + \
         [{rng: rng.const_like(i)} for i in range(hi, int(rng.src[0].arg))]
-    return sink.replace(src=tuple(c for s in sink.src for c in tile_copies(s, (rng,), maps))), inner
+    return tile_sink(sink, (rng,), maps), inner

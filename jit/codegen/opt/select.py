@@ -15,7 +15,7 @@ import itertools
 import math
 
 from jit.codegen.opt.peel import index_masks
-from jit.codegen.opt.tiling import tile_copies
+from jit.codegen.opt.tiling import tile_sink
 from jit.codegen.stats import range_deps
 from jit.ir.uop import Ops, UOp, toposort
 
@@ -46,4 +46,4 @@ def unroll_selector_axes(sink: UOp) -> UOp:
         return sink
     maps = [{r: r.const_like(v) for r, v in zip(axes, values, strict=True)}
             for values in itertools.product(*(range(int(r.src[0].arg)) for r in axes))]
-    return sink.replace(src=tuple(c for s in sink.src for c in tile_copies(s, tuple(axes), maps)))
+    return tile_sink(sink, tuple(axes), maps)

@@ -487,18 +487,18 @@ def plan_vector_row(sink: UOp, opts: OptOptions = DEFAULT_OPTS, width: int = 0) 
     return TilePlan(((outs[-1], width),))
 
 
-def tile_copies(root: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]) -> list[UOp]:
-    """``root.substitute(m)`` for every ``m`` in ``mappings`` (each maps exactly ``keys``), walking the graph once:
-    only the nodes that depend on a key are rebuilt per copy, the rest are shared by every copy as they are."""
+def tile_sink(sink: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]) -> UOp:
+    """``sink`` with each source ``s`` replaced by ``s.substitute(m)`` for every ``m`` in ``mappings`` (each maps
+    exactly ``keys``), source by source, walking the graph once: only the nodes that depend on a key are rebuilt
+    per copy (once for every source sharing them), the rest are shared by every copy as they are."""
     dependent: set[UOp] = set(keys)
     order: list[tuple[UOp, list[int]]] = []  # each rebuilt node with the positions of its sources that are rebuilt
-    for node in root.toposort():
-        if node not in dependent and (rebuilt := [j for j, s in enumerate(node.src) if s in dependent]):
+    for node in toposort([sink]):
+        if node is not sink and node not in dependent and \
+                (rebuilt := [j for j, s in enumerate(node.src) if s in dependent]):
             dependent.add(node)
             order.append((node, rebuilt))
-    if root not in dependent:
-        return [root] * len(mappings)
-    out = []
+    copies = []
     for mapping in mappings:
         done = dict(mapping)
         for node, rebuilt in order:
@@ -506,8 +506,8 @@ def tile_copies(root: UOp, keys: tuple[UOp, ...], mappings: list[dict[UOp, UOp]]
             for j in rebuilt:
                 src[j] = done[src[j]]
             done[node] = UOp(node.op, node.dtype, tuple(src), node.arg)
-        out.append(done[root])
-    return out
+        copies.append(done)
+    return sink.replace(src=tuple(done[s] if s in dependent else s for s in sink.src for done in copies))
 
 
 def lane_range(sink: UOp, lanes: int) -> UOp:
@@ -546,5 +546,4 @@ def tile_kernel(sink: UOp, plan: TilePlan, lanes: int = 0) -> UOp:
             mappings = [{rng: start + lane + c * lanes if c else start + lane} for c in range(u // lanes)]
             continue
         mappings = [{**m, rng: start + c if c else start} for c in range(u) for m in mappings]
-    stores = [copy for s in sink.src for copy in tile_copies(s, keys, mappings)]
-    return sink.replace(src=tuple(stores))
+    return tile_sink(sink, keys, mappings)

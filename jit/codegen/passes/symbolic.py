@@ -26,7 +26,7 @@ def structural_key(u: UOp) -> str:
     def compute(n: UOp) -> str:
         text = f"{n.op.name}|{n.dtype!r}|{n.arg!r}|" + ",".join(structural_key(s) for s in n.src)
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-    return u._cached("skey", compute)
+    return u.cached("skey", compute)
 
 
 def _is_int(u: UOp) -> bool:
@@ -109,9 +109,12 @@ def _rejoin_divmod(terms: dict[UOp, int]) -> dict[UOp, int]:
 
 
 def canonical_sum(x: UOp) -> UOp | None:
-    """Rewrite an integer +,-,neg,*const tree into its canonical linear form (no-op if already canonical)."""
-    if not _is_int(x):
-        return None
+    """Rewrite an integer +,-,neg,*const tree into its canonical linear form (no-op if already canonical).
+    Kept on the node: every symbolic pass of a kernel meets most of its index sums again, unchanged."""
+    return x.cached("canonical_sum", _canonical_sum) if _is_int(x) else None
+
+
+def _canonical_sum(x: UOp) -> UOp | None:
     assert isinstance(x.dtype, DType)
     terms, const = linear_terms(x)
     terms = _rejoin_divmod(terms)
