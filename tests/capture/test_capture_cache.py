@@ -336,8 +336,8 @@ def test_an_opencl_model_hit_loads_its_programs_before_its_entry(on: Path, monke
     assert calls == [(list(dict.fromkeys(target.program_keys([k.source for k in first.cmdbuf.kernels]))), True)]
 
 
-def test_a_capture_returns_while_its_entry_is_written_and_a_lookup_waits_for_it(
-        on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _held_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The capture cache's writes wait until the returned event is set."""
     release = threading.Event()
     real = cc._write_entry
 
@@ -345,6 +345,12 @@ def test_a_capture_returns_while_its_entry_is_written_and_a_lookup_waits_for_it(
         assert release.wait(30)
         real(*args)
     monkeypatch.setattr(cc, "_write_entry", held)
+    return release
+
+
+def test_a_capture_returns_while_its_entry_is_written_and_a_lookup_waits_for_it(
+        on: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = _held_writes(monkeypatch)
     scheduled = _scheduled(monkeypatch)
     capture(_model(), {"x": X}, target="CPU")
     assert not list(on.glob("capture-*"))  # still held
@@ -358,13 +364,7 @@ def test_an_entry_goes_to_the_folder_of_the_capture_that_stored_it(on: Path, tmp
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # regression: the writer thread read $DRIVEPACK_CACHE when it ran, so a write still pending when a test (or a
     # caller) moved the cache elsewhere landed in the new folder
-    release = threading.Event()
-    real = cc._write_entry
-
-    def held(*args: object) -> None:
-        assert release.wait(30)
-        real(*args)
-    monkeypatch.setattr(cc, "_write_entry", held)
+    release = _held_writes(monkeypatch)
     capture(_model(), {"x": X}, target="CPU")
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     monkeypatch.setenv("DRIVEPACK_CACHE", str(elsewhere))

@@ -191,6 +191,13 @@ def test_kernel_units_are_consecutive_kernels_closed_at_unit_bytes(monkeypatch: 
     assert replay_cpu._kernel_units(kernels, 1) is None  # one core: one unit
 
 
+def _tiny_kernels(tmp_path: Path, n: int) -> list[KernelSpec]:
+    """``n`` one-statement C kernels named after the test's folder: sources no other test compiled."""
+    tag = tmp_path.name.replace("-", "_")
+    return [KernelSpec(f"dp_k{i}_{tag}", f"void dp_k{i}_{tag}(int* data0, int* data1) {{ *data0 = *data1 + {i}; }}",
+                       f"dp_k{i}_{tag}", "CPU", "") for i in range(n)]
+
+
 def test_an_ahead_build_stops_the_units_the_command_buffer_does_not_make(monkeypatch: pytest.MonkeyPatch,
                                                                         tmp_path) -> None:
     """Units started while rendering that the final kernels do not make (here: too few kernels to split) are
@@ -198,9 +205,7 @@ def test_an_ahead_build_stops_the_units_the_command_buffer_does_not_make(monkeyp
     monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
     monkeypatch.setattr(replay_cpu, "UNIT_BYTES", 1)
     monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
-    tag = tmp_path.name.replace("-", "_")
-    specs = [KernelSpec(f"dp_k{i}_{tag}", f"void dp_k{i}_{tag}(int* data0, int* data1) {{ *data0 = *data1 + {i}; }}",
-                        f"dp_k{i}_{tag}", "CPU", "") for i in range(2)]
+    specs = _tiny_kernels(tmp_path, 2)
     ahead = replay_cpu.CPUAheadBuild()
     before = cpu.cc_invocations
     for spec in specs:
@@ -268,9 +273,8 @@ def test_the_last_unit_starts_once_every_kernel_is_rendered(monkeypatch: pytest.
     monkeypatch.setenv("DRIVEPACK_CACHE", str(tmp_path))
     monkeypatch.setattr(replay_cpu, "MIN_KERNELS_PER_PART", 1)
     monkeypatch.setattr(cpu, "compile_jobs", lambda: 2)
+    specs = _tiny_kernels(tmp_path, 3)
     tag = tmp_path.name.replace("-", "_")
-    specs = [KernelSpec(f"dp_k{i}_{tag}", f"void dp_k{i}_{tag}(int* data0, int* data1) {{ *data0 = *data1 + {i}; }}",
-                        f"dp_k{i}_{tag}", "CPU", "") for i in range(3)]
     monkeypatch.setattr(replay_cpu, "UNIT_BYTES", len(specs[0].source) + 1)  # two kernels close a unit
     lone = replay_cpu.CPUAheadBuild()
     lone.add(RenderedKernel(specs[0].name, specs[0].source, {}, (4,)))
