@@ -31,6 +31,10 @@ render_cache.take_fingerprint()
 
 # BUFFER uid -> device memory; an entry is dropped when its BUFFER node is garbage-collected
 _memory: dict[int, Buffer] = {}
+# (BUFFER uid, device) -> a copy of its memory on another device than its own, for kernels launched there; dropped
+# with the node like its memory. A BUFFER is written once (its upload or the kernel computing it), before any kernel
+# reads it, so a copy made for a reader stays its value
+_copies: dict[tuple[int, str], Buffer] = {}
 
 
 def _free(uid: int) -> None:
@@ -46,6 +50,26 @@ def device_buffer(buf: UOp) -> Buffer:
         mem = Device[device].allocate(size * buf.dtype.itemsize)
         _memory[uid] = mem
         weakref.finalize(buf, _free, uid)
+    return mem
+
+
+def device_buffer_on(buf: UOp, device: str) -> Buffer:
+    """The memory of BUFFER ``buf`` for a kernel launched on ``device``: its own where it lives there, else a copy
+    of its bytes made there once (weights on the host read by a device's kernel, or a device's weights folded by
+    host kernels: jit/weight_folding.py)."""
+    uid, home, size = buf.arg
+    if home == device:
+        return device_buffer(buf)
+    mem = _copies.get((uid, device))
+    if mem is None:
+        assert isinstance(buf.dtype, DType)
+        data = np.empty(size * buf.dtype.itemsize, np.uint8)
+        read_into(buf, data)
+        target = Device[device]
+        mem = target.allocate(data.nbytes)
+        target.copyin(mem, memoryview(data))
+        _copies[(uid, device)] = mem
+        weakref.finalize(buf, _copies.pop, (uid, device), None)
     return mem
 
 
@@ -351,7 +375,7 @@ def run_schedule(kernels: list[ScheduledKernel], once: bool = False) -> None:
     compiled = compile_kernels(kernels, Device[kernels[0].device], once=once)
     for k, ck in zip(kernels, compiled, strict=True):
         target = Device[k.device]
-        bufs = [device_buffer(b) for b in k.buffers]
+        bufs = [device_buffer_on(b, k.device) for b in k.buffers]
         if DEBUG >= 2:
             start = time.perf_counter()
             device_time = target.launch(ck.program, bufs, wait=True)

@@ -411,7 +411,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
 
     frontier = weight_frontier(roots, set(sources)) if fold_weights else []
     weight_only: list[list[ScheduledKernel]] = []  # kernel groups whose compile runs while the kept are rendered
-    with folded(frontier, device) as folds:
+    with folded(frontier) as folds:
         run_or_defer(folds, weight_only)
         kernels, becomes = create_schedule(roots, device)
         dependent: set[UOp] = set(sources)

@@ -18,6 +18,8 @@ from jit.ir.uop import GroupOp, Ops, UOp, toposort
 from jit.realize import compile_soon, run_schedule
 from jit.schedule.kernels import ScheduledKernel, create_schedule, is_view_of_buffer, realized
 
+FOLD_DEVICE = "CPU"
+
 
 def _reaches(order: list[UOp], sources: set[UOp]) -> set[UOp]:
     """Nodes of ``order`` (a toposort) with a path to one of ``sources``."""
@@ -60,17 +62,18 @@ def weight_frontier(roots: list[UOp], sources: set[UOp]) -> list[UOp]:
 
 
 @contextmanager
-def folded(nodes: list[UOp], device: str) -> Iterator[list[ScheduledKernel]]:
+def folded(nodes: list[UOp]) -> Iterator[list[ScheduledKernel]]:
     """The kernels computing ``nodes``, which count as realized inside the block (schedules made there read their
     buffers) and are computed by the caller there: they can compile while the compiler builds the other kernels.
     Forgotten again if the block fails, so no later schedule reads a buffer that was never written."""
     if not nodes:
         yield []
         return
-    # weights made as Tensor(array) live on the default device whatever the capture's target: fold them there
-    # (an OPENCL kernel handed the CPU's memory failed with a TypeError); their results are bound as weights
-    homes = {u.arg[1] for u in toposort(nodes) if u.op is Ops.BUFFER}
-    kernels, becomes = create_schedule(nodes, homes.pop() if len(homes) == 1 else device)
+    # on the host whatever the capture's target: kernels that run once cost a device compiler far more than the C
+    # compiler (PoCL: a program build and a compile at the first launch each); they read a device's weights from
+    # copies on the host (``device_buffer_on``), and their results are bound as weights, or copied to the device for
+    # a kernel that runs there during the capture
+    kernels, becomes = create_schedule(nodes, FOLD_DEVICE)
     recorded = [node for node, view in becomes.items() if node.op is not Ops.BUFFER and node is not view]
     realized.update((node, becomes[node]) for node in recorded)
     try:
