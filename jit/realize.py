@@ -375,7 +375,8 @@ def run_schedule(kernels: list[ScheduledKernel], once: bool = False) -> None:
     compiled = compile_kernels(kernels, Device[kernels[0].device], once=once)
     for k, ck in zip(kernels, compiled, strict=True):
         target = Device[k.device]
-        bufs = [device_buffer_on(b, k.device) for b in k.buffers]
+        # what it reads may live on another device; what it writes (the first) is its own, never a copy
+        bufs = [device_buffer(k.buffers[0]), *(device_buffer_on(b, k.device) for b in k.buffers[1:])]
         if DEBUG >= 2:
             start = time.perf_counter()
             device_time = target.launch(ck.program, bufs, wait=True)

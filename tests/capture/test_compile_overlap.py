@@ -9,12 +9,14 @@ import os
 import numpy as np
 import pytest
 
+import jit.realize as realize
 import jit.trace as trace
+import jit.weight_folding as weight_folding
 import targets.cpu_runtime as cpu
 from jit import Tensor, capture
 from jit.common.errors import CompileError
 from jit.realize import compile_soon, copy_from_device, run_schedule
-from jit.schedule.kernels import create_schedule
+from jit.schedule.kernels import ScheduledKernel, create_schedule
 
 RNG = np.random.default_rng(11)
 X = RNG.standard_normal((1, 3, 10, 10), dtype=np.float32)
@@ -122,5 +124,45 @@ def test_a_captures_weight_folds_compile_for_compile_time_and_its_kernels_for_sp
     folds = [src for src, flags in flags_of.items() if flags[:len(cpu.ONCE_CFLAGS)] == cpu.ONCE_CFLAGS]
     assert folds and all(flags_of[src][:len(cpu.CFLAGS)] != cpu.CFLAGS for src in folds)
     assert parts_flags and all(f[:len(cpu.CFLAGS)] == cpu.CFLAGS for f in parts_flags)  # the replay's driver
+    want = Tensor(X).conv2d(Tensor(w * 0.5 + 0.25), padding=1).relu().numpy()
+    np.testing.assert_allclose(run({"x": X})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_reads_another_devices_buffer_through_a_copy_made_once() -> None:
+    """A kernel on OPENCL reading a buffer that lives on the CPU (and the other way round) reads a copy of its bytes
+    made on the kernel's device the first time, then that copy again. Regression: an OPENCL kernel handed the CPU's
+    memory failed with a TypeError."""
+    w = _fresh_weight()
+    for home, other in (("CPU", "OPENCL"), ("OPENCL", "CPU")):
+        t = Tensor(w, device=home)
+        made = []
+        for scale in (2.0, 3.0):
+            out = (t * scale).uop
+            kernels, becomes = create_schedule([out], other)
+            assert [k.device for k in kernels] == [other] and t.uop.base in kernels[0].buffers[1:]
+            run_schedule(kernels)
+            np.testing.assert_array_equal(copy_from_device(becomes[out].base).reshape(w.shape), w * np.float32(scale))
+            made.append(realize.device_buffer_on(t.uop.base, other))
+        assert made[0] is made[1] and made[0] is not realize.device_buffer(t.uop.base)  # one copy, read by both
+
+
+def test_an_opencl_capture_folds_its_weights_with_cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels that run once at capture are built by the host's C compiler whatever the target (on PoCL each would
+    cost a program build and a compile at its first launch); the OPENCL replay binds their results."""
+    devices: list[str] = []
+    real = realize.run_schedule
+
+    def recording(kernels: list[ScheduledKernel], once: bool = False) -> None:
+        devices.extend(k.device for k in kernels)
+        real(kernels, once)
+    monkeypatch.setattr(trace, "run_schedule", recording)  # deferred folds (their compile ran meanwhile)
+    monkeypatch.setattr(weight_folding, "run_schedule", recording)  # folds run at once
+    w = _fresh_weight()
+
+    def model(x: Tensor) -> dict[str, Tensor]:
+        return {"y": x.conv2d(Tensor(w, device="OPENCL") * 0.5 + 0.25, padding=1).relu()}
+
+    run = capture(model, {"x": X}, target="OPENCL")
+    assert devices and set(devices) == {"CPU"}
     want = Tensor(X).conv2d(Tensor(w * 0.5 + 0.25), padding=1).relu().numpy()
     np.testing.assert_allclose(run({"x": X})["y"], want, rtol=1e-4, atol=1e-4)
