@@ -3,8 +3,8 @@ once during the capture by kernels of their own, whose outputs become weights.
 
 Before: a traced graph whose input-dependent nodes read weight-only subexpressions (BN folding, casts, transposes
 computed with ALU ops). After ``weight_frontier`` and ``folded``: those values count as realized buffers inside the
-block, so the capture's schedule reads them; the caller computes their kernels (``run_or_defer``) while the kept
-kernels are rendered.
+block, so the capture's schedule reads them; the caller computes their kernels (``run_or_defer``), on the host,
+while the kept kernels are rendered.
 """
 
 from __future__ import annotations
