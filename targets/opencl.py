@@ -14,7 +14,7 @@ from typing import Any
 from jit.codegen.opt.options import WIDE_VECTOR_OPTS, OptOptions
 from jit.codegen.stats import kernel_stats, ranges_sharing_input
 from jit.common.dtype import DType, dtypes
-from jit.ir.uop import UOp
+from jit.ir.uop import Ops, UOp
 from targets.base import DEFAULT_L2, CacheLevel, Target, TargetLimits
 from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level
@@ -66,8 +66,13 @@ OPENCL_LANGUAGE = CStyleLanguage(
 # the work is long enough; small kernels lost more to the extra groups than they gained
 LARGE_KERNEL_GROUPS_PER_UNIT = 16
 LARGE_KERNEL_FLOPS = 10_000_000
+# stores per work-item from which a CPU device's loop-free kernel launches one work-item per group (a Winograd
+# transform's tile of 36 or 81 vectors): PoCL wraps a group's work-items in loops and compiled those bodies two to
+# four times as long as the body alone, and one such work-item is already plenty of work per group
+TILE_STORES = 16
 # a vector store on a CPU device (``device_language``)
 CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}"
+CPU_DEVICE_VECTOR_LOAD = "({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})"
 
 
 # work-items sharing one output's reduce on a GPU (jit/codegen/opt/group.py): half a wave on most GPUs, and within every
@@ -119,10 +124,20 @@ def device_language(info: CLDeviceInfo) -> CStyleLanguage:
     # GPU's a few instructions; and its compiler takes a scatter helper's call far faster than lane-by-lane stores
     # (targets/scatter.py). Its vstoreN is library code too, a float16 stored as three pieces (16, 16 and 32 bytes):
     # a vector copied by memcpy is one unaligned store, as on the C target
-    cpu_store = {"vector_store": CPU_DEVICE_VECTOR_STORE} if cpu_device else {}
+    cpu_vectors = {"vector_store": CPU_DEVICE_VECTOR_STORE, "vector_load": CPU_DEVICE_VECTOR_LOAD} if cpu_device else {}
     return replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=lanes, peel_launched_rows=cpu_device,
-                   vector_rint=not cpu_device, vector_exp=not cpu_device, **cpu_store,
+                   vector_rint=not cpu_device, vector_exp=not cpu_device, **cpu_vectors,
                    vector_scatter=opencl_scatter_helpers(lanes) if cpu_device else {}, vector_scatter_lanes=lanes)
+
+
+def is_store_tile(sink: UOp) -> bool:
+    """Whether a kernel has no loop but its launch and stores at least ``TILE_STORES`` values per work-item."""
+    stores = 0
+    for u in sink.toposort():
+        if u.op is Ops.RANGE and u.arg[1] not in ("global", "vector"):  # a vector range is its lanes, no loop
+            return False
+        stores += u.op is Ops.STORE
+    return stores >= TILE_STORES
 
 
 class OpenCLTarget(OpenCLRuntime, Target):
@@ -179,6 +194,8 @@ class OpenCLTarget(OpenCLRuntime, Target):
             ranges = global_ranges(sink)[:self.language.global_dims][::-1]  # launch dimension d: ranges[d]
             shared = sharing_local_size(global_size, ranges_sharing_input(sink, ranges), self.max_group,
                                         self.max_items, self.preferred_local, min_groups)
+        if self.cpu_device and not group and shared is None and is_store_tile(sink):
+            shared = tuple(1 for _ in global_size)
         if shared is not None:  # asked of the runtime, which otherwise chooses the plain way again
             meta["local_size"] = meta["local_request"] = shared
         else:

@@ -180,6 +180,12 @@ CASES = [
     ("opencl vector stored by memcpy past the end", cl("{ float16 _v = vload16(0, data1+g); __builtin_memcpy("
                                                        "data0+(g+3), &_v, sizeof(_v)); }"), (2,), None, (76, 68),
      "data0 (b0) expected the 80 bytes"),
+    ("opencl vector loaded by memcpy", cl("{ float16 _v = ({ float16 _l; __builtin_memcpy(&_l, data1+(g+3), "
+                                          "sizeof(_l)); _l; }); vstore16(_v, 0, data0+g); }"), (2,), None, (68, 80),
+     None),
+    ("opencl vector loaded by memcpy past the end", cl("{ float16 _v = ({ float16 _l; __builtin_memcpy(&_l, "
+                                                       "data1+(g+3), sizeof(_l)); _l; }); vstore16(_v, 0, data0+g); }"),
+     (2,), None, (68, 76), "data1 (b1) expected the 80 bytes"),
     ("opencl byte vector as words", CL_WORDS, (4,), None, (64, 64), None),
     ("opencl byte vector as words past the end", CL_WORDS, (4,), None, (64, 60), "data1 (b1) expected the 64"),
     ("past the launch's dimensions", cl("*(data0+get_global_id(1)) = 0.0f;"), (4,), None, (4, 0), None),

@@ -21,7 +21,7 @@ from jit.codegen.pipeline import commit_dtypes
 from jit.codegen.stats import ranges_sharing_input
 from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
-from targets.opencl import GPU_OPTS, opencl_vector_width
+from targets.opencl import GPU_OPTS, is_store_tile, opencl_vector_width
 from targets.opencl_local_size import sharing_local_size, valid_local_size
 from targets.registry import Device
 
@@ -108,8 +108,9 @@ def test_opencl_tile_rows_are_vector_loads_and_match_numpy(monkeypatch: pytest.M
     out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), stride=2, padding=1)
     src = compile_uops([out.uop], "OPENCL")[-1].program.source
     # stride-2 rows: two loads and their even / odd lanes (swizzles: PoCL's shuffle2 ran lane by lane)
-    assert "vload8(" in src and ".s2, " in src and "shuffle2(" not in src
-    assert "{ float8 _v = " in src or "vstore8(" in src  # a CPU device's vector stores copy whole vectors
+    assert ("vload8(" in src or "({ float8 _v; __builtin_memcpy(&_v, " in src) and ".s2, " in src
+    assert "shuffle2(" not in src
+    assert "{ float8 _v = " in src or "vstore8(" in src  # a CPU device's vector loads and stores copy whole vectors
     want = Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
     clear_compiled_kernels()
@@ -196,7 +197,8 @@ def test_cpu_opencl_peels_padded_rows_into_vector_loops_inside_a_work_item() -> 
     out = Tensor(x, device="OPENCL").pad(((0, 0), (1, 1), (1, 1)))
     ck = compile_uops([out.uop], "OPENCL")[-1]
     n = Device["OPENCL"].language.vector_width
-    assert f"vload{n}(" in ck.program.source and "for (" in ck.program.source
+    loads = (f"vload{n}(", f"({{ float{n} _v; __builtin_memcpy(&_v, ")  # a GPU's vector load, a CPU device's
+    assert any(load in ck.program.source for load in loads) and "for (" in ck.program.source
     assert sorted(ck.program.global_size) == [8, 18]  # one work-item per row of 66
     np.testing.assert_array_equal(out.numpy(), np.pad(x, ((0, 0), (1, 1), (1, 1))))
     gpu_like = SimpleNamespace(language=dataclasses.replace(Device["OPENCL"].language, peel_launched_rows=False))
@@ -247,3 +249,23 @@ def test_ranges_sharing_input_on_a_conv_kernel() -> None:
     assert [int(r.src[0].arg) for r in ranges] == [24, 32, 64]  # channels, rows, columns
     assert ranges_sharing_input(sink, ranges) == (True, False, False)
     assert ranges_sharing_input(sink, ranges[:1]) == (True,)
+
+
+def test_a_winograd_transform_launches_one_tile_per_work_group_on_a_cpu_device() -> None:
+    x = RNG.standard_normal((1, 32, 14, 14), dtype=np.float32)
+    w = RNG.standard_normal((32, 32, 3, 3), dtype=np.float32)
+    with Context(WINO="4"):
+        out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"), padding=1)
+        compiled = compile_uops([out.uop], "OPENCL")
+        got = out.numpy()
+    # the input transform's kernel: no loop, a tile of 36 values stored per work-item
+    stores = {ck.program.name: ck.program.source.count("data0+") for ck in compiled}
+    tile = next(ck.program for ck in compiled if " for (" not in ck.program.source and stores[ck.program.name] >= 16)
+    cpu_device = Device["OPENCL"].cpu_device
+    assert all(n == 1 for n in tile.local_size) is cpu_device and tile.global_size != (1,) * len(tile.global_size)
+    (plain,) = compile_uops([(Tensor(x, device="OPENCL") + 1).uop], "OPENCL")  # one store per work-item
+    assert max(plain.program.local_size) > 1
+    want = np.einsum("oikl,nihwkl->nohw", w, np.lib.stride_tricks.sliding_window_view(
+        np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert not is_store_tile(commit_dtypes(create_schedule([(Tensor(x) + 1).uop], "CPU")[0][-1].ast))
