@@ -33,11 +33,15 @@ def _reaches(order: list[UOp], sources: set[UOp]) -> set[UOp]:
 def _foldable(core: UOp) -> bool:
     """A weight-only value worth computing once: real work (not a buffer, constant or index), a committed
     dtype, and no larger than the weights it reads (a broadcast is cheaper recomputed than stored) but for the zero
-    padding a blocked layout may add (``WEIGHT_BLOCK_MAX_PAD``)."""
+    padding a blocked layout may add (``WEIGHT_BLOCK_MAX_PAD``), or of any size where the graph stores it anyway
+    (CONTIGUOUS: a Winograd conv's transformed filters, four to nine times its weights), so that the host, not the
+    capture's device, computes it."""
     if core.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or is_view_of_buffer(core) or core in realized:
         return False
     if not isinstance(core.dtype, DType) or core.dtype.weak or core.shape is None or core.size == 0:
         return False
+    if core.op is Ops.CONTIGUOUS:
+        return True
     weight_elems = sum(n.arg[2] for n in toposort([core]) if n.op is Ops.BUFFER)
     return 0 < core.size <= weight_elems * (1 + WEIGHT_BLOCK_MAX_PAD)
 

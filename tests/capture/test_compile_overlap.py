@@ -13,7 +13,7 @@ import jit.realize as realize
 import jit.trace as trace
 import jit.weight_folding as weight_folding
 import targets.cpu_runtime as cpu
-from jit import Tensor, capture
+from jit import Context, Tensor, capture
 from jit.common.errors import CompileError
 from jit.realize import compile_soon, copy_from_device, run_schedule
 from jit.schedule.kernels import ScheduledKernel, create_schedule
@@ -146,9 +146,12 @@ def test_a_kernel_reads_another_devices_buffer_through_a_copy_made_once() -> Non
         assert made[0] is made[1] and made[0] is not realize.device_buffer(t.uop.base)  # one copy, read by both
 
 
-def test_an_opencl_capture_folds_its_weights_with_cpu_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("winograd", [False, True])
+def test_an_opencl_capture_folds_its_weights_with_cpu_kernels(monkeypatch: pytest.MonkeyPatch, winograd: bool) -> None:
     """Kernels that run once at capture are built by the host's C compiler whatever the target (on PoCL each would
-    cost a program build and a compile at its first launch); the OPENCL replay binds their results."""
+    cost a program build and a compile at its first launch, and a read of its result waits behind the capture's
+    own compiles); the OPENCL replay binds their results. Winograd's transformed filters too, four times the
+    size of the weights they come from (regression: they were computed on the device)."""
     devices: list[str] = []
     real = realize.run_schedule
 
@@ -157,12 +160,16 @@ def test_an_opencl_capture_folds_its_weights_with_cpu_kernels(monkeypatch: pytes
         real(kernels, once)
     monkeypatch.setattr(trace, "run_schedule", recording)  # deferred folds (their compile ran meanwhile)
     monkeypatch.setattr(weight_folding, "run_schedule", recording)  # folds run at once
-    w = _fresh_weight()
+    w, x = _fresh_weight(), X
+    if winograd:
+        w, x = RNG.standard_normal((32, 32, 3, 3), dtype=np.float32), RNG.standard_normal((1, 32, 8, 8), np.float32)
 
     def model(x: Tensor) -> dict[str, Tensor]:
-        return {"y": x.conv2d(Tensor(w, device="OPENCL") * 0.5 + 0.25, padding=1).relu()}
+        weight = Tensor(w, device="OPENCL")
+        return {"y": x.conv2d(weight if winograd else weight * 0.5 + 0.25, padding=1).relu()}
 
-    run = capture(model, {"x": X}, target="OPENCL")
+    with Context(WINO="4" if winograd else "0"):
+        run = capture(model, {"x": x}, target="OPENCL")
     assert devices and set(devices) == {"CPU"}
-    want = Tensor(X).conv2d(Tensor(w * 0.5 + 0.25), padding=1).relu().numpy()
-    np.testing.assert_allclose(run({"x": X})["y"], want, rtol=1e-4, atol=1e-4)
+    want = Tensor(x).conv2d(Tensor(w if winograd else w * 0.5 + 0.25), padding=1).relu().numpy()
+    np.testing.assert_allclose(run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
