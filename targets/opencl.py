@@ -122,8 +122,9 @@ def device_language(info: CLDeviceInfo) -> CStyleLanguage:
     lanes = opencl_vector_width(info)
     # a CPU device's rint(floatN), exp(floatN), erf(floatN) and rounding conversions are library code (PoCL's), a
     # GPU's a few instructions; and its compiler takes a scatter helper's call far faster than lane-by-lane stores
-    # (targets/scatter.py). Its vstoreN is library code too, a float16 stored as three pieces (16, 16 and 32 bytes):
-    # a vector copied by memcpy is one unaligned store, as on the C target
+    # (targets/scatter.py). Its vloadN and vstoreN are library code too (a float16 stored as three pieces of 16, 16
+    # and 32 bytes; loads its compiler reassembled element by element, slowly): a vector copied by memcpy is one
+    # unaligned load or store, as on the C target
     cpu_vectors = {"vector_store": CPU_DEVICE_VECTOR_STORE, "vector_load": CPU_DEVICE_VECTOR_LOAD} if cpu_device else {}
     return replace(OPENCL_LANGUAGE, headers=pragmas, vector_width=lanes, peel_launched_rows=cpu_device,
                    vector_rint=not cpu_device, vector_exp=not cpu_device, **cpu_vectors,
