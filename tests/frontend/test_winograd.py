@@ -173,7 +173,9 @@ def test_auto_heuristic() -> None:
     assert auto_tile(96, 96, 16, 32) == 4
     assert auto_tile(64, 64, 6, 6) == 0  # too few F(4,3) tiles
     assert auto_tile(512, 512, 7, 7) == 4  # resnet50's smallest
-    assert auto_tile(512, 512, 7, 7, wide=True) == 0  # direct, where its tiles are 16 lanes wide
+    assert auto_tile(512, 512, 7, 7, wide=True) == 2  # F(4,3) does not pay for 16-lane direct tiles; F(2,3) does
+    assert auto_tile(256, 256, 8, 16, wide=True) == 2
+    assert auto_tile(512, 512, 4, 8, wide=True) == 0  # too few tiles even for F(2,3)
     assert auto_tile(256, 256, 14, 14, wide=True) == 4
     assert auto_tile(12, 24, 64, 128) == 0  # too few channels to pay for the transforms
     assert auto_tile(64, 64, 56, 56) == auto_tile(256, 256, 14, 14) == 4  # resnet50's
@@ -201,9 +203,9 @@ def test_auto_heuristic() -> None:
         assert pick_tile(on_cl, Tensor(rand(48, 48, 3, 3, seed=0), device="OPENCL"), 1, 1, 1, 1) == 4
 
 
-@pytest.mark.parametrize(("lanes", "tile"), [("eight_lane_channels", 4), ("wide_vectors", 0)])
-def test_a_7x7_conv_is_winograds_unless_the_direct_conv_tiles_16_lanes(lanes: str, tile: int,
-                                                                       request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize(("lanes", "tile"), [("eight_lane_channels", 4), ("wide_vectors", 2)])
+def test_a_7x7_conv_takes_the_smaller_winograd_tile_where_the_direct_conv_tiles_16_lanes(
+        lanes: str, tile: int, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue(lanes)
     x, wt = Tensor(rand(1, 64, 7, 7, seed=0)), Tensor(rand(64, 64, 3, 3, seed=1))
     with Context(WINO="auto"):
