@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jit import Tensor, capture
+from jit import Context, Tensor, capture
 from jit.codegen.opt.options import DEFAULT_OPTS
 from jit.frontend.row_align import plane_aligned_input
 from jit.schedule.kernels import create_schedule
@@ -39,11 +39,15 @@ def _fire_head_want(x: np.ndarray) -> np.ndarray:
     return np.maximum(_conv(cat, W_HEAD, 0), 0)
 
 
-def test_the_classifier_reads_planes_of_whole_vectors_that_the_concat_pieces_store_into() -> None:
-    out = _fire_head(Tensor(X))
+# the 3x3 conv's last kernel: the direct conv, or Winograd's F(2,3) output transform (wide units take it at 13x13)
+@pytest.mark.parametrize(("wino", "expand3x3"), [("0", "r_256_13_13_32_3_3"), ("auto", "r_256_13_13_4")])
+def test_the_classifier_reads_planes_of_whole_vectors_that_the_concat_pieces_store_into(wino: str,
+                                                                                         expand3x3: str) -> None:
+    with Context(WINO=wino):
+        out = _fire_head(Tensor(X))
     kernels, _ = create_schedule([out.uop], "CPU")
     head = next(k for k in kernels if k.name.startswith("r_1000_13_13_512"))
-    expands = [k for k in kernels if k.name in ("r_256_13_13_32", "r_256_13_13_32_3_3")]
+    expands = [k for k in kernels if k.name in ("r_256_13_13_32", expand3x3)]
     assert len(expands) == 2 and expands[0].out_buffer is expands[1].out_buffer is head.buffers[1]
     assert head.buffers[1].arg[2] == 512 * 176  # 169 floats a plane, padded to 11 vectors of 16
     # besides the expands, only the copy's border kernel writes it, and it reads nothing: no kernel copies planes
@@ -59,12 +63,14 @@ def test_a_captured_classifier_over_aligned_planes_matches_every_call() -> None:
         np.testing.assert_allclose(run({"x": x})["y"], _fire_head_want(x), rtol=1e-4, atol=1e-3)
 
 
-def test_a_conv_epilogue_stores_into_the_aligned_copy_itself() -> None:
+@pytest.mark.parametrize(("wino", "producer"), [("0", "r_512_13_13_64"), ("auto", "r_512_13_13_4")])
+def test_a_conv_epilogue_stores_into_the_aligned_copy_itself(wino: str, producer: str) -> None:
     x = RNG.standard_normal((1, 64, 13, 13), dtype=np.float32)
     w1, w2 = RNG.standard_normal((512, 64, 3, 3), dtype=np.float32), W_HEAD
-    out = (Tensor(x).conv2d(Tensor(w1), padding=1) + 0.1).relu().conv2d(Tensor(w2))
+    with Context(WINO=wino):
+        out = (Tensor(x).conv2d(Tensor(w1), padding=1) + 0.1).relu().conv2d(Tensor(w2))
     kernels, _ = create_schedule([out.uop], "CPU")
-    first = next(k for k in kernels if k.name.startswith("r_512_13_13_64"))
+    first = next(k for k in kernels if k.name.startswith(producer))
     head = next(k for k in kernels if k.name.startswith("r_1000_13_13_512"))
     assert first.out_buffer is head.buffers[1] and first.out_buffer.arg[2] == 512 * 176
     assert [(k.name, len(k.buffers)) for k in kernels if k.out_buffer is first.out_buffer and k is not first] == \
