@@ -322,8 +322,8 @@ def auto_tile(cin: int, cout: int, oh: int, ow: int, stride: int = 1, wide: bool
     16-lane tiles, F(2,3) (a quarter of U's size, 16 points a tile) still does there: resnet18's 7x7 convs and
     squeezenet1_1's 13x13 ones took resnet18 6-12% and squeezenet1_1 0-7% faster (both orders, one and two
     threads), resnet18_op (8x16) 1%; so F(2,3) for 7x7 up to 13x13 outputs on halved units. On full-width 16-lane
-    units (Intel AVX-512) F(2,3) there took resnet18_op 3-5% and squeezenet1_1 0-6% faster and was neutral on
-    resnet18 and resnet50 (alternating blocks, one and two threads), so every wide device takes it.
+    units (Intel AVX-512) F(2,3) there was as fast or faster too (resnet18_op's 8x16 stage gained the most; the
+    issue 25 notes have the figures), so every wide device takes it.
     """
     least = MIN_WINOGRAD_CHANNELS_HALVED if halved and stride == 1 else MIN_WINOGRAD_CHANNELS
     if min(cin, cout) < least or (stride == 2 and oh * ow < 512):
