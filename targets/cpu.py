@@ -7,6 +7,7 @@ uses alone); CPUTarget adds the C flavour, the declared dtypes and ``render``.
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ CPU_LANGUAGE = CStyleLanguage(
     vector_scatter_lanes=SCATTER_LANES,
     vector_minmax=minmax_helpers(CPU_VECTOR_WIDTH) if platform.machine() in ("x86_64", "AMD64") else {},
     vector_minmax_lanes=CPU_VECTOR_WIDTH,
+    prefetch="__builtin_prefetch({p}, 0, 3)",
 )
 CPU_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
@@ -76,8 +78,9 @@ class CPUTarget(CPURuntime, Target):
     def __init__(self, threads: int | None = None) -> None:
         super().__init__(threads)
         # the optimizer's defaults: WIDE_VECTOR_OPTS where this machine's 16-lane vectors pay (targets/cpu_fma.py
-        # probes its FMA throughput once per machine)
-        self.default_opts: OptOptions = WIDE_VECTOR_OPTS if wide_vectors_pay(CPU_VECTOR_WIDTH) else DEFAULT_OPTS
+        # probes its FMA throughput once per machine); a C compiler takes prefetch requests (``prefetch``)
+        opts = WIDE_VECTOR_OPTS if wide_vectors_pay(CPU_VECTOR_WIDTH) else DEFAULT_OPTS
+        self.default_opts: OptOptions = replace(opts, prefetch_next_slices=True)
         self.halved_wide_fma = halved_wide_fma(CPU_VECTOR_WIDTH)
 
     def supported_dtypes(self) -> frozenset[DType]:

@@ -2,7 +2,8 @@
 
 Memory: ``vloadN(k, p)`` / ``vstoreN(v, k, p)`` access N elements at ``p + k*N``; ``__builtin_memcpy(dst, src,
 n)`` accesses ``n`` bytes at a pointer side and may only read or fill a local of at least ``n`` bytes on the
-other; ``dp_read_image(img, i, width)`` reads element ``i`` of an image in rows of ``width`` texels;
+other; ``__builtin_prefetch(p, 0, 3)`` is checked as a read of the byte at ``p``; ``dp_read_image(img, i,
+width)`` reads element ``i`` of an image in rows of ``width`` texels;
 ``dp_scatter_<dtype>x16(p, i, v)`` stores lane l at ``p + i[l]``; ``dp_max_float32x<n>(a, b)`` is ``a > b ? a :
 b`` lane by lane (``dp_min_...`` the same with ``<``: targets/index_floats.py ``ordered_max_min``). Work-item
 functions give the launch's ranges. Conversions, lane selects and shuffles, integer min/max/clamp keep ranges
@@ -81,6 +82,8 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
         return vector_access(w, m.group(1) == "store", int(m.group(2)), values)
     if name == "__builtin_memcpy":
         return memcpy(w, values)
+    if name == "__builtin_prefetch":
+        return prefetch(w, values)
     if name in SCATTER_CALLS:
         return scatter(w, name, values)
     if name == "dp_read_image":
@@ -189,6 +192,16 @@ def memcpy(w: Walker, values: list) -> Value:
             raise IndexParseError("expected __builtin_memcpy between a pointer or local address")
     if isinstance(dst, Addr):
         w.set_local(dst.name, None)  # the bytes copied: any value of its type
+    return None
+
+
+def prefetch(w: Walker, values: list) -> Value:
+    """``__builtin_prefetch(p, 0, 3)``: a request to read the line at ``p``, held to the same bounds as a read of
+    its byte (the renderer only asks for lines a later iteration reads)."""
+    if len(values) != 3 or not isinstance(values[0], Ptr) or \
+            (w.scalar(values[1]), w.scalar(values[2])) != ((0, 0), (3, 3)):
+        raise IndexParseError("expected __builtin_prefetch(pointer, 0, 3)")
+    w.access(values[0], 0, 1)
     return None
 
 

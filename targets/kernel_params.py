@@ -124,7 +124,7 @@ def kept_stored_params(source: str) -> frozenset[int]:
 # calls that only read through a pointer argument (and C words followed by a parenthesis)
 _READ_CALLS = frozenset({"vload", "vload2", "vload3", "vload4", "vload8", "vload16", "vload_half", "vloada_half",
                          "dp_read_image", "read_imagef", "read_imagei", "read_imageui", "if", "for", "while",
-                         "switch", "return", "sizeof"})
+                         "switch", "return", "sizeof", "__builtin_prefetch"})
 # an argument that is a pointer itself (a parameter or pointer variable, maybe cast to a pointer, plus an offset),
 # not a value read through one
 _POINTER_ARG = re.compile(r"^[\s(&]*(?:\(\s*[\w\s]+\*+\s*\)[\s(]*)?[A-Za-z_]\w*\s*(?:\[[^,]*\])?\s*(?:\+[^,]*)?[\s)]*$")

@@ -73,7 +73,7 @@ _FORBIDDEN_WORDS = frozenset({"asm", "__asm", "__asm__", "_Pragma", "__attribute
 _RESERVED_OK = frozenset({"_Bool", "_Float16", "__builtin_memcpy", "__builtin_shuffle", "__builtin_convertvector",
                           "__kernel", "__global", "__local", "__constant", "__private", "__read_only",
                           "__builtin_isnan", "__builtin_isinf", "__builtin_nanf", "__builtin_nan",
-                          "__builtin_inff", "__builtin_inf"})
+                          "__builtin_inff", "__builtin_inf", "__builtin_prefetch"})
 _MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "cbrt", "sin", "cos", "tan",
          "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "trunc",
          "floor", "ceil", "rint", "round", "nearbyint", "fabs", "fmod", "remainder", "pow", "powr", "fmax", "fmin",

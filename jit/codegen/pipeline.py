@@ -16,17 +16,17 @@
    vector ``rint`` is slow, ``lower_vector_rint`` (float32 rint on vector lanes from adds); then
    ``fold_reciprocal_products`` (``a * (1 / b)`` as ``a / b`` where that saves an operation: SiLU's epilogue);
 6. ``finish_kernel``, under NOOPT too: the optimizer's steps that shape how the renderer spells loops, addresses
-   and accumulators (unroll hints, base pointers, parked accumulators), where the kernel's options turn them on
-   (the target's ``default_opts`` when no tuning chose any).
+   and accumulators (prefetches, unroll hints, base pointers, parked accumulators), where the kernel's options turn
+   them on (the target's ``default_opts`` when no tuning chose any).
 
 ``rewrite_kernel`` returns the same graph together with the kernel's ``DTypePolicy``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from jit.codegen.opt import OptOptions, finish_kernel, optimize_for_target, target_default_opts
+from jit.codegen.opt import OptOptions, finish_kernel, optimize_for_target, target_caches, target_default_opts
 from jit.codegen.opt.search import kernel_options, with_options
 from jit.codegen.passes.cast_const import pm_cast_const
 from jit.codegen.passes.commit_weak import pm_commit_weak
@@ -41,7 +41,7 @@ from jit.codegen.passes.symbolic import pm_symbolic
 from jit.codegen.passes.vector_exp import lower_vector_exp
 from jit.codegen.passes.vector_rint import lower_vector_rint
 from jit.common.dtype import DType
-from jit.common.helpers import EMULATED_DTYPES, NOOPT
+from jit.common.helpers import EMULATED_DTYPES, NOOPT, PREFETCH
 from jit.ir.rewrite import graph_rewrite
 from jit.ir.uop import UOp
 from targets.base import Target
@@ -103,7 +103,9 @@ def rewrite_kernel(sink: UOp, target: Target, default_opts: OptOptions | None = 
         sink = fold_reciprocal_products(sink)
     # the SINK records the options: the target reads launch choices (work-group size) from it, the renderer whether
     # accumulators are parked
-    sink = with_options(finish_kernel(sink, opts), opts)
+    if not PREFETCH:
+        opts = replace(opts, prefetch_next_slices=False)
+    sink = with_options(finish_kernel(sink, opts, target_caches(target)[0]), opts)
     return RewrittenKernel(sink, policy)
 
 

@@ -49,9 +49,11 @@ FUSION_COST = Setting("FUSION_COST", 1)
 # STORE_VIEWS=0: kernels store only into buffers of their own: a conv's padded input and a stored concat are copy
 # kernels, not written in place by their producers (jit/schedule/padded_stores.py, concat_stores.py)
 STORE_VIEWS = Setting("STORE_VIEWS", 1)
+# PREFETCH=0: no kernel asks for the next output iteration's slice of a buffer it re-reads (jit/codegen/opt/prefetch.py)
+PREFETCH = Setting("PREFETCH", 1)
 
 _SETTINGS: dict[str, Setting] = {s.key: s for s in (DEBUG, NOOPT, BEAM, VIZ, EMULATED_DTYPES, NOLOCALS, WINO,
-                                                 STREAMS, FUSION_COST, STORE_VIEWS)}
+                                                 STREAMS, FUSION_COST, STORE_VIEWS, PREFETCH)}
 
 
 def settings_key() -> str:

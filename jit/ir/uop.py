@@ -95,6 +95,9 @@ class Ops(Enum):
     # src (value,): the value stored once to a slot of the kernel's volatile park array and read back where it
     # is used (jit/codegen/opt/park.py)
     PARK = auto()
+    # src (value, index, gate): ``value`` (a LOAD) as it is; where ``gate`` holds, the renderer first asks the memory
+    # system for the line at ``index`` (an INDEX) that a later iteration reads (jit/codegen/opt/prefetch.py)
+    PREFETCH = auto()
     SINK = auto()  # arg: KernelInfo; src stores
     NOOP = auto()
 

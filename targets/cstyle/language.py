@@ -138,6 +138,9 @@ class CStyleLanguage:
     # arithmetic for them (jit/codegen/passes/vector_exp.py): without, that arithmetic is used anyway. PoCL's float16
     # erf took longer than the multiply-adds of the 1x1 conv whose GELU epilogue it was
     vector_exp: bool = True
+    # a request that the line at pointer ``p`` be fetched into the caches for a read soon (jit/codegen/opt/prefetch.py
+    # places them); "" = none, the request is dropped
+    prefetch: str = ""
     # conversions from 8- or 16-bit lanes to 32-bit ones widen one step at a time (8 -> 16 -> 32 bits, then to
     # float): GCC 12 compiles a direct uint8x8 -> float32x8 convert (and the byte shuffle before it) lane by lane,
     # eight scalar converts per vector; through uint16x8 and int32x8 it is two zero-extends and one vcvtdq2ps

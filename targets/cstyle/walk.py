@@ -147,6 +147,8 @@ class KernelRenderer(VectorExprs):
         if op is Ops.PARK:
             self.store_park(u)  # no reduce loop opened since its value was computed: stored right here
             return self.names[u]
+        if op is Ops.PREFETCH:
+            return self.emit_prefetch(u)
         if self.reduces_first:
             for s in u.src:
                 if s.op in (Ops.REDUCE, Ops.PARK):
@@ -183,6 +185,16 @@ class KernelRenderer(VectorExprs):
             return f"(({self.tname(u.dtype)}){text})" if narrow else text
         var = self.new_var("val" if op is Ops.LOAD else "alu")
         self.line(f"{self.tname(u.dtype)} {var} = {text};")
+        self.name_here(u, var)
+        return var
+
+    def emit_prefetch(self, u: UOp) -> str:
+        """PREFETCH(value, index, gate): the language's request for ``index``'s line under ``gate`` (none where the
+        language has no such request), then ``value``, named for the rest of the loop body."""
+        value, index, gate = u.src
+        if self.lang.prefetch:
+            self.line(f"if ({self.expr(gate)}) {self.lang.prefetch.format(p=self.expr(index))};")
+        var = self.expr(value, force_var=True)
         self.name_here(u, var)
         return var
 

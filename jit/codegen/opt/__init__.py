@@ -30,7 +30,8 @@ is an ``OptOptions``, None = the heuristic default). What it does:
 ``finish_kernel(sink, opts)`` runs after that (and after the symbolic pass that follows it, which would undo
 them), also under NOOPT: the steps that shape how the renderer spells a kernel without changing its loops, each
 where ``opts`` turns it on: unroll hints on short reduce loops (``jit.codegen.opt.hints``), base pointers for a
-reduce loop's scalar loads (``jit.codegen.opt.hoist``) and parked accumulators (``jit.codegen.opt.park``).
+reduce loop's scalar loads (``jit.codegen.opt.hoist``), parked accumulators (``jit.codegen.opt.park``) and
+prefetches of the next output iteration's slice of a re-read buffer (``jit.codegen.opt.prefetch``).
 
 Compile time is part of the design (packaging and CI run it for every kernel): small kernels are not tiled
 (``min_outputs``, ``min_reduce_trips``), copies are built in one walk that rebuilds only the nodes depending on
@@ -53,6 +54,7 @@ from jit.codegen.opt.order import contiguous_store_innermost, open_innermost, re
 from jit.codegen.opt.overlap import plan_overlap, plan_overlapped_row, plan_scalar_overlap
 from jit.codegen.opt.park import park_accumulators
 from jit.codegen.opt.peel import peel_masked_row
+from jit.codegen.opt.prefetch import prefetch_next_slices
 from jit.codegen.opt.reduce_lanes import plan_reduce_lanes, split_reduce_lanes
 from jit.codegen.opt.select import unroll_selector_axes
 from jit.codegen.opt.split import split_divmod_ranges
@@ -140,9 +142,12 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
     return unroll_small_loops(sink) if opts.unroll else sink
 
 
-def finish_kernel(sink: UOp, opts: OptOptions) -> UOp:
-    """``sink`` with the spelling steps ``opts`` turns on (module docstring), in this order: unroll hints, base
-    pointers, parked accumulators. The same node when none applies."""
+def finish_kernel(sink: UOp, opts: OptOptions, l1: CacheLevel = DEFAULT_L1) -> UOp:
+    """``sink`` with the spelling steps ``opts`` turns on (module docstring), in this order: prefetches of the next
+    slices (sized by the target's ``l1``), unroll hints, base pointers, parked accumulators. The same node when none
+    applies."""
+    if opts.prefetch_next_slices:
+        sink = prefetch_next_slices(sink, l1.size, l1.line)
     if opts.unroll_hints or opts.unroll_shared_loads:
         sink = hint_unrolls(sink, shared_only=not opts.unroll_hints)
     if opts.hoist_base_pointers:

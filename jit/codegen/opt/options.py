@@ -110,8 +110,10 @@ class OptOptions:
       (jit/codegen/opt/hoist.py; OpenCL's defaults turn it on).
     * ``park_accumulators``: finished vector accumulators wait in a volatile array while a later reduce loop runs
       (jit/codegen/opt/park.py; the defaults of OpenCL on a CPU device turn it on).
+    * ``prefetch_next_slices``: a slice of a buffer that one output iteration reads several times asks for the next
+      iteration's slice meanwhile (jit/codegen/opt/prefetch.py; the C target's defaults turn it on).
 
-    The last four shape how the renderer spells loops, addresses and accumulators, and apply under NOOPT too.
+    The last five shape how the renderer spells loops, addresses and accumulators, and apply under NOOPT too.
     """
 
     tile: bool = True
@@ -141,10 +143,12 @@ class OptOptions:
     unroll_shared_loads: bool = False
     hoist_base_pointers: bool = False
     park_accumulators: bool = False
+    prefetch_next_slices: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tile", "unroll", "peel", "overlap_rows", "line_reuse", "threads", "vectorize", "reduce_lanes",
-                     "unroll_hints", "unroll_shared_loads", "hoist_base_pointers", "park_accumulators"):
+                     "unroll_hints", "unroll_shared_loads", "hoist_base_pointers", "park_accumulators",
+                     "prefetch_next_slices"):
             if not isinstance(getattr(self, name), bool):
                 raise OptOptionsError(f"OptOptions.{name}: expected a bool, got {getattr(self, name)!r}")
         _check_factors("inner_upcasts", self.inner_upcasts)
