@@ -19,7 +19,7 @@ from jit.codegen.pipeline import rewrite_kernel
 from jit.codegen.stats import KernelStats, kernel_stats
 from jit.common.dtype import DType, ImageDType, to_numpy
 from jit.common.errors import CompileError
-from jit.common.helpers import DEBUG, EMULATED_DTYPES, FUSION_COST, NOLOCALS, NOOPT, STREAMS, WINO, Context
+from jit.common.helpers import DEBUG, EMULATED_DTYPES, FUSION_COST, NOLOCALS, NOOPT, PREFETCH, STREAMS, WINO, Context
 from jit.ir.stable_key import UnkeyableError, structural_key
 from jit.ir.uop import Ops, UOp
 from jit.schedule.kernels import ScheduledKernel, create_schedule, realized
@@ -190,8 +190,10 @@ def _deep_recursion(limit: int = _RECURSION_LIMIT) -> Iterator[None]:
 
 def kernel_settings_key() -> str:
     """The run settings a compiled kernel depends on (a kernel compiled under EMULATED_DTYPES=long differs; WINO
-    changes the graph a conv builds, kept here so a kernel cached under one value is never reused under another)."""
-    return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value};WINO={WINO.value};{tuning_settings_key()}"
+    changes the graph a conv builds, PREFETCH the code rendered for it: kept here so a kernel cached under one value
+    is never reused under another)."""
+    return f"EMULATED_DTYPES={EMULATED_DTYPES.value};NOOPT={NOOPT.value};WINO={WINO.value};PREFETCH={PREFETCH.value};" \
+        f"{tuning_settings_key()}"
 
 
 def clear_compiled_kernels() -> None:
@@ -296,7 +298,8 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
     disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
     default_opts = target_default_opts(target)  # what a render-cache hit's ``lowered`` is rebuilt with
-    context = {"NOOPT": NOOPT.value, "EMULATED_DTYPES": EMULATED_DTYPES.value, "WINO": WINO.value}
+    context = {"NOOPT": NOOPT.value, "EMULATED_DTYPES": EMULATED_DTYPES.value, "WINO": WINO.value,
+               "PREFETCH": PREFETCH.value}
     todo: dict[UOp, _Pending] = {}
     ready: dict[UOp, CompiledKernel] = {}  # kernels compiled (or rendered, without ``build``) before, as they are
     for k in kernels:
