@@ -50,7 +50,7 @@ from jit.codegen.opt.hoist import hoist_base_pointers
 from jit.codegen.opt.locality import split_for_line_reuse
 from jit.codegen.opt.merge import merge_output_dims
 from jit.codegen.opt.options import DEFAULT_OPTS, OptOptions, OptOptionsError
-from jit.codegen.opt.order import contiguous_store_innermost, open_innermost, reuse_axis_inner
+from jit.codegen.opt.order import channel_blocks_inner, contiguous_store_innermost, open_innermost, reuse_axis_inner
 from jit.codegen.opt.overlap import plan_overlap, plan_overlapped_row, plan_scalar_overlap
 from jit.codegen.opt.park import park_accumulators
 from jit.codegen.opt.peel import peel_masked_row
@@ -120,7 +120,8 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         if len(plan.upcasts) > 1 and \
                 (ordered := reuse_axis_inner(tiled, plan.upcasts[1][0].arg, launch_dims, l2.size)) is not tiled:
             return ordered
-        return open_innermost(tiled, line_axis.arg) if line_axis is not None else tiled
+        return open_innermost(tiled, line_axis.arg) if line_axis is not None else \
+            channel_blocks_inner(tiled, launch_dims, l1.line, l2.size)
     if opts.vectorize and not any(u.op is Ops.REDUCE for u in toposort([sink])):
         # an elementwise (h, w) of 7 x 7 as one row of 49 the vectors can fill (stored channels-last: its channels
         # innermost); launched as work-items, one row a CPU device's work-group vectorizes whole (PoCL vectorizes

@@ -1,4 +1,5 @@
-"""Loop order of a tiled reduce kernel: its reuse axis innermost when, outermost, it re-reads a big operand.
+"""Loop order of a tiled reduce kernel: its reuse axis innermost when, outermost, it re-reads a big operand (and a
+kernel over a big value stored channels-last its channel blocks innermost: ``channel_blocks_inner``).
 
 Before: a register-tiled kernel (jit/codegen/opt/tiling.py) whose output loops open in the output's axis order, with the
 reuse axis (a conv's blocks of output channels) outermost: every block sweeps the whole operand it does not read
@@ -25,6 +26,19 @@ from jit.ir.uop import Ops, UOp, toposort
 # bigger L2: on a Zen 4 core (1 MB L2) vision's second conv (0.8 MB re-read 12 times) was still 4-9% faster
 # reordered (single thread, the vision-pc-cpu replay); a smaller L2 lowers it (the operand leaves L2 sooner)
 MEASURED_REREAD_BYTES = 512 * 1024
+
+
+# the bytes of the buffers a kernel walks a channel block at a time below which that order was as fast or faster on
+# a 2-core Intel Ice Lake VM (the data stay in L2): small depthwise convs (mobilenet_v3_small's, convnext_atto's) ran
+# slower with their channel blocks innermost, squeezenet1_1's max pools and efficientnet_b0's bigger depthwise convs
+# faster
+MEASURED_SCATTERED_BYTES = 512 * 1024
+
+
+def scattered_threshold(l2_bytes: int) -> int:
+    """Bytes of the buffers a kernel must walk a channel block at a time before its channel blocks open innermost
+    (``channel_blocks_inner``), on a target whose L2 holds ``l2_bytes``."""
+    return min(l2_bytes, MEASURED_SCATTERED_BYTES)
 
 
 def reread_threshold(l2_bytes: int) -> int:
@@ -97,3 +111,44 @@ def contiguous_store_innermost(sink: UOp) -> UOp:
         return sink
     inner = next((r for r in reversed(outs[:-1]) if all(s == 1 for s in strides[r])), None)
     return sink if inner is None else open_innermost(sink, inner.arg)
+
+
+def channel_blocks_inner(sink: UOp, launch_dims: int, line_bytes: int, l2_bytes: int) -> UOp:
+    """Loop order of a tiled reduce kernel over values stored channels-last whose outermost output loop walks blocks
+    of channels.
+
+    Before: the output ranges open in the output's axis order, so a pool or depthwise conv over a value stored
+    channels-last (jit/schedule/channels_last.py) has its blocks of channels outermost: each step of that loop, the
+    one the CPU renderer shares over threads, touches a few lines of every pixel of the whole map, a pixel's
+    channels apart, and the next step the lines beside them, once they have left the cache.
+
+    After: the channel-block range opens innermost of the output loops (``open_innermost``), so the next output
+    ranges (rows) are shared and each step walks its pixels whole, one channel block after the other. Only where
+    every access that moves with an output range moves with the channel blocks, by less than with any other output
+    range (the blocks step within a pixel), and the buffers some access walks more than a line (``line_bytes``) per
+    step of another output range hold at least ``scattered_threshold(l2_bytes)``: a conv's input, which its blocks of
+    output channels re-read, keeps the order ``reuse_axis_inner`` chose, and a value in L2 the order that keeps a
+    block's weights in registers. Only the loop order changes: every output is stored once with the same value.
+    Targets that launch output ranges as work-item dimensions keep their order."""
+    if launch_dims:
+        return sink
+    nodes = toposort([sink])
+    outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
+    if len(outs) < 2 or not any(u.op is Ops.REDUCE for u in nodes):
+        return sink
+    blocks, deps = outs[0], range_deps(sink)
+    accesses = [u.src[0] for u in nodes if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX]
+    scattered: set[UOp] = set()
+    for index in accesses:
+        moving = deps[index.src[1]] & set(outs)
+        if not moving:
+            continue
+        if blocks not in moving:
+            return sink
+        step = row_stride(index.src[1], blocks, deps)
+        others = [row_stride(index.src[1], r, deps) for r in moving - {blocks}]
+        if step is None or step <= 0 or any(s is None or s <= step for s in others):
+            return sink
+        if any(s * index.dtype.base.itemsize > line_bytes for s in others):
+            scattered.add(index.src[0])
+    return open_innermost(sink, blocks.arg) if _nbytes(scattered) >= scattered_threshold(l2_bytes) else sink
