@@ -34,7 +34,12 @@ def _conv(cin: int, size: int, cout: int = 16) -> tuple[Tensor, np.ndarray, np.n
 def _loop_sizes(t: Tensor, launch_dims: int = 0, l2: CacheLevel = DEFAULT_L2) -> list[int]:
     """The output loops' sizes, outermost first, after the optimizer (for a target whose L2 is ``l2``)."""
     kernels, _ = create_schedule([t.uop], "CPU")
-    sink: UOp = optimize_kernel(commit_dtypes(kernels[-1].ast), OptOptions(), 8, launch_dims=launch_dims, l2=l2)
+    return _outer_sizes(optimize_kernel(commit_dtypes(kernels[-1].ast), OptOptions(), 8, launch_dims=launch_dims,
+                                        l2=l2))
+
+
+def _outer_sizes(sink: UOp) -> list[int]:
+    """The sizes of ``sink``'s output loops, outermost first."""
     outs = sorted((u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
     return [int(r.src[0].arg) for r in outs]
 
@@ -114,11 +119,6 @@ def _pool_sink(size: int, launch_dims: int = 0) -> UOp:
     pool = next(k for k in kernels if k.name.startswith(f"r_128_{pooled}_{pooled}_3_3"))
     return optimize_kernel(commit_dtypes(pool.ast), OptOptions(), 16, launch_dims=launch_dims,
                            l2=CacheLevel(1 << 30, 16, 64))  # a huge L2: the measured threshold applies
-
-
-def _outer_sizes(sink: UOp) -> list[int]:
-    outs = sorted((u for u in toposort([sink]) if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
-    return [int(r.src[0].arg) for r in outs]
 
 
 def test_a_pool_over_a_big_channels_last_value_shares_its_rows_over_threads() -> None:

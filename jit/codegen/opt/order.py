@@ -136,11 +136,11 @@ def channel_blocks_inner(sink: UOp, launch_dims: int, line_bytes: int, l2_bytes:
     outs = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
     if len(outs) < 2 or not any(u.op is Ops.REDUCE for u in nodes):
         return sink
-    blocks, deps = outs[0], range_deps(sink)
+    blocks, deps, out_ranges = outs[0], range_deps(sink), frozenset(outs)
     accesses = [u.src[0] for u in nodes if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX]
     scattered: set[UOp] = set()
     for index in accesses:
-        moving = deps[index.src[1]] & set(outs)
+        moving = deps[index.src[1]] & out_ranges
         if not moving:
             continue
         if blocks not in moving:
