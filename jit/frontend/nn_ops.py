@@ -19,7 +19,7 @@ from jit.common.errors import AxisError, ShapeError
 from jit.common.helpers import STORE_VIEWS
 from jit.frontend.channel_scale import channel_scaled
 from jit.frontend.movement import window
-from jit.frontend.row_align import plane_aligned_input
+from jit.frontend.row_align import plane_aligned_rows, plane_of_padded_rows
 from jit.frontend.shapes import IntOrTuple, broadcast_shape, int_tuple, spatial_pads
 from jit.frontend.tensor import Tensor
 from jit.frontend.weight_layout import TRANSPOSED_COPY_MIN, blocked_columns, weight_block_columns, weight_only
@@ -363,8 +363,9 @@ def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int
     ones = (1,) * nd
     pointwise = math.prod(kernel) == 1 and all(s == 1 for s in st) and not any(b or e for b, e in pads)
     if pointwise and groups == 1 and macs >= PAD_MATERIALIZE_MIN_MACS and \
-            (aligned := plane_aligned_input(self, cout)) is not None:
-        win = window(aligned, tuple(kernel), st, dl)
+            (rows := plane_aligned_rows(self, cout)) is not None:
+        out = conv2d(rows, weight.reshape(cout, cin, 1), bias, input_scale=input_scale)
+        return plane_of_padded_rows(out, tuple(out_sp))
     if pointwise and groups == 1 and math.prod(out_sp) == 1:
         # over one pixel (squeeze-and-excitation's two convs after a global pool) a 1x1 conv is a matrix-vector
         # product: tiled as one, its weights stored (Cin, Cout) rows, not gathered a channel at a time

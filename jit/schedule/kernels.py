@@ -21,6 +21,7 @@ from jit.common.dtype import DType, commit_weak
 from jit.common.helpers import STORE_VIEWS
 from jit.ir.provenance import inherit, names_in
 from jit.ir.uop import GroupOp, Ops, UOp, toposort
+from jit.schedule.aligned_rows import aligned_row_width, aligned_rows_size, aligned_rows_view
 from jit.schedule.channels_last import (
     channels_last_concat,
     channels_last_layout,
@@ -391,7 +392,8 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
             # a conv's output tiled across channels: stored channels-last, read through the view (channels_last.py),
             # and an elementwise value over such outputs with them (channels_last.py ``follows_channels_last``)
             if STORE_VIEWS and piece_of is None and copy is None and node not in roots:
-                if _computes_a_reduce(node, boundary_set):
+                reduces = _computes_a_reduce(node, boundary_set)
+                if reduces:
                     view = channels_last_view(node, buf, lowered[0], device)
                 elif follows_channels_last(node, stored_channels_last, boundary_set):
                     view = channels_last_layout(node, buf, device)
@@ -401,6 +403,10 @@ def create_schedule(targets: list[UOp], device: str) -> tuple[list[ScheduledKern
                     views[node] = view
                     stored_channels_last.add(node)
                     lowered = lower_kernel(body, buf, view)
+                elif reduces and (row_width := aligned_row_width(node.shape, node.dtype, device)) is not None:
+                    buf = new_buffer(device, node.dtype, aligned_rows_size(node.shape, row_width))
+                    views[node] = aligned_rows_view(buf, node.shape, row_width)
+                    lowered = lower_kernel(body, buf, views[node])
             add(node, body, buf, lowered)
     becomes: dict[UOp, UOp] = dict(known)
     for original, rebuilt in zip(targets, graph, strict=True):

@@ -1,6 +1,7 @@
-"""1x1 convs reading their input through planes of whole vectors (jit/frontend/row_align.py): the producer (a conv's
-epilogue, or a concat of them) stores straight into the padded copy, no kernel copies it, and results are
-unchanged, eager and captured."""
+"""1x1 convs over planes of whole vectors (jit/frontend/row_align.py): the producer of their input (a conv's
+epilogue, or a concat of them) stores straight into the padded copy, no kernel copies it, the conv stores its
+output planes padded alike with its last tile on a vector boundary, and results are unchanged, eager and
+captured."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from jit import Context, Tensor, capture
 from jit.codegen.opt.options import DEFAULT_OPTS
-from jit.frontend.row_align import plane_aligned_input
+from jit.frontend.row_align import plane_aligned_rows
 from jit.schedule.kernels import create_schedule
 from jit.schedule.padded_stores import merges_last_dims
 from targets.registry import Device
@@ -46,7 +47,7 @@ def test_the_classifier_reads_planes_of_whole_vectors_that_the_concat_pieces_sto
     with Context(WINO=wino):
         out = _fire_head(Tensor(X))
     kernels, _ = create_schedule([out.uop], "CPU")
-    head = next(k for k in kernels if k.name.startswith("r_1000_13_13_512"))
+    head = next(k for k in kernels if k.name.startswith("r_1000_176_512"))
     expands = [k for k in kernels if k.name in ("r_256_13_13_32", expand3x3)]
     assert len(expands) == 2 and expands[0].out_buffer is expands[1].out_buffer is head.buffers[1]
     assert head.buffers[1].arg[2] == 512 * 176  # 169 floats a plane, padded to 11 vectors of 16
@@ -71,7 +72,7 @@ def test_a_conv_epilogue_stores_into_the_aligned_copy_itself(wino: str, producer
         out = (Tensor(x).conv2d(Tensor(w1), padding=1) + 0.1).relu().conv2d(Tensor(w2))
     kernels, _ = create_schedule([out.uop], "CPU")
     first = next(k for k in kernels if k.name.startswith(producer))
-    head = next(k for k in kernels if k.name.startswith("r_1000_13_13_512"))
+    head = next(k for k in kernels if k.name.startswith("r_1000_176_512"))
     assert first.out_buffer is head.buffers[1] and first.out_buffer.arg[2] == 512 * 176
     assert [(k.name, len(k.buffers)) for k in kernels if k.out_buffer is first.out_buffer and k is not first] == \
         [("E_512_176", 1)]
@@ -88,16 +89,30 @@ def test_a_conv_epilogue_stores_into_the_aligned_copy_itself(wino: str, producer
 ])
 def test_which_inputs_are_read_through_aligned_planes(shape: tuple[int, ...], cout: int, aligned: bool) -> None:
     x = Tensor(np.ones(shape, np.float32))
-    view = plane_aligned_input(x, cout)
-    assert (view is not None) == aligned
-    if view is not None:
-        assert view.shape == shape
-        np.testing.assert_array_equal(view.numpy(), np.ones(shape, np.float32))
+    rows = plane_aligned_rows(x, cout)
+    assert (rows is not None) == aligned
+    if rows is not None:
+        assert rows.shape == (1, 512, 176)  # 169 values a plane, then zeros to 11 vectors of 16
+        want = np.zeros((1, 512, 176), np.float32)
+        want[..., :169] = 1
+        np.testing.assert_array_equal(rows.numpy(), want)
 
 
 def test_no_aligned_planes_without_wide_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Device["CPU"], "default_opts", DEFAULT_OPTS)  # wide_channel_vector 0: 8-lane machines
-    assert plane_aligned_input(Tensor(np.ones((1, 512, 13, 13), np.float32)), 1000) is None
+    assert plane_aligned_rows(Tensor(np.ones((1, 512, 13, 13), np.float32)), 1000) is None
+
+
+def test_the_classifier_stores_padded_planes_and_starts_its_last_tile_on_a_vector() -> None:
+    out = _fire_head(Tensor(X))
+    kernels, _ = create_schedule([out.uop], "CPU")
+    head = next(k for k in kernels if k.name.startswith("r_1000_176_512"))
+    assert head.out_buffer.arg[2] == 1000 * 176  # its output planes padded like its input's
+    run = capture(lambda x: {"y": _fire_head(x)}, {"x": X}, target="CPU")
+    source = next(k.source for k in run.cmdbuf.kernels if k.name.startswith("r_1000_176_512"))
+    # three-vector tiles at 0, 48, 96 and 128: the last ends on the padded row's last vector, not at 169 (121)
+    assert "?alu1:128)" in source and ":121)" not in source
+    np.testing.assert_allclose(run({"x": X})["y"], _fire_head_want(X), rtol=1e-4, atol=1e-3)
 
 
 def test_merged_last_dims() -> None:

@@ -108,8 +108,7 @@ def optimize_kernel(sink: UOp, opts: OptOptions | None = None, vector_width: int
         sink, plan = merged, plan_tiles(merged, opts, registers)
     if plan is not None:
         lanes = choose_lanes(sink, plan, opts, vector_width)
-        narrow = lanes < max(MIN_LANES, opts.wide_channel_vector)  # no lanes, or narrower than the wide ones that pay
-        overlapped = plan_overlap(sink, plan, opts, vector_width) if narrow and vector_width >= MIN_LANES else None
+        overlapped = plan_overlap(sink, plan, opts, vector_width) if vector_width >= MIN_LANES else None
         if overlapped is not None and (overlap_lanes := choose_lanes(sink, overlapped, opts, vector_width)):
             plan, lanes = overlapped, overlap_lanes
         elif not lanes and (scalars := plan_scalar_overlap(sink, plan, opts)) is not None:

@@ -4,7 +4,9 @@ Before: a reduce kernel's tile plan (``jit.codegen.opt.tiling.plan_tiles``) whos
 axis of ``n`` values, takes no vector lanes: ``n`` has no divisor that is a multiple of ``MIN_LANES`` (squeezenet's
 max pools over 55-, 27- and 13-wide rows), so the row is ``n / u`` scalar copies of ``u`` accumulators; or only lanes
 narrower than the target's wide ones (``wide_channel_vector``: a 14 x 14 = 196 row splits into 4-lane vectors
-only); or it is one wide (a prime row past the tile widths: a ViT's 197 tokens). (A long
+only); or it is one wide (a prime row past the tile widths: a ViT's 197 tokens); or it is whole vectors, a number
+of them that neither two nor three divides, run one vector a tile (squeezenet's classifier over its planes padded
+to 11 vectors, jit/frontend/row_align.py: each vector loaded fed only 8 multiply-adds). (A long
 row whose output channels would take narrower vectors than the target's wide ones, or whose reduce is too short to
 pay for a channel tile's scattered stores, comes here instead of across channels: ``tiling._overlap_row_first``.)
 
@@ -57,9 +59,20 @@ def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:
     return math.ceil(n / width) * max(vectors * height, vectors + height)
 
 
+def _single_vectors_of_prime_row(n: int, u: int, height: int, vector_width: int, registers: int) -> bool:
+    """Whether a plan's row of ``n`` (whole vectors of ``vector_width`` lanes, a number of them that neither two nor
+    three divides: 11 of a 1x1 conv's planes padded to 176, jit/frontend/row_align.py) runs one vector a tile
+    (``u``) under ``height`` rows, where tiles of ``OVERLAP_MAX_VECTORS`` vectors fit the ``registers``: each vector
+    loaded a reduce step then feeds only ``height`` multiply-adds."""
+    vectors, rest = divmod(n, vector_width)
+    return not rest and u == vector_width and vectors % 2 != 0 and vectors % 3 != 0 and \
+        OVERLAP_MAX_VECTORS * height <= registers
+
+
 def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int) -> TilePlan | None:
     """``plan`` with its tile row widened to whole vectors and overlapped (module docstring), or None where that
-    does not apply: the row already has a width that is a multiple of ``MIN_LANES``, the plan runs its row
+    does not apply: the row already has a width that is a multiple of ``MIN_LANES`` (but for one vector a tile of
+    a row that ``_single_vectors_of_prime_row`` takes), the plan runs its row
     across channels (``max_lanes``), a load reads the row at a stride vectors would gather, the kernel reads what it
     stores, or the row is shorter than two vectors. The width: the one of ``opts.inner_upcasts`` (multiples of
     ``MIN_LANES`` only), or for a tile of several rows up to ``OVERLAP_MAX_VECTORS`` whole vectors, whose tiles cost
@@ -67,8 +80,11 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     (``vector_width`` lanes each) but ``OVERLAP_SPARE_REGISTERS``."""
     (row, u), *others = plan.upcasts
     n = int(row.src[0].arg)
-    if not opts.overlap_rows or plan.overlap or plan.max_lanes or u % max(MIN_LANES, opts.wide_channel_vector) == 0 \
-            or n < 2 * MIN_LANES:
+    height = math.prod(f for _, f in others)
+    registers = vector_registers(vector_width) - OVERLAP_SPARE_REGISTERS
+    if not opts.overlap_rows or plan.overlap or plan.max_lanes or n < 2 * MIN_LANES or \
+            (u % max(MIN_LANES, opts.wide_channel_vector) == 0 and
+             not _single_vectors_of_prime_row(n, u, height, vector_width, registers)):
         return None
     nodes = toposort([sink])
     outs = [x for x in nodes if x.op is Ops.RANGE and x.arg[1] == "global"]
@@ -78,8 +94,6 @@ def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int)
     loads = [x for x in nodes if x.op is Ops.LOAD]
     if any(row_stride(ld.src[0].src[1], row, deps) not in VECTOR_LOAD_STRIDES for ld in loads):
         return None
-    height = math.prod(f for _, f in others)
-    registers = vector_registers(vector_width) - OVERLAP_SPARE_REGISTERS
     whole_vectors = range(vector_width, OVERLAP_MAX_VECTORS * vector_width + 1, vector_width) if height > 1 else ()
     widths = [w for w in sorted({*opts.inner_upcasts, *whole_vectors}, reverse=True)
               if w % MIN_LANES == 0 and w <= n and max(1, w // vector_width) * height <= registers]
