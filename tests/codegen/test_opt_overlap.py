@@ -13,6 +13,7 @@ from jit.codegen.opt.options import WIDE_VECTOR_OPTS
 from jit.codegen.opt.overlap import SCALAR_OVERLAP_WIDTH, plan_overlap, plan_overlapped_row, plan_scalar_overlap
 from jit.codegen.opt.tiling import overlap_height, plan_chains
 from jit.codegen.pipeline import commit_dtypes
+from jit.frontend import nn_ops
 from jit.ir.uop import toposort
 from jit.realize import compile_uops
 from jit.schedule.kernels import create_schedule
@@ -87,10 +88,12 @@ def test_the_width_is_the_cheapest_tile(vector_width: int, width: int) -> None:
     assert overlapped.upcasts[0][1] == width
 
 
-def test_a_tile_with_shared_rows_takes_the_vectors_its_registers_hold() -> None:
+def test_a_tile_with_shared_rows_takes_the_vectors_its_registers_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     # squeezenet's classifier, a 512 -> 1000 1x1 conv over 13x13: its 169 outputs a channel are one merged row,
     # tiled by 8 channels; on 32 registers 48 wide (three 16-lane vectors: 24 multiply-adds to 11 loads a step, where
-    # two vectors did 16 to 10); on 16 registers (8 lanes) one vector by the 8 rows, as before
+    # two vectors did 16 to 10); on 16 registers (8 lanes) one vector by the 8 rows, as before. (Over planes padded
+    # to whole vectors where the target has wide ones, jit/frontend/row_align.py: here the 169 row itself.)
+    monkeypatch.setattr(nn_ops, "plane_aligned_rows", lambda x, cout: None)
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((1, 512, 13, 13), np.float32), rng.standard_normal((1000, 512, 1, 1), np.float32)
     y = Tensor(x).conv2d(Tensor(w))

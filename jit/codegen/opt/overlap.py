@@ -49,6 +49,8 @@ OVERLAP_SPARE_REGISTERS = 8
 # whole vectors a tile row of several rows may take beyond ``inner_upcasts``: three 16-lane vectors by 8 rows are
 # the 24 accumulators AVX-512's registers hold
 OVERLAP_MAX_VECTORS = 3
+# a row of whole vectors runs overlapped only where its tiles compute at most this fraction of it twice
+OVERLAP_WASTE_MAX_FRACTION = 8
 
 
 def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:
@@ -62,11 +64,13 @@ def _tile_cost(n: int, width: int, height: int, vector_width: int) -> int:
 def _single_vectors_of_prime_row(n: int, u: int, height: int, vector_width: int, registers: int) -> bool:
     """Whether a plan's row of ``n`` (whole vectors of ``vector_width`` lanes, a number of them that neither two nor
     three divides: 11 of a 1x1 conv's planes padded to 176, jit/frontend/row_align.py) runs one vector a tile
-    (``u``) under ``height`` rows, where tiles of ``OVERLAP_MAX_VECTORS`` vectors fit the ``registers``: each vector
+    (``u``) under ``height`` rows, where tiles of ``OVERLAP_MAX_VECTORS`` vectors fit the ``registers`` and,
+    overlapped, compute at most an eighth of the row twice (11 vectors as 4 x 3, not 5 as 2 x 3): each vector
     loaded a reduce step then feeds only ``height`` multiply-adds."""
     vectors, rest = divmod(n, vector_width)
+    twice = -(-vectors // OVERLAP_MAX_VECTORS) * OVERLAP_MAX_VECTORS - vectors
     return not rest and u == vector_width and vectors % 2 != 0 and vectors % 3 != 0 and \
-        OVERLAP_MAX_VECTORS * height <= registers
+        twice * OVERLAP_WASTE_MAX_FRACTION <= vectors and OVERLAP_MAX_VECTORS * height <= registers
 
 
 def plan_overlap(sink: UOp, plan: TilePlan, opts: OptOptions, vector_width: int) -> TilePlan | None:
