@@ -9,8 +9,8 @@ writes 64 x 111 x 111 floats in 111-wide rows.
 After: the value is stored into a buffer of rows padded to ``aligned_row_width`` values, through a view of each
 row's first W (a reshape to the padded rows, then a shrink), and every reader reads it through the same view, so
 the values read are exactly the ones stored. The pad after each row is never written nor read. Taken only where
-that pads the buffer by at most 1 / ``ROW_PAD_MAX_FRACTION`` (rows of at least that many vectors' worth of pad),
-for a kernel output no realize asked for by itself (a capture's outputs keep their own layout) and stored in the
+that pads each row by at most 1 / ``ROW_PAD_MAX_FRACTION`` of it (squeezenet's 111-wide rows by 1, not its 55-wide
+ones by 9), for a kernel output no realize asked for by itself (a capture's outputs keep their own layout) and stored in the
 plain layout (not channels-last, jit/schedule/channels_last.py: those rows are channels).
 """
 
