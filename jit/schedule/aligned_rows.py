@@ -10,8 +10,8 @@ After: the value is stored into a buffer of rows padded to ``aligned_row_width``
 row's first W (a reshape to the padded rows, then a shrink), and every reader reads it through the same view, so
 the values read are exactly the ones stored. The pad after each row is never written nor read. Taken only where
 that pads each row by at most 1 / ``ROW_PAD_MAX_FRACTION`` of it (squeezenet's 111-wide rows by 1, not its 55-wide
-ones by 9), for a kernel output no realize asked for by itself (a capture's outputs keep their own layout) and stored in the
-plain layout (not channels-last, jit/schedule/channels_last.py: those rows are channels).
+ones by 9), for a kernel output no realize asked for by itself (a capture's outputs keep their own layout) and
+stored in the plain layout (not channels-last, jit/schedule/channels_last.py: those rows are channels).
 """
 
 from __future__ import annotations
