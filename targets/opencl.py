@@ -12,12 +12,13 @@ from dataclasses import replace
 from typing import Any
 
 from jit.codegen.opt.options import WIDE_VECTOR_OPTS, OptOptions
-from jit.codegen.stats import kernel_stats, ranges_sharing_input
+from jit.codegen.stats import kernel_stats, shared_input, stored_buffer_bytes
 from jit.common.dtype import DType, dtypes
+from jit.common.helpers import prod
 from jit.ir.uop import Ops, UOp
 from targets.base import DEFAULT_L2, CacheLevel, Target, TargetLimits
 from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
-from targets.cpu_caches import cache_level
+from targets.cpu_caches import cache_level, cpu_caches
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
 from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_kernel
@@ -70,6 +71,13 @@ LARGE_KERNEL_FLOPS = 10_000_000
 # transform's tile of 36 or 81 vectors): PoCL wraps a group's work-items in loops and compiled those bodies two to
 # four times as long as the body alone, and one such work-item is already plenty of work per group
 TILE_STORES = 16
+# bytes of its largest input a CPU device's work-item reads per byte it stores (``SharedInput.reuse``) from which a
+# work-group shares that input where the group's output outgrows the host's L2, or gets fewer groups for an input
+# that outgrows it (``OpenCLTarget._cpu_device_group``): a group's items write rows apart, and where those rows stream
+# past the L2 with few reads shared (a 1x1 conv widening 16 channels to 96, a 3-channel stem) the store streams cost
+# more than the shared reads save
+MIN_SHARED_REUSE = 4
+HOST_L2 = cpu_caches().l2  # a CPU device is the host
 # a vector store on a CPU device (``device_language``)
 CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}"
 CPU_DEVICE_VECTOR_LOAD = "({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})"
@@ -182,6 +190,28 @@ class OpenCLTarget(OpenCLRuntime, Target):
         return frozenset(out)
 
     # --- render -------------------------------------------------------------------------------------------
+    def _cpu_device_group(self, sink: UOp, global_size: tuple[int, ...], min_groups: int) -> tuple[int, ...] | None:
+        """A CPU device's work-group along the launch dimensions whose items read the same input
+        (``sharing_local_size``), or None for the plain choice. None where the group's items would write an output
+        larger than the host's L2 with little of that input shared (``MIN_SHARED_REUSE``). Where no such group leaves
+        ``min_groups`` work-groups, an input larger than the L2 still gets one leaving an even share of at least two
+        groups per compute unit, unless its sharers already run one after another (PoCL deals a thread consecutive
+        groups, dimension 0 fastest): otherwise each thread streams it from memory once per group."""
+        ranges = global_ranges(sink)[:self.language.global_dims][::-1]  # launch dimension d: ranges[d]
+        inp = shared_input(sink, ranges)
+        if inp.reuse < MIN_SHARED_REUSE and stored_buffer_bytes(sink) > HOST_L2.size:
+            return None
+        shared = sharing_local_size(global_size, inp.along, self.max_group, self.max_items, self.preferred_local,
+                                    min_groups)
+        first = next((d for d, g in enumerate(global_size) if g > 1), 0)
+        if shared is not None or inp.nbytes <= HOST_L2.size or inp.reuse < MIN_SHARED_REUSE or \
+                (first < len(inp.along) and inp.along[first]):
+            return shared
+        units = max(self.info.max_compute_units, 1)
+        fewer = sharing_local_size(global_size, inp.along, self.max_group, self.max_items, self.preferred_local,
+                                   2 * units)
+        return fewer if fewer is not None and prod(global_size) // prod(fewer) % units == 0 else None
+
     def render(self, name: str, sink: UOp) -> tuple[str, dict[str, Any]]:
         self.check_dtypes(name, sink)
         global_size = global_launch_size(self.language, sink)
@@ -190,11 +220,7 @@ class OpenCLTarget(OpenCLRuntime, Target):
         if self.large_kernel_groups and kernel_stats(sink).flops >= LARGE_KERNEL_FLOPS:
             meta["min_groups"] = self.large_kernel_groups
         min_groups = meta.get("min_groups", self.min_groups)
-        shared = None
-        if self.cpu_device and not group:
-            ranges = global_ranges(sink)[:self.language.global_dims][::-1]  # launch dimension d: ranges[d]
-            shared = sharing_local_size(global_size, ranges_sharing_input(sink, ranges), self.max_group,
-                                        self.max_items, self.preferred_local, min_groups)
+        shared = self._cpu_device_group(sink, global_size, min_groups) if self.cpu_device and not group else None
         if self.cpu_device and not group and shared is None and is_store_tile(sink):
             shared = tuple(1 for _ in global_size)
         if shared is not None:  # asked of the runtime, which otherwise chooses the plain way again

@@ -58,22 +58,39 @@ def kernel_stats(sink: UOp) -> KernelStats:
     return KernelStats(flops, nbytes, glob or (1,))
 
 
-def ranges_sharing_input(sink: UOp, ranges: Sequence[UOp]) -> tuple[bool, ...]:
-    """Per range of ``ranges`` (a launch's): whether the input that each point of ``ranges`` reads most of (the
-    loaded buffer of most bytes per point of the ranges its loads depend on: a conv's activation row over its
-    weights) is read the same along it, i.e. none of that input's loads depend on it (the conv's output channels)."""
-    deps = range_deps(sink)
-    loads = [u for u in toposort([sink]) if u.op is Ops.LOAD and isinstance(u.src[0].src[0].dtype, PtrDType)]
-    if not loads:
-        return tuple(False for _ in ranges)
-    buffers: dict[UOp, frozenset[UOp]] = {}
-    for ld in loads:
-        buf = ld.src[0].src[0]
-        buffers[buf] = buffers.get(buf, frozenset()) | (deps[ld] & frozenset(ranges))
+@dataclass(frozen=True)
+class SharedInput:
+    """The input each point of a launch's ranges reads most of: the loaded buffer of most bytes per point of the
+    ranges its loads depend on (a conv's activation row over its weights; a matmul's weight columns over 25 tokens)."""
 
-    def share(buf: UOp) -> float:
+    along: tuple[bool, ...]  # per range: the input is read the same along it (a conv's output channels)
+    reuse: float  # bytes one point loads from it per byte that point stores
+    nbytes: int  # the input's whole size
+
+
+def shared_input(sink: UOp, ranges: Sequence[UOp]) -> SharedInput:
+    """The ``SharedInput`` of ``sink`` over ``ranges`` (a launch's); nothing shared where nothing is loaded."""
+    deps = range_deps(sink)
+    launch = frozenset(ranges)
+    loads: dict[UOp, list[UOp]] = {}
+    for ld in (u for u in deps if u.op is Ops.LOAD and isinstance(u.src[0].src[0].dtype, PtrDType)):
+        loads.setdefault(ld.src[0].src[0], []).append(ld)
+    if not loads:
+        return SharedInput(tuple(False for _ in ranges), 0.0, 0)
+    along = {buf: frozenset().union(*(deps[ld] & launch for ld in lds)) for buf, lds in loads.items()}
+
+    def size(buf: UOp) -> int:
         ptr = buf.dtype
         assert isinstance(ptr, PtrDType)
-        return ptr.size * ptr.itemsize / math.prod(int(r.src[0].arg) for r in buffers[buf])
+        return ptr.size * ptr.itemsize
 
-    return tuple(r not in buffers[max(buffers, key=share)] for r in ranges)
+    buf = max(loads, key=lambda b: size(b) / math.prod(int(r.src[0].arg) for r in along[b]))
+    loaded = sum(_trips(deps[ld] - launch) * ld.dtype.itemsize for ld in loads[buf])
+    stored = sum(_trips(deps[u] - launch) * u.src[1].dtype.itemsize for u in deps if u.op is Ops.STORE)
+    return SharedInput(tuple(r not in along[buf] for r in ranges), loaded / max(stored, 1), size(buf))
+
+
+def stored_buffer_bytes(sink: UOp) -> int:
+    """Bytes of the buffers a kernel stores to."""
+    ptrs = {u.src[0].src[0].dtype for u in toposort([sink]) if u.op is Ops.STORE}
+    return sum(p.size * p.itemsize for p in ptrs if isinstance(p, PtrDType))

@@ -18,10 +18,10 @@ from jit.codegen.opt.tuning import TuningEntry, TuningTable, device_fingerprint,
 from jit.codegen.passes.cast_const import pm_cast_const
 from jit.codegen.passes.symbolic import pm_symbolic
 from jit.codegen.pipeline import commit_dtypes
-from jit.codegen.stats import ranges_sharing_input
+from jit.codegen.stats import shared_input
 from jit.realize import clear_compiled_kernels, compile_uops
 from jit.schedule.kernels import create_schedule
-from targets.opencl import GPU_OPTS, is_store_tile, opencl_vector_width
+from targets.opencl import GPU_OPTS, HOST_L2, is_store_tile, opencl_vector_width
 from targets.opencl_local_size import sharing_local_size, valid_local_size
 from targets.registry import Device
 
@@ -247,8 +247,48 @@ def test_ranges_sharing_input_on_a_conv_kernel() -> None:
     sink = commit_dtypes(kernels[-1].ast)
     ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"), key=lambda u: u.arg[0])
     assert [int(r.src[0].arg) for r in ranges] == [24, 32, 64]  # channels, rows, columns
-    assert ranges_sharing_input(sink, ranges) == (True, False, False)
-    assert ranges_sharing_input(sink, ranges[:1]) == (True,)
+    assert shared_input(sink, ranges).along == (True, False, False)
+    assert shared_input(sink, ranges[:1]).along == (True,)
+
+
+def test_shared_input_reuse_counts_bytes_read_from_the_largest_input_per_byte_stored() -> None:
+    x = RNG.standard_normal((1, 144, 32, 64), dtype=np.float32)
+    w = RNG.standard_normal((24, 144, 1, 1), dtype=np.float32)
+    for out, want in ((Tensor(x).conv2d(Tensor(w)), 144.0), (Tensor(x) + 1, 1.0)):
+        sink = commit_dtypes(create_schedule([out.uop], "CPU")[0][-1].ast)
+        ranges = sorted((u for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] == "global"),
+                        key=lambda u: u.arg[0])
+        assert shared_input(sink, ranges).reuse == want  # 144 floats loaded per float stored; one per one
+
+
+def test_a_conv_reading_few_channels_per_channel_stored_launches_groups_along_its_rows() -> None:
+    # 16 -> 96 channels: each item reads 16 channels per block of 8 it stores, under MIN_SHARED_REUSE, and the output
+    # outgrows the host's L2: a group along the channel blocks would write 96 rows apart to save re-reading 16 channels
+    rows = (HOST_L2.size // (96 * 64 * 4) // 8 + 2) * 8
+    x = RNG.standard_normal((1, 16, rows, 64), dtype=np.float32)
+    w = RNG.standard_normal((96, 16, 1, 1), dtype=np.float32)
+    out = Tensor(x, device="OPENCL").conv2d(Tensor(w, device="OPENCL"))
+    (ck,) = compile_uops([out.uop], "OPENCL")
+    local = ck.program.local_size  # launch dimensions: column tiles, rows, channel blocks
+    assert (local[2] == 1 and local[1] > 1) is Device["OPENCL"].cpu_device
+    np.testing.assert_allclose(out.numpy(), np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x), rtol=1e-4, atol=1e-3)
+
+
+def test_weights_outgrowing_the_l2_get_fewer_groups_each_reading_its_columns_once() -> None:
+    # 25 tokens times weights larger than the host's L2 (a transformer's feed-forward product): too few groups
+    # share a column block to leave the large-kernel count, so each of an even share of groups runs all the tokens
+    # of one block, instead of every group streaming its block from memory again
+    units = Device["OPENCL"].info.max_compute_units
+    for k, outgrows in ((64, False), ((HOST_L2.size // (256 * 4) // 64 + 2) * 64, True)):
+        x = RNG.standard_normal((25, k), dtype=np.float32)
+        w = RNG.standard_normal((k, 256), dtype=np.float32)
+        out = Tensor(x, device="OPENCL") @ Tensor(w, device="OPENCL")
+        ck = compile_uops([out.uop], "OPENCL")[-1]  # after the weights' copy into column blocks
+        glob, local = ck.program.global_size, ck.program.local_size
+        token_groups = len(glob) == 2 and local[0] == 1 and local[1] == glob[1] > 1
+        assert token_groups is (outgrows and Device["OPENCL"].cpu_device), (k, glob, local)
+        assert not token_groups or glob[0] % units == 0
+        np.testing.assert_allclose(out.numpy(), x @ w, rtol=1e-4, atol=1e-2)
 
 
 def test_a_winograd_transform_launches_one_tile_per_work_group_on_a_cpu_device() -> None:
