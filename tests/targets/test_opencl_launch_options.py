@@ -240,7 +240,7 @@ def test_the_largest_input_per_item_decides_which_ranges_share_it() -> None:
     np.testing.assert_allclose(out.numpy(), np.einsum("oc,nchw->nohw", w[:, :, 0, 0], x), rtol=1e-4, atol=1e-3)
 
 
-def test_ranges_sharing_input_on_a_conv_kernel() -> None:
+def test_shared_input_is_read_the_same_along_a_convs_channels() -> None:
     x = RNG.standard_normal((1, 144, 32, 64), dtype=np.float32)
     w = RNG.standard_normal((24, 144, 1, 1), dtype=np.float32)
     kernels, _ = create_schedule([Tensor(x).conv2d(Tensor(w)).uop], "CPU")
@@ -279,9 +279,10 @@ def test_weights_outgrowing_the_l2_get_fewer_groups_each_reading_its_columns_onc
     # share a column block to leave the large-kernel count, so each of an even share of groups runs all the tokens
     # of one block, instead of every group streaming its block from memory again
     units = Device["OPENCL"].info.max_compute_units
-    for k, outgrows in ((64, False), ((HOST_L2.size // (256 * 4) // 64 + 2) * 64, True)):
+    cols = 128 * units  # column blocks of at most 64: at least two per compute unit
+    for k, outgrows in ((64, False), ((HOST_L2.size // (cols * 4) // 64 + 2) * 64, True)):
         x = RNG.standard_normal((25, k), dtype=np.float32)
-        w = RNG.standard_normal((k, 256), dtype=np.float32)
+        w = RNG.standard_normal((k, cols), dtype=np.float32)
         out = Tensor(x, device="OPENCL") @ Tensor(w, device="OPENCL")
         ck = compile_uops([out.uop], "OPENCL")[-1]  # after the weights' copy into column blocks
         glob, local = ck.program.global_size, ck.program.local_size
