@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from jit.codegen.opt.options import WIDE_VECTOR_OPTS, OptOptions
-from jit.codegen.stats import kernel_stats, shared_input, stored_buffer_bytes
+from jit.codegen.stats import kernel_stats, shared_input
 from jit.common.dtype import DType, dtypes
 from jit.common.helpers import prod
 from jit.ir.uop import Ops, UOp
@@ -199,7 +199,7 @@ class OpenCLTarget(OpenCLRuntime, Target):
         groups, dimension 0 fastest): otherwise each thread streams it from memory once per group."""
         ranges = global_ranges(sink)[:self.language.global_dims][::-1]  # launch dimension d: ranges[d]
         inp = shared_input(sink, ranges)
-        if inp.reuse < MIN_SHARED_REUSE and stored_buffer_bytes(sink) > HOST_L2.size:
+        if inp.reuse < MIN_SHARED_REUSE and inp.stored_nbytes > HOST_L2.size:
             return None
         shared = sharing_local_size(global_size, inp.along, self.max_group, self.max_items, self.preferred_local,
                                     min_groups)

@@ -66,6 +66,7 @@ class SharedInput:
     along: tuple[bool, ...]  # per range: the input is read the same along it (a conv's output channels)
     reuse: float  # bytes one point loads from it per byte that point stores
     nbytes: int  # the input's whole size
+    stored_nbytes: int  # the whole size of the buffers the kernel stores to
 
 
 def shared_input(sink: UOp, ranges: Sequence[UOp]) -> SharedInput:
@@ -75,22 +76,18 @@ def shared_input(sink: UOp, ranges: Sequence[UOp]) -> SharedInput:
     loads: dict[UOp, list[UOp]] = {}
     for ld in (u for u in deps if u.op is Ops.LOAD and isinstance(u.src[0].src[0].dtype, PtrDType)):
         loads.setdefault(ld.src[0].src[0], []).append(ld)
+    stores = [u for u in deps if u.op is Ops.STORE]
+    stored_nbytes = sum(_size(p) for p in {u.src[0].src[0] for u in stores} if isinstance(p.dtype, PtrDType))
     if not loads:
-        return SharedInput(tuple(False for _ in ranges), 0.0, 0)
+        return SharedInput(tuple(False for _ in ranges), 0.0, 0, stored_nbytes)
     along = {buf: frozenset().union(*(deps[ld] & launch for ld in lds)) for buf, lds in loads.items()}
-
-    def size(buf: UOp) -> int:
-        ptr = buf.dtype
-        assert isinstance(ptr, PtrDType)
-        return ptr.size * ptr.itemsize
-
-    buf = max(loads, key=lambda b: size(b) / math.prod(int(r.src[0].arg) for r in along[b]))
+    buf = max(loads, key=lambda b: _size(b) / math.prod(int(r.src[0].arg) for r in along[b]))
     loaded = sum(_trips(deps[ld] - launch) * ld.dtype.itemsize for ld in loads[buf])
-    stored = sum(_trips(deps[u] - launch) * u.src[1].dtype.itemsize for u in deps if u.op is Ops.STORE)
-    return SharedInput(tuple(r not in along[buf] for r in ranges), loaded / max(stored, 1), size(buf))
+    stored = sum(_trips(deps[u] - launch) * u.src[1].dtype.itemsize for u in stores)
+    return SharedInput(tuple(r not in along[buf] for r in ranges), loaded / max(stored, 1), _size(buf), stored_nbytes)
 
 
-def stored_buffer_bytes(sink: UOp) -> int:
-    """Bytes of the buffers a kernel stores to."""
-    ptrs = {u.src[0].src[0].dtype for u in toposort([sink]) if u.op is Ops.STORE}
-    return sum(p.size * p.itemsize for p in ptrs if isinstance(p, PtrDType))
+def _size(buf: UOp) -> int:
+    ptr = buf.dtype
+    assert isinstance(ptr, PtrDType)
+    return ptr.size * ptr.itemsize
