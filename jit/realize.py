@@ -22,6 +22,7 @@ from jit.common.errors import CompileError
 from jit.common.helpers import DEBUG, EMULATED_DTYPES, FUSION_COST, NOLOCALS, NOOPT, PREFETCH, STREAMS, WINO, Context
 from jit.ir.stable_key import UnkeyableError, structural_key
 from jit.ir.uop import Ops, UOp
+from jit.schedule.chains import ChainInfo, chain_sink
 from jit.schedule.kernels import ScheduledKernel, create_schedule, realized
 from targets.base import Buffer, Program, RenderedKernel, Target
 from targets.registry import Device
@@ -139,7 +140,7 @@ class CompiledKernel:
         if self.lowered_sink is None:
             assert self.ast is not None and self.target is not None, "a kernel without its graph keeps its ast"
             with _deep_recursion(), Context(**self.settings):
-                sink = rewrite_kernel(self.ast, self.target, self.default_opts).sink
+                sink = _rewritten(self.ast, self.target, self.default_opts)[0]
             if self.sink_key is not None and structural_key(sink) != self.sink_key:
                 raise CompileError(f"kernel {self.name}: lowered graph expected the one it was rendered from, got "
                                    "another (the tuning or the target's options changed since it was compiled)")
@@ -243,6 +244,30 @@ def _renamed(done: CompiledKernel, name: str) -> _Pending | None:
                     done.dtype_policy, done.lowered_sink, done.sink_key)
 
 
+def _rewritten(ast: UOp, target: Target, default_opts: OptOptions | None = None) -> tuple[UOp, DTypePolicy]:
+    """Kernel graph ``ast`` through the codegen passes (its dtype policy computed afresh), and that policy. A chain's
+    (jit/schedule/chains.py): each member's, as a SINK of their SINKs with the chain's arg, and the policies' union."""
+    if not isinstance(ast.arg, ChainInfo):
+        rewritten = rewrite_kernel(ast, target, default_opts)
+        return rewritten.sink, rewritten.dtype_policy
+    parts = [rewrite_kernel(member, target, default_opts) for member in ast.src]
+    policies = [p.dtype_policy for p in parts]
+    policy = DTypePolicy(target.name, tuple(dict.fromkeys(d for p in policies for d in p.native)),
+                         tuple(dict.fromkeys(e for p in policies for e in p.emulated)))
+    return chain_sink([p.sink for p in parts], ast.arg.wiring), policy
+
+
+def _render(target: Target, name: str, sink: UOp) -> tuple[str, dict, KernelStats]:
+    """Source, launch metadata and stats of a rewritten kernel graph (a chain's: its members' stats summed)."""
+    if not isinstance(sink.arg, ChainInfo):
+        source, meta = target.render(name, sink)
+        return source, meta, kernel_stats(sink)
+    source, meta = target.render_chain(name, list(zip(sink.src, sink.arg.wiring, strict=True)), sink.arg.params)
+    stats = [kernel_stats(member) for member in sink.src]
+    return source, meta, KernelStats(sum(s.flops for s in stats), sum(s.bytes for s in stats),
+                                     tuple(meta["global_size"]))
+
+
 def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None, names: KernelNames) -> _Pending:
     """Kernel ``k`` through the codegen passes and the renderer, or from the render cache under ``disk_key``
     (stored there after a miss), named in ``names``. Either way the same name, source, metadata, stats and policy."""
@@ -251,14 +276,13 @@ def _rewrite_and_render(k: ScheduledKernel, target: Target, disk_key: str | None
         name = names.name(target.name, k.name, entry.sink_key)
         return _Pending(name, entry.source_for(name), entry.meta, entry.stats, entry.policy, None, entry.sink_key)
     with _deep_recursion():
-        rewritten = rewrite_kernel(k.ast, target)  # the dtype policy is computed afresh per kernel
+        sink, policy = _rewritten(k.ast, target)
         # numbered by the rewritten graph's exact key, as a cache hit is (the graph itself is not at hand there)
-        name = names.name(target.name, k.name, _name_key(rewritten.sink))
-        source, meta = target.render(name, rewritten.sink)
-    stats = kernel_stats(rewritten.sink)
+        name = names.name(target.name, k.name, _name_key(sink))
+        source, meta, stats = _render(target, name, sink)
     if disk_key:
-        render_cache.store(disk_key, name, source, meta, stats, rewritten.dtype_policy, rewritten.sink)
-    return _Pending(name, source, meta, stats, rewritten.dtype_policy, rewritten.sink)
+        render_cache.store(disk_key, name, source, meta, stats, policy, sink)
+    return _Pending(name, source, meta, stats, policy, sink)
 
 
 def _render_settings_key(settings: str) -> str:

@@ -50,6 +50,7 @@ from jit.common.helpers import STREAMS
 from jit.frontend.tensor import Tensor
 from jit.ir.uop import Ops, UOp, toposort
 from jit.realize import CompiledKernel, KernelNames, compile_kernels, host_bytes, read_into, run_schedule
+from jit.schedule.chains import chain_kernels
 from jit.schedule.in_place import in_place_kernel, in_place_problem, is_plain_copy
 from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, new_buffer, realized
 from jit.schedule.memory_plan import plan_alignment, plan_memory
@@ -259,7 +260,7 @@ def _arena_buffers(kernels: list[ScheduledKernel], role: dict[UOp, str]) -> dict
     users: dict[UOp, list[int]] = {}
     for i, k in enumerate(kernels):
         for j, b in enumerate(k.buffers):
-            if (j == 0 and b not in role) or b in users:
+            if (j < k.writes and b not in role) or b in users:
                 users.setdefault(b, []).append(i)
     return users
 
@@ -270,8 +271,8 @@ def _lane_segments(kernels: list[ScheduledKernel], compiled: list[CompiledKernel
     Buffers are compared by binding: a state's placeholder and its write-back target are one buffer."""
     if not STREAMS or lanes < 2:
         return []
-    preds = dependencies([[role.get(b, b) for b in k.buffers[1:]] for k in kernels],
-                         [[role.get(b, b) for b in k.buffers[:1]] for k in kernels])
+    preds = dependencies([[role.get(b, b) for b in k.buffers[k.writes:]] for k in kernels],
+                         [[role.get(b, b) for b in k.written] for k in kernels])
     return find_segments(preds, [ck.stats.flops + BYTE_COST * ck.stats.bytes for ck in compiled], lanes)
 
 
@@ -318,6 +319,21 @@ def _states_in_place(kept: list[ScheduledKernel], compiled: list[CompiledKernel]
     return kept, compiled
 
 
+def _rewritten_in_place(kept: list[ScheduledKernel], copies: list[ScheduledKernel]) -> set[UOp]:
+    """The buffers whose kernels ``_states_in_place`` may rewrite or drop: the states the write-back ``copies``
+    store, the temporaries they copy, and back from those through kernels of one input (plain copies) to the
+    producer. Those kernels stay dispatches of their own (jit/schedule/chains.py ``keep_apart``)."""
+    producer = {k.out_buffer: k for k in kept}
+    out = {c.out_buffer for c in copies}
+    for c in copies:
+        buf = c.buffers[1] if len(c.buffers) == 2 else None
+        while buf is not None and buf not in out:
+            out.add(buf)
+            k = producer.get(buf)
+            buf = k.buffers[1] if k is not None and len(k.buffers) == 2 else None
+    return out
+
+
 def _zeroed_once(kept: list[ScheduledKernel], compiled: list[CompiledKernel], role: dict[UOp, str],
                  budget: int) -> tuple[list[ScheduledKernel], list[CompiledKernel], dict[UOp, tuple[object, ...]]]:
     """The schedule without the kernels writing padded copies' zeros (jit/schedule/padded_stores.py), and those
@@ -326,7 +342,7 @@ def _zeroed_once(kept: list[ScheduledKernel], compiled: list[CompiledKernel], ro
     call, and the memory plan keeps the copy's bytes for it alone. Bytes kept so cost cache: layouts are taken
     smallest first (the short kernels of a network's late stages, where a dispatch's fixed cost weighs most) while
     their bytes stay within ``budget`` (the arena's size without them)."""
-    produced = {k.out_buffer for k in kept if k.zero_layout is None}
+    produced = {b for k in kept if k.zero_layout is None for b in k.written}
     eligible = {i: k.zero_layout for i, k in enumerate(kept)
                 if k.zero_layout is not None and k.out_buffer in produced and k.out_buffer not in role}
     sizes = {layout: kept[i].out_buffer.arg[2] * kept[i].out_buffer.dtype.itemsize for i, layout in eligible.items()}
@@ -456,6 +472,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         users = _arena_buffers(kept, role)
         images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
         kept = [_read_as_images(k, images) for k in kept]
+        kept = chain_kernels(kept, tgt.chain_limits, _rewritten_in_place(kept, copies))
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
         names = KernelNames()  # the command buffer's own: named alike in every process (jit/realize.py)
         compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add, names=names)
@@ -497,7 +514,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         nodes[specs[ck.name]].update(k.onnx_nodes)
         binds = tuple(role[b] if b in role else bindings.weight(b, images.get(b)) for b in k.buffers)
         local = tuple(ck.program.local_size) if ck.program.local_size else None
-        dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds))
+        dispatches.append(Dispatch(specs[ck.name], tuple(ck.program.global_size), local, binds, writes=k.writes))
 
     ahead.finish(kernel_specs)
     order = ("input", "output", "state", "weight", "arena")

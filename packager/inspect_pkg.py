@@ -120,9 +120,9 @@ def inspect_dot(pkg: Package) -> str:
         for i, d in enumerate(cb.dispatches):
             node, label = _q(f"{name}/d{i}"), _q(f"#{i} {cb.kernels[d.kernel].name}")
             lines.append(f"    {node} [shape=box, label={label}];")
-            if d.bindings:
-                lines.append(f"    {node} -> {_q(f'{name}/{d.bindings[0]}')};")
-            for b in d.bindings[1:]:
+            for b in d.written:
+                lines.append(f"    {node} -> {_q(f'{name}/{b}')};")
+            for b in d.bindings[d.writes:]:
                 lines.append(f"    {_q(f'{name}/{b}')} -> {node};")
         for a in cb.aliases:
             lines.append(f"    {_q(f'{name}/{a.source}')} -> {_q(f'{name}/{a.binding}')} [style=dashed, label=alias];")

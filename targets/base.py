@@ -171,12 +171,26 @@ class Runtime(abc.ABC):
         """Wait for every launched kernel to finish."""
 
 
+@dataclass(frozen=True)
+class ChainLimits:
+    """Which kernels a capture runs as one chain (jit/schedule/chains.py), for a target whose dispatch costs more
+    than a small kernel's work: a kernel of at most ``kernel_flops`` and ``kernel_bytes`` (as its graph counts them
+    before the codegen passes, jit/codegen/stats.py) joins the chain of the kernels before it, up to ``chain_flops``
+    in all (one work-item runs a chain: its kernels' work is no longer shared out)."""
+
+    kernel_flops: int
+    kernel_bytes: int
+    chain_flops: int
+
+
 class Target(Runtime):
     """A runtime the compiler renders for: declares its dtypes and renders lowered kernel graphs to source."""
 
     # 16-lane vectors run on halved units (targets/cpu_fma.py): the multiply-add rate a core is that of 8-lane units,
     # so work that trades multiply-adds for memory traffic pays sooner than on full-width ones
     halved_wide_fma: bool = False
+    # where set, a capture runs consecutive small kernels as one (``render_chain``)
+    chain_limits: ChainLimits | None = None
 
     @abc.abstractmethod
     def supported_dtypes(self) -> frozenset[DType]:
@@ -201,3 +215,10 @@ class Target(Runtime):
     @abc.abstractmethod
     def render(self, name: str, sink: Any) -> tuple[str, dict[str, Any]]:
         """Kernel source for a lowered kernel graph, plus launch metadata (global/local size)."""
+
+    def render_chain(self, name: str, parts: Sequence[tuple[Any, tuple[int, ...]]],
+                     params: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+        """One kernel running lowered kernel graphs in order, plus launch metadata: ``parts`` holds each graph
+        with, per buffer parameter of it, the chain's parameter it reads (``params``: the chain's pointer types).
+        Only targets that set ``chain_limits`` render chains."""
+        raise CompileError(f"{name}: a chain of {len(parts)} kernels, which the {self.name} target does not run")

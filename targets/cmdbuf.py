@@ -2,8 +2,9 @@
 
 It holds everything a replay needs besides the weight bytes: the kernels (name, source, entry point, target,
 compile flags), the dispatches in order (kernel id, global/local size, one binding per buffer parameter in
-parameter order, then scalar arguments), and the buffer table (every binding with its dtype, shape and byte
-size). Bindings are strings:
+parameter order, then scalar arguments, and how many leading bindings the kernel writes: one, or each member's
+output of a chain of small kernels run as one, jit/schedule/chains.py), and the buffer table (every binding with
+its dtype, shape and byte size). Bindings are strings:
 
 * ``input:<name>`` / ``output:<name>``: the caller's data, bound by name on every replay;
 * ``weight:<id>``: constant bytes handed to the replay by id (``weights[id]``);
@@ -76,13 +77,19 @@ class Scalar:
 
 @dataclass(frozen=True)
 class Dispatch:
-    """One kernel launch. ``bindings`` follow the kernel's buffer parameters in order; ``scalars`` follow them."""
+    """One kernel launch. ``bindings`` follow the kernel's buffer parameters in order; ``scalars`` follow them.
+    The kernel writes ``bindings[:writes]`` and only reads the rest."""
 
     kernel: int
     global_size: tuple[int, ...]
     local_size: tuple[int, ...] | None
     bindings: tuple[str, ...]
     scalars: tuple[Scalar, ...] = ()
+    writes: int = 1
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        return self.bindings[:self.writes]
 
 
 @dataclass(frozen=True)
@@ -264,16 +271,19 @@ class CommandBuffer:
                     raise CmdbufError(f"{where}.bindings: expected entries of the buffer table, got {bind!r}")
             for s in d.scalars:
                 dtype_itemsize(s.dtype, f"{where}.scalars")
-            if d.bindings:
-                if table[d.bindings[0]].kind in ("input", "weight"):
-                    raise CmdbufError(f"{where}.bindings[0]: expected the written buffer (an output, state or arena "
-                                      f"binding; inputs and weights are read-only), got {d.bindings[0]!r}")
-                written.add(d.bindings[0])
+            if d.bindings and not 1 <= d.writes <= len(d.bindings):
+                raise CmdbufError(f"{where}.writes: expected 1..{len(d.bindings)} (its bindings), got {d.writes}")
+            for j, bind in enumerate(d.written):
+                if table[bind].kind in ("input", "weight"):
+                    which = "the written buffer" if d.writes == 1 else "a written buffer"
+                    raise CmdbufError(f"{where}.bindings[{j}]: expected {which} (an output, state or arena binding; "
+                                      f"inputs and weights are read-only), got {bind!r}")
+                written.add(bind)
             k = self.kernels[d.kernel]
             if k.source:  # a package's cmdbuf section carries none: checked again once the sources are in
                 try:
                     check_kernel(k.source, k.entry, [(b, table[b].image is not None) for b in d.bindings],
-                                 len(d.scalars), f"{where} (kernel {k.name})")
+                                 len(d.scalars), f"{where} (kernel {k.name})", d.writes)
                     check_extents(k.source, k.entry, d.global_size, d.local_size,
                                   [(b, table[b].nbytes, table[b].image) for b in d.bindings],
                                   [(s.dtype, s.bits) for s in d.scalars], f"{where} (kernel {k.name})")
@@ -312,6 +322,7 @@ class CommandBuffer:
                             "local_size": None if d.local_size is None else list(d.local_size),
                             "bindings": list(d.bindings),
                             "scalars": [{"dtype": s.dtype, "bits": s.bits} for s in d.scalars]}
+                           | ({"writes": d.writes} if d.writes != 1 else {})  # written only where not one
                            for d in self.dispatches],
             "buffers": [{"binding": b.binding, "dtype": b.dtype, "shape": list(b.shape), "nbytes": b.nbytes,
                          "init": b.init, "image": None if b.image is None else list(b.image)} for b in self.buffers],
@@ -344,7 +355,8 @@ class CommandBuffer:
             Dispatch(r.get("kernel", int), r.ints("global_size"),
                      None if r.raw("local_size") is None else r.ints("local_size"),
                      tuple(r.strs("bindings")),
-                     tuple(Scalar(s.get("dtype", str), s.get("bits", int)) for s in r.items("scalars")))
+                     tuple(Scalar(s.get("dtype", str), s.get("bits", int)) for s in r.items("scalars")),
+                     r.get("writes", int) if "writes" in r.obj else 1)
             for r in root.items("dispatches"))
         buffers = tuple(BufferSpec(r.get("binding", str), r.get("dtype", str), r.ints("shape"), r.get("nbytes", int),
                                    None if r.raw("init") is None else r.get("init", int),
@@ -397,26 +409,28 @@ def _check_buffer(b: BufferSpec, cb: CommandBuffer) -> None:
 def _check_arena_lifetimes(cb: CommandBuffer) -> None:
     """CmdbufError if a dispatch writes arena bytes that hold a value still to be read: a value lives from the
     dispatch writing its binding to the last dispatch reading it before the binding is written again, and no
-    other binding overlapping its bytes may be written in between (nor by a dispatch reading it)."""
-    last_read: dict[int, int] = {}  # dispatch writing a value -> the last dispatch reading that value
+    other binding overlapping its bytes may be written in between (nor by a dispatch reading it). The values a
+    dispatch writes (several for a chain) live at once: none may overlap another."""
+    last_read: dict[tuple[int, str], int] = {}  # (dispatch, binding it wrote) -> the last dispatch reading that value
     writer: dict[str, int] = {}  # arena binding -> the dispatch that wrote its current value
     for i, d in enumerate(cb.dispatches):
-        for b in d.bindings[1:]:
+        for b in d.bindings[d.writes:]:
             if b in writer:
-                last_read[writer[b]] = i
-        if d.bindings and d.bindings[0].startswith("arena:"):
-            writer[d.bindings[0]] = i
+                last_read[writer[b], b] = i
+        for b in d.written:
+            if b.startswith("arena:"):
+                writer[b] = i
     live: dict[str, int] = {}  # arena binding -> the last dispatch reading its current value
     for i, d in enumerate(cb.dispatches):
         live = {b: last for b, last in live.items() if last >= i}
-        if not d.bindings or not d.bindings[0].startswith("arena:"):
-            continue
-        out = d.bindings[0]
-        for b, last in live.items():
-            if b != out and _same_bytes(b, out):
-                raise CmdbufError(f"dispatches[{i}].bindings[0]: expected arena bytes no live buffer holds, got "
-                                  f"{out} overlapping {b} (read until dispatches[{last}])")
-        live[out] = last_read.get(i, i)
+        for j, out in enumerate(d.written):
+            if not out.startswith("arena:"):
+                continue
+            for b, last in live.items():
+                if b != out and _same_bytes(b, out):
+                    raise CmdbufError(f"dispatches[{i}].bindings[{j}]: expected arena bytes no live buffer holds, "
+                                      f"got {out} overlapping {b} (read until dispatches[{last}])")
+            live[out] = last_read.get((i, out), i)
 
 
 def _check_zeroed(cb: CommandBuffer, table: dict[str, BufferSpec]) -> None:
@@ -466,7 +480,7 @@ def _check_segment(cb: CommandBuffer, seg: Segment, where: str, prev_end: int) -
     touched: list[dict[str, bool]] = [{} for _ in range(n_lanes)]  # binding -> written, per lane
     for lane, d in zip(seg.lanes, cb.dispatches[seg.start:seg.end], strict=True):
         for k, b in enumerate(d.bindings):
-            touched[lane][b] = touched[lane].get(b, False) or k == 0
+            touched[lane][b] = touched[lane].get(b, False) or k < d.writes
     for a in range(n_lanes):
         for b in range(a + 1, n_lanes):
             for x, wx in touched[a].items():

@@ -199,10 +199,11 @@ def _call_args(stmt: str, start: int) -> list[str]:
     return [*args, "".join(cur)]
 
 
-def check_kernel(source: str, entry: str, bindings: list[tuple[str, bool]], n_scalars: int, where: str) -> None:
+def check_kernel(source: str, entry: str, bindings: list[tuple[str, bool]], n_scalars: int, where: str,
+                 writes: int = 1) -> None:
     """KernelParamsError unless ``source``'s ``entry`` takes one parameter per binding (each ``(binding, is an
-    image weight)``) then one per scalar, images exactly where the binding is one, and stores through data0
-    only."""
+    image weight)``) then one per scalar, images exactly where the binding is one, and stores through the first
+    ``writes`` parameters only (data0, or each output of a chain)."""
     params = kernel_params(source, entry, where)
     if has_range_params(params):
         params = params[:-2]  # what the launcher passes: a subrange of [0, the dispatch's global_size[0]]
@@ -218,7 +219,9 @@ def check_kernel(source: str, entry: str, bindings: list[tuple[str, bool]], n_sc
     for p in params[len(bindings):]:
         if p.pointer or p.image:
             raise KernelParamsError(f"{where}: parameter {params.index(p)} expected a scalar, got {p.text!r}")
-    bad = sorted(i for i in kept_stored_params(source) if i != 0)
+    bad = sorted(i for i in kept_stored_params(source) if i >= writes)
     if bad:
-        raise KernelParamsError(f"{where}: stores expected through data0 only (the written binding), got stores "
-                                f"through {', '.join(f'data{i}' for i in bad)}")
+        allowed = "data0 only (the written binding)" if writes == 1 else f"data0..data{writes - 1} only (the " \
+            "written bindings)"
+        raise KernelParamsError(f"{where}: stores expected through {allowed}, got stores through "
+                                f"{', '.join(f'data{i}' for i in bad)}")

@@ -8,6 +8,7 @@ cl_khr_fp64), the optimizer's defaults and ``render``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -16,12 +17,12 @@ from jit.codegen.stats import kernel_stats, shared_input
 from jit.common.dtype import DType, dtypes
 from jit.common.helpers import prod
 from jit.ir.uop import Ops, UOp
-from targets.base import DEFAULT_L2, CacheLevel, Target, TargetLimits
+from targets.base import DEFAULT_L2, CacheLevel, ChainLimits, Target, TargetLimits
 from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level, cpu_caches
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
-from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_kernel
+from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_chain, render_kernel
 from targets.opencl_local_size import group_local_size, sharing_local_size
 from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime
 from targets.scatter import opencl_scatter_helpers
@@ -78,6 +79,10 @@ TILE_STORES = 16
 # more than the shared reads save
 MIN_SHARED_REUSE = 4
 HOST_L2 = cpu_caches().l2  # a CPU device is the host
+# a CPU device's kernels small enough to run as one chain (jit/schedule/chains.py): PoCL's driver threads hand each
+# command to the next through a lock and wake from a condition variable, which costs more than such a kernel's work
+# (benchmarks/bench_opencl_join.py), while one work-item runs a chain's kernels back to back
+CPU_DEVICE_CHAINS = ChainLimits(kernel_flops=1 << 16, kernel_bytes=1 << 18, chain_flops=1 << 18)
 # a vector store on a CPU device (``device_language``)
 CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}"
 CPU_DEVICE_VECTOR_LOAD = "({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})"
@@ -175,6 +180,7 @@ class OpenCLTarget(OpenCLRuntime, Target):
             self.default_opts = WIDE_CPU_DEVICE_OPTS if wide else CPU_DEVICE_OPTS
             self.halved_wide_fma = halved_wide_fma(self.language.vector_width)
             self.large_kernel_groups = LARGE_KERNEL_GROUPS_PER_UNIT * max(info.max_compute_units, 1)
+            self.chain_limits = CPU_DEVICE_CHAINS
 
     # --- declared capabilities -----------------------------------------------------------------------------
     def supported_dtypes(self) -> frozenset[DType]:
@@ -231,3 +237,12 @@ class OpenCLTarget(OpenCLRuntime, Target):
         if requested := getattr(getattr(sink.arg, "opts", None), "local_size", ()):  # tuned (jit/codegen/opt/search.py)
             meta["local_request"] = tuple(requested)
         return render_kernel(self.language, name, sink), meta
+
+    def render_chain(self, name: str, parts: Sequence[tuple[UOp, tuple[int, ...]]],
+                     params: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+        """The chain as one work-item (a CPU device runs it on one thread, back to back)."""
+        for sink, _ in parts:
+            self.check_dtypes(name, sink)
+        one = (1,)
+        return render_chain(replace(self.language, global_dims=0), name, parts, params), \
+            {"global_size": one, "group": 0, "local_size": one, "local_request": one}

@@ -59,6 +59,16 @@ def wide_vectors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield from _cpu_defaults(monkeypatch, WIDE_VECTOR_OPTS, vector_width=16)
 
 
+@pytest.fixture
+def no_chains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OPENCL target dispatching every kernel on its own, where a CPU device would run consecutive small ones as
+    one chain (jit/schedule/chains.py): for tests of what happens per kernel (names, background builds, warm-up)
+    on models whose kernels are all small."""
+    from targets.registry import Device
+
+    monkeypatch.setattr(Device["OPENCL"], "chain_limits", None)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--onnx-node-dir", default=os.environ.get("ONNX_NODE_DIR"),
                      help="folder written by tests/onnx/conformance/generate.py "

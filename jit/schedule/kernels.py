@@ -57,7 +57,7 @@ def is_view_of_buffer(u: UOp) -> bool:
 @dataclass
 class ScheduledKernel:
     name: str
-    ast: UOp  # SINK of the lowered kernel, before the codegen passes
+    ast: UOp  # SINK of the lowered kernel, before the codegen passes (a chain's: of its members' SINKs)
     out_buffer: UOp  # BUFFER written (parameter 0)
     buffers: list[UOp]  # every BUFFER in parameter order, the output first
     device: str
@@ -65,6 +65,14 @@ class ScheduledKernel:
     # for a kernel writing only a padded copy's zeros (its border, or the whole copy before the producer writes the
     # interior: the same bytes on every run, which no other kernel writes), the copy's ``PaddedCopy.layout``
     zero_layout: tuple[object, ...] | None = None
+    # a chain of small kernels run as one (jit/schedule/chains.py): its kernels in order, and how many of
+    # ``buffers`` (the first ones) they write
+    members: tuple[ScheduledKernel, ...] = ()
+    writes: int = 1
+
+    @property
+    def written(self) -> list[UOp]:
+        return self.buffers[:self.writes]
 
 
 def _substitute_stopping(root: UOp, mapping: dict[UOp, UOp]) -> UOp:

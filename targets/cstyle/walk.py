@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jit.common.dtype import DType, ImageDType, PtrDType, dtypes
@@ -44,12 +45,14 @@ def park_array_name(t: str) -> str:
 class KernelRenderer(VectorExprs):
     """Renders one kernel graph (a SINK of STOREs) to source text."""
 
-    def __init__(self, lang: CStyleLanguage, name: str, sink: UOp) -> None:
+    def __init__(self, lang: CStyleLanguage, name: str, sink: UOp, param_names: Sequence[str] = (),
+                 first_var: int = 0) -> None:
         self.lang, self.name, self.sink = lang, name, sink
+        self.param_names = param_names  # each buffer parameter's name where not ``data<i>`` (a chain's member)
         self.names: dict[UOp, str] = {}
         self.lines: list[str] = []
         self.depth = 1
-        self.counter = 0
+        self.counter = first_var
         self._deps: dict[UOp, frozenset[UOp]] = {}
         self.open_ranges: frozenset[UOp] = frozenset()
         self.loop_stack: list[UOp] = []
@@ -505,9 +508,16 @@ class KernelRenderer(VectorExprs):
         return f"{self.lang.image_param} data{i}"
 
     def render(self) -> str:
+        params = self.render_body()
+        head = "\n".join((*self.lang.headers, *self.helpers.values()))
+        sig = f"{self.lang.kernel_prefix} {self.name}({', '.join(params)}) {{"
+        return f"{head}\n{sig}\n" + "\n".join(self.lines) + "\n}\n"
+
+    def render_body(self) -> list[str]:
+        """Fill ``lines`` with the kernel's body and ``helpers`` with what it calls; the parameters' texts."""
         for g in toposort([self.sink]):
             if g.op is Ops.DEFINE_GLOBAL:
-                self.names[g] = f"data{g.arg}"
+                self.names[g] = self.param_names[g.arg] if self.param_names else f"data{g.arg}"
         params = [self.param(i, d) for i, d in enumerate(self.sink.arg.params)]
         out_ranges = global_ranges(self.sink)
         first = 0 if self.group is None else 1  # a group reduce's range is launch dimension 0
@@ -559,9 +569,7 @@ class KernelRenderer(VectorExprs):
         self.lines[:0] = [f"  {decl}" for decl in self.local_arrays]
         if not self.parallel_loops:
             self.lines[:0] = [f"  {decl}" for decl in parks]
-        head = "\n".join((*self.lang.headers, *self.helpers.values()))
-        sig = f"{self.lang.kernel_prefix} {self.name}({', '.join(params)}) {{"
-        return f"{head}\n{sig}\n" + "\n".join(self.lines) + "\n}\n"
+        return params
 
 
 def global_ranges(sink: UOp) -> list[UOp]:
@@ -597,12 +605,46 @@ def render_kernel(lang: CStyleLanguage, name: str, sink: UOp) -> str:
     return render_kernel_info(lang, name, sink).source
 
 
-def render_kernel_info(lang: CStyleLanguage, name: str, sink: UOp) -> RenderedKernel:
+def _check_kernel_graph(name: str, sink: UOp) -> None:
     if sink.op is not Ops.SINK:
         raise CompileError(f"{name}: expected a SINK at the kernel root, got {sink.op.name}")
     for u in toposort([sink]):
         if u.op in GroupOp.Movement or u.op in (Ops.BUFFER, Ops.REDUCE_AXIS):
             raise CompileError(f"{name}: tensor-level op {u.op.name} reached the renderer")
+
+
+def render_kernel_info(lang: CStyleLanguage, name: str, sink: UOp) -> RenderedKernel:
+    _check_kernel_graph(name, sink)
     renderer = KernelRenderer(lang, name, sink)
     source = renderer.render()
     return RenderedKernel(source, renderer.parallel_loops > 0, renderer.parallel_trips)
+
+
+def render_chain(lang: CStyleLanguage, name: str, parts: Sequence[tuple[UOp, tuple[int, ...]]],
+                 params: Sequence[PtrDType]) -> str:
+    """One kernel of ``params`` running the kernel graphs of ``parts`` in order, each in a block of its own, every
+    range a loop (``lang`` launches none, ``global_dims`` 0: one work-item runs the whole chain) and each buffer
+    parameter named for the chain's parameter its wiring gives. Variable names run on from one block to the next."""
+    if lang.global_dims or lang.parallel_for or lang.parallel_range:
+        raise CompileError(f"{name}: a chain's language expected to launch no range, got {lang.global_dims} "
+                           "launched dimensions or parallel loops")
+    if not parts:
+        raise CompileError(f"{name}: a chain expected kernels, got none")
+    helpers: dict[str, str] = {}
+    lines: list[str] = []
+    counter = 0
+    for i, (sink, wiring) in enumerate(parts):
+        _check_kernel_graph(name, sink)
+        if group_range(sink) is not None:
+            raise CompileError(f"{name}: part {i} expected no group reduce (its local memory), got one")
+        if len(wiring) != len(sink.arg.params):
+            raise CompileError(f"{name}: part {i} expected a chain parameter per buffer parameter "
+                               f"({len(sink.arg.params)}), got {len(wiring)}")
+        renderer = KernelRenderer(lang, name, sink, [f"data{j}" for j in wiring], counter)
+        renderer.render_body()
+        counter = renderer.counter
+        helpers.update(renderer.helpers)
+        lines += ["  {", *(f"  {line}" for line in renderer.lines), "  }"]
+    sig = f"{lang.kernel_prefix} {name}({', '.join(renderer.param(i, d) for i, d in enumerate(params))}) {{"
+    head = "\n".join((*lang.headers, *helpers.values()))
+    return f"{head}\n{sig}\n" + "\n".join(lines) + "\n}\n"

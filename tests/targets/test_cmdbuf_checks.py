@@ -171,3 +171,44 @@ def test_json_depth_and_integer_length_are_bounded() -> None:
 ])
 def test_stored_params(stmt: str, stored: set[int]) -> None:
     assert stored_params(stmt) == stored
+
+
+SPLIT_C = "void split(float* restrict data0, float* restrict data1, float* restrict data2) {\n" \
+          "  for (int i = 0; i < 8; i++) {\n    float v = *(data2+i);\n    *(data0+i) = v;\n    *(data1+i) = v;\n" \
+          "  }\n}\n"
+
+
+def split(first: str, second: str, writes: int = 2) -> CommandBuffer:
+    """x -> (first, second) by one dispatch writing both (a chain's), then first -> y and second -> z."""
+    arena = [b for b in (first, second) if b.startswith("arena:")]
+    return CommandBuffer(
+        target="CPU", kernels=(KernelSpec("split", SPLIT_C, "split", "CPU"), KernelSpec("copy", COPY_C, "copy", "CPU")),
+        dispatches=(Dispatch(0, (1,), None, (first, second, "input:x"), writes=writes),
+                    Dispatch(1, (1,), None, ("output:y", first)), Dispatch(1, (1,), None, ("output:z", second))),
+        buffers=(BufferSpec("input:x", "float32", (8,), 32), BufferSpec("output:y", "float32", (8,), 32),
+                 BufferSpec("output:z", "float32", (8,), 32),
+                 *(BufferSpec(a, "uint8", (n,), n) for a in dict.fromkeys(arena) for n in [int(a.split("+")[1])])),
+        arena_bytes=max(sum(map(int, a.split(":")[1].split("+"))) for a in arena), alignment=32)
+
+
+def test_a_dispatch_writing_two_bindings_round_trips_and_older_documents_read_as_one() -> None:
+    cb = split("arena:0+32", "arena:64+32")
+    doc = json.loads(cb.to_bytes())
+    assert [d.get("writes") for d in doc["dispatches"]] == [2, None, None]  # written only where not one
+    assert CommandBuffer.from_bytes(cb.to_bytes()) == cb and cb.dispatches[0].written == ("arena:0+32", "arena:64+32")
+
+
+@pytest.mark.parametrize(("first", "second", "writes", "message"), [
+    ("arena:0+32", "arena:64+32", 1, r"dispatches\[0\] \(kernel split\): stores expected through data0 only \(the "
+                                     r"written binding\), got stores through data1"),
+    ("arena:0+32", "arena:64+32", 4, r"dispatches\[0\]\.writes: expected 1\.\.3 \(its bindings\), got 4"),
+    ("arena:0+32", "arena:64+32", 0, r"dispatches\[0\]\.writes: expected 1\.\.3 \(its bindings\), got 0"),
+    ("arena:0+32", "input:x", 2, r"dispatches\[0\]\.bindings\[1\]: expected a written buffer \(an output, state or "
+                                 r"arena binding; inputs and weights are read-only\), got 'input:x'"),
+    ("arena:0+64", "arena:32+32", 2, r"dispatches\[0\]\.bindings\[1\]: expected arena bytes no live buffer holds, "
+                                     r"got arena:32\+32 overlapping arena:0\+64 \(read until dispatches\[1\]\)"),
+])
+def test_a_dispatch_writing_two_bindings_is_checked_like_one(first: str, second: str, writes: int,
+                                                             message: str) -> None:
+    with pytest.raises(CmdbufError, match=message):
+        split(first, second, writes)

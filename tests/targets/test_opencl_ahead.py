@@ -74,6 +74,7 @@ def test_the_ahead_build_starts_a_program_every_batch_of_distinct_kernels(monkey
     assert runtime.batches == [[("a", "A"), ("b", "B")], [("c", "C")], [("c", "C2"), ("d", "D")]]
 
 
+@pytest.mark.usefixtures("no_chains")
 def test_a_capture_builds_in_the_background_and_computes_the_same(fresh_cache: OpenCLRuntime,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Five distinct kernels (four reduces, then the last add): two background programs of two, and the capture's

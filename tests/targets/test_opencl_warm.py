@@ -76,6 +76,9 @@ SCRIPT = textwrap.dedent("""
     import targets.replay_opencl as ro
     from jit import Tensor, capture
     from targets.opencl_warm import LaunchWarmer
+    from targets.registry import Device
+
+    Device["OPENCL"].chain_limits = None  # every small kernel a dispatch of its own, as the figures below count
 
     oa.AHEAD_BATCH = 4  # a program every four kernels, each warmed once built
     stop = LaunchWarmer.stop
