@@ -94,6 +94,7 @@ def test_a_warm_capture_in_a_new_process_is_timed_there(tmp_path: Path, capsys,
 
 
 @pytest.mark.opencl
+@pytest.mark.usefixtures("no_chains")  # the model's kernels are small enough to run as one chain on PoCL
 def test_an_opencl_row_splits_a_call_into_its_kernels_and_the_time_between_them(tmp_path: Path, capsys) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(_conv_gemm_model(), str(path))

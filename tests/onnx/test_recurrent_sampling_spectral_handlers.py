@@ -170,8 +170,9 @@ def test_one_step_cell_computes_its_input_projection(op: str, gates: int, n_out:
         for i, w in enumerate(want):
             np.testing.assert_allclose(got[f"y{i}"], w, rtol=1e-4, atol=1e-5)
         if seq == 1:
-            assert len(cap.cmdbuf.dispatches) == n_dispatches, [cap.cmdbuf.kernels[d.kernel].name
-                                                                 for d in cap.cmdbuf.dispatches]
+            # a kernel per state (on a CPU OpenCL device, both may run as one chain writing each)
+            assert sum(d.writes for d in cap.cmdbuf.dispatches) == n_dispatches, [
+                cap.cmdbuf.kernels[d.kernel].name for d in cap.cmdbuf.dispatches]
             assert cap.cmdbuf.aliases == (Alias("output:y1", "output:y0"),)
 
 
