@@ -174,9 +174,10 @@ class Runtime(abc.ABC):
 @dataclass(frozen=True)
 class ChainLimits:
     """Which kernels a capture runs as one chain (jit/schedule/chains.py), for a target whose dispatch costs more
-    than a small kernel's work: a kernel of at most ``kernel_flops`` and ``kernel_bytes`` (as its graph counts them
-    before the codegen passes, jit/codegen/stats.py) joins the chain of the kernels before it, up to ``chain_flops``
-    in all (one work-item runs a chain: its kernels' work is no longer shared out)."""
+    than a small kernel's work: a kernel of at most ``kernel_flops`` (as its graph counts them before the codegen
+    passes, jit/codegen/stats.py) whose buffers hold at most ``kernel_bytes`` joins the chain of the kernels before
+    it, up to ``chain_flops`` in all (one work-item runs a chain: its kernels' work is no longer shared out, and a
+    copy that transposes much data runs slower on one thread than its dispatch costs)."""
 
     kernel_flops: int
     kernel_bytes: int

@@ -82,7 +82,7 @@ HOST_L2 = cpu_caches().l2  # a CPU device is the host
 # a CPU device's kernels small enough to run as one chain (jit/schedule/chains.py): PoCL's driver threads hand each
 # command to the next through a lock and wake from a condition variable, which costs more than such a kernel's work
 # (benchmarks/bench_opencl_join.py), while one work-item runs a chain's kernels back to back
-CPU_DEVICE_CHAINS = ChainLimits(kernel_flops=1 << 16, kernel_bytes=1 << 18, chain_flops=1 << 18)
+CPU_DEVICE_CHAINS = ChainLimits(kernel_flops=1 << 17, kernel_bytes=1 << 17, chain_flops=1 << 19)
 # a vector store on a CPU device (``device_language``)
 CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}"
 CPU_DEVICE_VECTOR_LOAD = "({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})"

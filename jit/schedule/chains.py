@@ -42,12 +42,13 @@ def chain_sink(sinks: list[UOp], wiring: tuple[tuple[int, ...], ...]) -> UOp:
 
 
 def _small(k: ScheduledKernel, limits: ChainLimits, keep_apart: set[UOp]) -> int | None:
-    """The flops of ``k`` where it may join a chain, else None."""
+    """The flops of ``k`` where it may join a chain (``ChainLimits``: few flops, small buffers), else None."""
     if k.members or k.zero_layout is not None or k.out_buffer in keep_apart or \
             any(isinstance(p, ImageDType) for p in k.ast.arg.params):
         return None
-    stats = kernel_stats(k.ast)
-    return stats.flops if stats.flops <= limits.kernel_flops and stats.bytes <= limits.kernel_bytes else None
+    flops = kernel_stats(k.ast).flops
+    footprint = sum(b.arg[2] * b.dtype.itemsize for b in k.buffers)
+    return flops if flops <= limits.kernel_flops and footprint <= limits.kernel_bytes else None
 
 
 def chained(run: list[ScheduledKernel]) -> ScheduledKernel:
