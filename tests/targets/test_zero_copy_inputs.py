@@ -157,6 +157,7 @@ def test_opencl_keeps_a_bounded_set_of_host_pointer_bindings(use_command_buffer:
 
 
 @pytest.mark.opencl
+@pytest.mark.usefixtures("no_chains")  # rows' kernels as dispatches of their own, recorded: not one chain, enqueued
 def test_opencl_copies_frames_at_addresses_that_never_recur() -> None:
     cap = capture(rows, {"frame": np.zeros(FRAME, np.uint8), "tfm": TFM}, target="OPENCL")
     assert cap.replay.mode == "command_buffer"
