@@ -11,10 +11,12 @@ feature-queue update looks like once scheduled. Three ways to run the same N ste
 * command buffer: ``OpenCLReplay(..., use_command_buffer=True)``, the N dispatches recorded once with
   cl_khr_command_buffer and enqueued as one command (drivepack's default where the device has the extension);
 * enqueue loop: ``use_command_buffer=False``, N ``clEnqueueNDRangeKernel`` calls per replay;
+* chain: the N kernels captured as a CPU device runs them by default (jit/schedule/chains.py): one dispatch
+  whose single work-item runs the N kernels one after another (the two modes above capture them without);
 * merged: the same chain without the ``.contiguous()`` calls: the scheduler fuses it into one kernel;
 
 and, for scale, the CPU target's replay of the N-kernel chain. Printed per N: the median ms of each, and the
-per-dispatch cost of the two multi-dispatch modes (their slope over N, least squares, in microseconds). Every
+per-kernel cost of the multi-kernel modes (their slope over N, least squares, in microseconds). Every
 replay's outputs are checked against numpy first. ``--json`` prints the figures as one JSON line after the table.
 """
 
@@ -35,7 +37,7 @@ from jit import Device, Tensor, capture  # noqa: E402
 from targets.replay_opencl import OpenCLReplay  # noqa: E402
 
 VALUES = 64
-MODES = ("command_buffer", "enqueue_loop", "merged", "cpu")
+MODES = ("command_buffer", "enqueue_loop", "chain", "merged", "cpu")
 
 
 def chain(n: int, split: bool) -> Callable[[Tensor], dict[str, Tensor]]:
@@ -60,15 +62,21 @@ def expected(x: np.ndarray, n: int) -> np.ndarray:
 
 
 def runners(n: int, x: np.ndarray) -> dict[str, Callable[[], dict[str, np.ndarray]]]:
-    split = capture(chain(n, True), {"x": x}, target="OPENCL")
+    target = Device["OPENCL"]
+    limits, target.chain_limits = target.chain_limits, None
+    try:
+        split = capture(chain(n, True), {"x": x}, target="OPENCL")
+    finally:
+        target.chain_limits = limits
+    chained = capture(chain(n, True), {"x": x}, target="OPENCL")
     merged = capture(chain(n, False), {"x": x}, target="OPENCL")
     cpu = capture(chain(n, True), {"x": x}, target="CPU")
     runtime = Device.runtime("OPENCL")
     reps = {"command_buffer": OpenCLReplay(split.cmdbuf, split.weights, runtime, use_command_buffer=True),
             "enqueue_loop": OpenCLReplay(split.cmdbuf, split.weights, runtime, use_command_buffer=False)}
     assert split.n_dispatches == n and merged.n_dispatches == 1, (split.n_dispatches, merged.n_dispatches)
-    return {**{m: (lambda r=r: r(x=x)) for m, r in reps.items()}, "merged": lambda: merged(x=x),
-            "cpu": lambda: cpu(x=x)}
+    return {**{m: (lambda r=r: r(x=x)) for m, r in reps.items()}, "chain": lambda: chained(x=x),
+            "merged": lambda: merged(x=x), "cpu": lambda: cpu(x=x)}
 
 
 def slope_us(lengths: list[int], ms: list[float]) -> float:
@@ -97,8 +105,9 @@ def main() -> None:
     print(f"{'N':>4s} " + " ".join(f"{m:>15s}" for m in MODES))
     for n, row in table.items():
         print(f"{n:4d} " + " ".join(f"{row[m]:15.3f}" for m in MODES))
-    slopes = {m: slope_us(lengths, [table[n][m] for n in lengths]) for m in ("command_buffer", "enqueue_loop", "cpu")}
-    print("per extra dispatch (us): " + ", ".join(f"{m} {v:.1f}" for m, v in slopes.items()))
+    slopes = {m: slope_us(lengths, [table[n][m] for n in lengths]) for m in ("command_buffer", "enqueue_loop", "chain",
+                                                                        "cpu")}
+    print("per extra kernel (us): " + ", ".join(f"{m} {v:.1f}" for m, v in slopes.items()))
     if args.json:
         print(json.dumps({"values": VALUES, "repeat": args.repeat, "ms": table, "per_dispatch_us": slopes}))
 

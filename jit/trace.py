@@ -319,10 +319,11 @@ def _states_in_place(kept: list[ScheduledKernel], compiled: list[CompiledKernel]
     return kept, compiled
 
 
-def _rewritten_in_place(kept: list[ScheduledKernel], copies: list[ScheduledKernel]) -> set[UOp]:
-    """The buffers whose kernels ``_states_in_place`` may rewrite or drop: the states the write-back ``copies``
-    store, the temporaries they copy, and back from those through kernels of one input (plain copies) to the
-    producer. Those kernels stay dispatches of their own (jit/schedule/chains.py ``keep_apart``)."""
+def _state_write_back_buffers(kept: list[ScheduledKernel], copies: list[ScheduledKernel]) -> set[UOp]:
+    """The buffers on each state's write-back path, whose kernels ``_states_in_place`` may rewrite or drop: the
+    states the write-back ``copies`` store, the temporaries they copy, and back from those through kernels of one
+    input (plain copies) to the producer. Those kernels stay dispatches of their own (jit/schedule/chains.py
+    ``keep_apart``)."""
     producer = {k.out_buffer: k for k in kept}
     out = {c.out_buffer for c in copies}
     for c in copies:
@@ -472,7 +473,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         users = _arena_buffers(kept, role)
         images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
         kept = [_read_as_images(k, images) for k in kept]
-        kept = chain_kernels(kept, tgt.chain_limits, _rewritten_in_place(kept, copies))
+        kept = chain_kernels(kept, tgt.chain_limits, _state_write_back_buffers(kept, copies))
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
         names = KernelNames()  # the command buffer's own: named alike in every process (jit/realize.py)
         compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add, names=names)
