@@ -52,7 +52,7 @@ def entry_json(entry: Entry) -> dict[str, Any]:
                                "dispatches": [{"index": i, "kernel": cb.kernels[d.kernel].name,
                                                "global_size": list(d.global_size),
                                                "local_size": list(d.local_size) if d.local_size else None,
-                                               "bindings": list(d.bindings)}
+                                               "bindings": list(d.bindings), "writes": d.writes}
                                               for i, d in enumerate(cb.dispatches)],
                                "aliases": [{"binding": a.binding, "source": a.source} for a in cb.aliases]}}
 

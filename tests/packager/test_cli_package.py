@@ -247,3 +247,23 @@ def test_an_output_viewing_another_is_packaged_as_an_alias(tmp_path: Path, capsy
     assert len(entry["command_buffer"]["dispatches"]) == 1
     code, text, _ = run(["inspect", str(out), "--dot"], capsys)
     assert '"views/output:y" -> "views/output:y_h" [style=dashed, label=alias];' in text
+
+
+@pytest.mark.opencl
+def test_inspect_draws_every_buffer_a_chain_writes(model: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """On PoCL tiny's small kernels run as one chain (jit/schedule/chains.py): its dispatch writes each member's output,
+    and the graph has an edge to each of them."""
+    out = tmp_path / "tiny.dpk"
+    code, _, err = run(["package", str(model), "--vehicle", "pc-opencl", "-o", str(out), "--allow-abi-mismatch"],
+                       capsys)
+    assert code == 0, err
+    code, text, _ = run(["inspect", str(out), "--json"], capsys)
+    [entry] = json.loads(text)["entries"]
+    dispatches = entry["command_buffer"]["dispatches"]
+    assert all(d["writes"] >= 1 for d in dispatches)
+    [(i, chain)] = [(i, d) for i, d in enumerate(dispatches) if d["writes"] > 1]
+    code, text, _ = run(["inspect", str(out), "--dot"], capsys)
+    written, read = chain["bindings"][:chain["writes"]], chain["bindings"][chain["writes"]:]
+    assert code == 0 and all(f'"tiny/d{i}" -> "tiny/{b}";' in text for b in written)
+    assert all(f'"tiny/{b}" -> "tiny/d{i}";' in text for b in read)
