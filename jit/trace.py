@@ -473,7 +473,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         users = _arena_buffers(kept, role)
         images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
         kept = [_read_as_images(k, images) for k in kept]
-        kept = chain_kernels(kept, tgt.chain_limits, _state_write_back_buffers(kept, copies))
+        if tgt.chain_limits is not None:
+            kept = chain_kernels(kept, tgt.chain_limits, _state_write_back_buffers(kept, copies))
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
         names = KernelNames()  # the command buffer's own: named alike in every process (jit/realize.py)
         compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add, names=names)

@@ -46,9 +46,10 @@ def _small(k: ScheduledKernel, limits: ChainLimits, keep_apart: set[UOp]) -> int
     if k.members or k.zero_layout is not None or k.out_buffer in keep_apart or \
             any(isinstance(p, ImageDType) for p in k.ast.arg.params):
         return None
+    if sum(b.arg[2] * b.dtype.itemsize for b in k.buffers) > limits.kernel_bytes:
+        return None  # before the flops, which walk the kernel's graph
     flops = kernel_stats(k.ast).flops
-    footprint = sum(b.arg[2] * b.dtype.itemsize for b in k.buffers)
-    return flops if flops <= limits.kernel_flops and footprint <= limits.kernel_bytes else None
+    return flops if flops <= limits.kernel_flops else None
 
 
 def chained(run: list[ScheduledKernel]) -> ScheduledKernel:
