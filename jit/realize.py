@@ -161,17 +161,7 @@ class _Pending:
     sink_key: str | None = None  # the rewritten graph's structural key, where a render-cache hit left no graph
 
 
-# (target, settings that change codegen, kernel graph) -> compiled kernel; the settings of kernels compiled to run
-# once end in ONCE_SETTINGS, and their metadata as given to the target holds ONCE_META
-ONCE_SETTINGS = ";once"
-ONCE_META = {"once": True}
-
-
-def _once_meta(meta: dict, once: bool) -> dict:
-    """What a target is given as a kernel's metadata: ``meta``, and ``ONCE_META`` for a kernel that runs once."""
-    return meta | ONCE_META if once else meta
-
-
+# (target, settings that change codegen, kernel graph) -> compiled kernel
 _compiled: dict[tuple[str, str, UOp], CompiledKernel] = {}
 # the same key -> a kernel rendered but not compiled (``compile_kernels(..., build=False)``)
 _rendered: dict[tuple[str, str, UOp], CompiledKernel] = {}
@@ -301,7 +291,7 @@ def _buffer_bytes(k: ScheduledKernel) -> tuple[int, ...] | None:
 
 def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool = True,
                     rendered: Callable[[RenderedKernel], None] | None = None,
-                    once: bool = False, names: KernelNames | None = None) -> list[CompiledKernel]:
+                    names: KernelNames | None = None) -> list[CompiledKernel]:
     """Run the codegen passes, render and compile kernels; the same kernel graph compiles once per process,
     and the target compiles all new kernels of one call together (one C compiler run on the CPU). A kernel
     rendered in an earlier process under the same code, target and settings is read from the render cache
@@ -312,13 +302,9 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     kernel compiles the rendered source, rendering nothing twice. ``rendered`` is called with each kernel in order
     as soon as its source is known (targets/replay.py ``AheadBuild``).
 
-    ``once``: the kernels run once (a capture's weight folds): the target may build them for a shorter compile over
-    faster code (``ONCE_META`` in their metadata), apart from the same kernels built to run often.
-
     ``names``: the scope the kernels are named in (a capture's, ``KernelNames``); a kernel compiled before under
     another name is renamed (its source edited, then built again where ``build``). None: the process's."""
     settings = kernel_settings_key()
-    process_settings = settings + (ONCE_SETTINGS if once else "")
     disk_settings = _render_settings_key(settings) if render_cache.cache_enabled() else None
     disk_context = render_cache.key_context(target, disk_settings) if disk_settings is not None else None
     default_opts = target_default_opts(target)  # what a render-cache hit's ``lowered`` is rebuilt with
@@ -327,7 +313,7 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
     todo: dict[UOp, _Pending] = {}
     ready: dict[UOp, CompiledKernel] = {}  # kernels compiled (or rendered, without ``build``) before, as they are
     for k in kernels:
-        key = (target.name, process_settings, k.ast)
+        key = (target.name, settings, k.ast)
         if k.ast in todo or k.ast in ready:
             continue
         done = _compiled.get(key) or _rendered.get(key)
@@ -361,27 +347,27 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
         for ast, p in todo.items():
             program = Program(p.name, p.source, None, tuple(p.meta.get("global_size", (1,))),
                               p.meta.get("local_size"), p.meta)
-            ready[ast] = _rendered[(target.name, process_settings, ast)] = kernel(ast, p, program)
+            ready[ast] = _rendered[(target.name, settings, ast)] = kernel(ast, p, program)
     elif todo:
-        programs = target.compile_many([(p.name, p.source, _once_meta(p.meta, once)) for p in todo.values()])
+        programs = target.compile_many([(p.name, p.source, p.meta) for p in todo.values()])
         for (ast, p), prog in zip(todo.items(), programs, strict=True):
-            ready[ast] = _compiled[(target.name, process_settings, ast)] = kernel(ast, p, prog)
-            _rendered.pop((target.name, process_settings, ast), None)
+            ready[ast] = _compiled[(target.name, settings, ast)] = kernel(ast, p, prog)
+            _rendered.pop((target.name, settings, ast), None)
     return [ready[k.ast] for k in kernels]
 
 
-def compile_soon(kernels: list[ScheduledKernel], once: bool = False) -> bool:
+def compile_soon(kernels: list[ScheduledKernel]) -> bool:
     """Render ``kernels`` now and start compiling them in the background where their target can
-    (``Target.compile_ahead``): a later ``run_schedule`` of them (with the same ``once``: ``compile_kernels``)
+    (``Target.compile_ahead``): a later ``run_schedule`` of them (``compile_kernels``)
     waits for that compile instead of making its own. Whether a compiler was started."""
     if not kernels:
         return False
     target = Device[kernels[0].device]
-    settings = kernel_settings_key() + (ONCE_SETTINGS if once else "")
+    settings = kernel_settings_key()
     fresh = [k for k in kernels if (target.name, settings, k.ast) not in _compiled]
     # compile_kernels compiles them later in this order, each kernel graph once
-    rendered = dict(zip((k.ast for k in fresh), compile_kernels(fresh, target, build=False, once=once), strict=True))
-    return target.compile_ahead([(ck.name, ck.program.source, _once_meta(ck.program.meta, once))
+    rendered = dict(zip((k.ast for k in fresh), compile_kernels(fresh, target, build=False), strict=True))
+    return target.compile_ahead([(ck.name, ck.program.source, ck.program.meta)
                                  for ck in rendered.values()]) > 0
 
 
@@ -395,11 +381,11 @@ def schedule_dtype_policy(targets: list[UOp], device: str | None = None) -> Mode
     return dtype_policy_report(compile_uops(targets, device))
 
 
-def run_schedule(kernels: list[ScheduledKernel], once: bool = False) -> None:
-    """Launch ``kernels`` in order; ``once``: they run this once (``compile_kernels``)."""
+def run_schedule(kernels: list[ScheduledKernel]) -> None:
+    """Launch ``kernels`` in order."""
     if not kernels:
         return
-    compiled = compile_kernels(kernels, Device[kernels[0].device], once=once)
+    compiled = compile_kernels(kernels, Device[kernels[0].device])
     for k, ck in zip(kernels, compiled, strict=True):
         target = Device[k.device]
         # what it reads may live on another device; what it writes (the first) is its own, never a copy

@@ -480,7 +480,7 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         compiled = compile_kernels(kept, tgt, build=not tgt.replay_builds_kernels, rendered=ahead.add, names=names)
         ahead.rendered()
         for group in weight_only:  # in order: the scheduled kernels may read the folds
-            run_schedule(group, once=True)
+            run_schedule(group)
     written_back = {becomes[u].base: placeholders[n].uop.base for n, u in new_states.items()}
     kept, compiled = _states_in_place(kept, compiled, written_back, tgt, names)
     alignment = plan_alignment(tgt.limits.buffer_alignment)

@@ -93,7 +93,7 @@ def run_or_defer(kernels: list[ScheduledKernel], deferred: list[list[ScheduledKe
     compile runs in the background (``compile_soon``; the CPU target's compiler) or an earlier group waits there:
     the caller runs the deferred groups, in order, once it has rendered the kept kernels. Run now, a target that
     queues launches (OpenCL) computes them while the kept kernels are rendered."""
-    if compile_soon(kernels, once=True) or deferred:
+    if compile_soon(kernels) or deferred:
         deferred.append(kernels)
     else:
-        run_schedule(kernels, once=True)
+        run_schedule(kernels)

@@ -60,9 +60,6 @@ def job_wrapper(name: str, source: str) -> str:
 
 CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-std=gnu11", "-fPIC", "-shared", "-fno-math-errno",
                            "-fno-strict-aliasing")
-# kernels compiled to run once (``meta["once"]``: a capture's weight folds, jit/realize.py ``compile_kernels``): -O3
-# spends its extra compile time on loop transformations a single run does not win back
-ONCE_CFLAGS: tuple[str, ...] = tuple("-O2" if f == "-O3" else f for f in CFLAGS)
 BUFFER_ALIGNMENT = 64  # bytes: a cache line, and what the widest (AVX-512) vector loads like
 
 # number of times this process ran the C compiler (a warm on-disk cache keeps it at 0)
@@ -387,15 +384,14 @@ class CPURuntime(Runtime):
                                                                                   tuple[str, ...]]]:
         """One compiler run per flag set: (the items' indices, their sources, the flags). Single-threaded kernels
         keep their flags (and cache entries); a parallel kernel (its range as its last two parameters) is compiled
-        with the job wrapper the pool calls; kernels that run once (``meta["once"]``) with ``ONCE_CFLAGS``."""
+        with the job wrapper the pool calls. A capture's weight folds, which run once, get the same flags as the
+        kernels that run often: the compiler's choice of which multiplies and adds to fuse into FMAs differs between
+        -O2 and -O3, and a fold's bits must be those of the same kernel run eagerly."""
         for openmp in (False, True):
-            for once in (False, True):
-                picked = [i for i, (_, _, meta) in enumerate(items)
-                          if bool(meta.get("openmp")) == openmp and bool(meta.get("once")) == once]
-                if picked:
-                    flags = ONCE_CFLAGS if once else CFLAGS
-                    yield picked, [items[i][1] + job_wrapper(items[i][0], items[i][1]) if items[i][2].get("parallel")
-                                   else items[i][1] for i in picked], flags + OPENMP_FLAGS if openmp else flags
+            picked = [i for i, (_, _, meta) in enumerate(items) if bool(meta.get("openmp")) == openmp]
+            if picked:
+                yield picked, [items[i][1] + job_wrapper(items[i][0], items[i][1]) if items[i][2].get("parallel")
+                               else items[i][1] for i in picked], CFLAGS + OPENMP_FLAGS if openmp else CFLAGS
 
     def compile_many(self, items: list[tuple[str, str, dict[str, Any]]]) -> list[Program]:
         paths: list[Path | None] = [None] * len(items)
