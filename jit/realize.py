@@ -358,8 +358,8 @@ def compile_kernels(kernels: list[ScheduledKernel], target: Target, build: bool 
 
 def compile_soon(kernels: list[ScheduledKernel]) -> bool:
     """Render ``kernels`` now and start compiling them in the background where their target can
-    (``Target.compile_ahead``): a later ``run_schedule`` of them (``compile_kernels``)
-    waits for that compile instead of making its own. Whether a compiler was started."""
+    (``Target.compile_ahead``): a later ``run_schedule`` of them waits for that compile instead of making its own.
+    Whether a compiler was started."""
     if not kernels:
         return False
     target = Device[kernels[0].device]
