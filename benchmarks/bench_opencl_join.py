@@ -27,7 +27,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import cffi
 import numpy as np
@@ -84,6 +84,17 @@ class Runner(Protocol):
     def release(self) -> None: ...
 
 
+def build_program(rt: Any, source: str) -> Any:
+    """``source`` built as an OpenCL program on runtime ``rt``'s device, with no options (a benchmark's own
+    kernels, not drivepack's: the runtime's build path adds its flags and caches)."""
+    src = rt.ffi.new("char[]", source.encode())
+    program = checked_create("clCreateProgramWithSource", rt.lib.clCreateProgramWithSource, rt.context, 1,
+                             rt.ffi.new("char*[1]", [src]), rt.ffi.NULL)
+    check("clBuildProgram", rt.lib.clBuildProgram(program, 1, rt.ffi.new("cl_device_id[1]", [rt.device_id]), b"",
+                                                  rt.ffi.NULL, rt.ffi.NULL))
+    return program
+
+
 class OpenCLRunner:
     """The kernel built on drivepack's OPENCL device, a 2-float buffer, and timed chains of its dispatches."""
 
@@ -91,11 +102,7 @@ class OpenCLRunner:
         rt = Device.runtime("OPENCL")
         self.rt, self.ffi, self.lib = rt, rt.ffi, rt.lib
         self.name = f"OPENCL, {rt.info.max_compute_units} threads"
-        src = self.ffi.new("char[]", SOURCE.encode())
-        self.program = checked_create("clCreateProgramWithSource", self.lib.clCreateProgramWithSource, rt.context,
-                                      1, self.ffi.new("char*[1]", [src]), self.ffi.NULL)
-        check("clBuildProgram", self.lib.clBuildProgram(self.program, 1, self.ffi.new("cl_device_id[1]",
-                                                        [rt.device_id]), b"", self.ffi.NULL, self.ffi.NULL))
+        self.program = build_program(rt, SOURCE)
         self.kernel = checked_create("clCreateKernel", self.lib.clCreateKernel, self.program, b"chain")
         self.mem = checked_create("clCreateBuffer", self.lib.clCreateBuffer, rt.context, CL_MEM_READ_WRITE, 8,
                                   self.ffi.NULL)

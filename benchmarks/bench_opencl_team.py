@@ -28,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+from bench_opencl_join import build_program  # noqa: E402
+
 from jit import Device  # noqa: E402
 from targets.cl_binding import CL_MEM_READ_WRITE, check, checked_create  # noqa: E402
 
@@ -82,11 +84,7 @@ class TeamRunner:
         rt = Device.runtime("OPENCL")
         self.rt, self.ffi, self.lib = rt, rt.ffi, rt.lib
         self.units = rt.info.max_compute_units
-        src = self.ffi.new("char[]", SOURCE.encode())
-        self.program = checked_create("clCreateProgramWithSource", self.lib.clCreateProgramWithSource, rt.context,
-                                      1, self.ffi.new("char*[1]", [src]), self.ffi.NULL)
-        check("clBuildProgram", self.lib.clBuildProgram(self.program, 1, self.ffi.new("cl_device_id[1]",
-                                                        [rt.device_id]), b"", self.ffi.NULL, self.ffi.NULL))
+        self.program = build_program(rt, SOURCE)
         self.one_layer = checked_create("clCreateKernel", self.lib.clCreateKernel, self.program, b"one_layer")
         self.team = checked_create("clCreateKernel", self.lib.clCreateKernel, self.program, b"team")
         self.a, self.b = self._buffer(UNITS * 4), self._buffer(UNITS * 4)
