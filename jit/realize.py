@@ -244,7 +244,7 @@ def _rewritten(ast: UOp, target: Target, default_opts: OptOptions | None = None)
     policies = [p.dtype_policy for p in parts]
     policy = DTypePolicy(target.name, tuple(dict.fromkeys(d for p in policies for d in p.native)),
                          tuple(dict.fromkeys(e for p in policies for e in p.emulated)))
-    return chain_sink([p.sink for p in parts], ast.arg.wiring), policy
+    return chain_sink([p.sink for p in parts], ast.arg.wiring, ast.arg.counters), policy
 
 
 def _render(target: Target, name: str, sink: UOp) -> tuple[str, dict, KernelStats]:
@@ -252,7 +252,11 @@ def _render(target: Target, name: str, sink: UOp) -> tuple[str, dict, KernelStat
     if not isinstance(sink.arg, ChainInfo):
         source, meta = target.render(name, sink)
         return source, meta, kernel_stats(sink)
-    source, meta = target.render_chain(name, list(zip(sink.src, sink.arg.wiring, strict=True)), sink.arg.params)
+    parts = list(zip(sink.src, sink.arg.wiring, strict=True))
+    if sink.arg.counters is None:
+        source, meta = target.render_chain(name, parts, sink.arg.params)
+    else:
+        source, meta = target.render_team(name, parts, sink.arg.params, sink.arg.counters)
     stats = [kernel_stats(member) for member in sink.src]
     return source, meta, KernelStats(sum(s.flops for s in stats), sum(s.bytes for s in stats),
                                      tuple(meta["global_size"]))

@@ -50,7 +50,7 @@ from jit.common.helpers import STREAMS
 from jit.frontend.tensor import Tensor
 from jit.ir.uop import Ops, UOp, toposort
 from jit.realize import CompiledKernel, KernelNames, compile_kernels, host_bytes, read_into, run_schedule
-from jit.schedule.chains import chain_kernels
+from jit.schedule.chains import chain_kernels, team_counters, team_kernels
 from jit.schedule.in_place import in_place_kernel, in_place_problem, is_plain_copy
 from jit.schedule.kernels import ScheduledKernel, buffer_view, create_schedule, new_buffer, realized
 from jit.schedule.memory_plan import plan_alignment, plan_memory
@@ -473,7 +473,9 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
         users = _arena_buffers(kept, role)
         images = _image_weights(kept, role | dict.fromkeys(users, "arena"), tgt.limits) if tgt.limits.images else {}
         kept = [_read_as_images(k, images) for k in kept]
-        if tgt.chain_limits is not None:
+        if tgt.team_limits is not None:
+            kept = team_kernels(kept, tgt.team_limits, _state_write_back_buffers(kept, copies))
+        elif tgt.chain_limits is not None:
             kept = chain_kernels(kept, tgt.chain_limits, _state_write_back_buffers(kept, copies))
         ahead = ahead_build(tgt)  # the compiler works while the rest is rendered and the command buffer checked
         names = KernelNames()  # the command buffer's own: named alike in every process (jit/realize.py)
@@ -486,6 +488,8 @@ def capture(fn: ModelFn, example_inputs: Mapping[str, Any], target: str | None =
     alignment = plan_alignment(tgt.limits.buffer_alignment)
     base = _plan_arena(_arena_buffers(kept, role), _lane_segments(kept, compiled, tgt.lanes, role), alignment)[1]
     kept, compiled, zeroed = _zeroed_once(kept, compiled, role, base.arena_bytes)
+    # a team's counters are zero before its first launch and each launch leaves them so: bytes of their own
+    zeroed |= {buf: ("team counters", buf.arg[0]) for buf in team_counters(kept)}
     users = _arena_buffers(kept, role)
     segments = _lane_segments(kept, compiled, tgt.lanes, role)
     sharing = _zeroed_sharing(zeroed, users, segments)

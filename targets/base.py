@@ -184,6 +184,20 @@ class ChainLimits:
     chain_flops: int
 
 
+@dataclass(frozen=True)
+class TeamLimits:
+    """Which kernels a capture runs as one team (jit/schedule/chains.py ``team_kernels``), for a target whose
+    work-groups run concurrently on a host's cores and whose dispatch costs more than the wait of a spin barrier:
+    up to ``members`` consecutive kernels (at least ``min_members``) of at most ``kernel_flops`` each (as the
+    graph counts them before the codegen passes, jit/codegen/stats.py) that read no image and share no work-group
+    memory, each member's parallel loops split into at most ``chunks`` claims per work-group."""
+
+    members: int
+    min_members: int
+    chunks: int
+    kernel_flops: int
+
+
 class Target(Runtime):
     """A runtime the compiler renders for: declares its dtypes and renders lowered kernel graphs to source."""
 
@@ -192,6 +206,8 @@ class Target(Runtime):
     halved_wide_fma: bool = False
     # where set, a capture runs consecutive small kernels as one (``render_chain``)
     chain_limits: ChainLimits | None = None
+    # where set, a capture runs consecutive kernels as one persistent team of work-groups (``render_team``)
+    team_limits: TeamLimits | None = None
 
     @abc.abstractmethod
     def supported_dtypes(self) -> frozenset[DType]:
@@ -223,3 +239,10 @@ class Target(Runtime):
         with, per buffer parameter of it, the chain's parameter it reads (``params``: the chain's pointer types).
         Only targets that set ``chain_limits`` render chains."""
         raise CompileError(f"{name}: a chain of {len(parts)} kernels, which the {self.name} target does not run")
+
+    def render_team(self, name: str, parts: Sequence[tuple[Any, tuple[int, ...]]], params: Sequence[Any],
+                    counters: int) -> tuple[str, dict[str, Any]]:
+        """One kernel whose work-groups run lowered kernel graphs in order as a team (``render_chain``'s ``parts``
+        and ``params``; ``counters``: the parameter holding the team's claim and done counters, zero between
+        launches), plus launch metadata. Only targets that set ``team_limits`` render teams."""
+        raise CompileError(f"{name}: a team of {len(parts)} kernels, which the {self.name} target does not run")

@@ -60,6 +60,7 @@ _CONVERT = re.compile(r"(convert|as)_([a-z]+(?:2|3|4|8|16)?)((?:_rte|_rtz|_sat)*
 _VLOAD = re.compile(r"v(load|store)(2|3|4|8|16)")
 _WORK_ITEM = frozenset({"get_global_id", "get_local_id", "get_group_id", "get_local_size", "get_global_size",
                         "get_num_groups"})
+ATOMICS = {"atomic_inc": 1, "atomic_add": 2}  # a team's counters (targets/cstyle/walk.py render_team): arguments
 _FENCES = frozenset({"CLK_LOCAL_MEM_FENCE", "CLK_GLOBAL_MEM_FENCE", "CLK_IMAGE_MEM_FENCE"})
 FLOAT = CType("float", 4)
 SIZE_T = CType("int", 8, False)
@@ -88,6 +89,8 @@ def call(w: Walker, name: str, args: tuple[Expr, ...]) -> Value:
         return scatter(w, name, values)
     if name == "dp_read_image":
         return read_image(w, values)
+    if name in ATOMICS:
+        return atomic(w, name, values)
     if any(isinstance(v, Ptr | Addr) for v in values):
         raise IndexParseError(f"expected no address passed to {name}, which this analysis does not follow")
     if name in MINMAX_CALLS and len(values) == 2:
@@ -193,6 +196,16 @@ def memcpy(w: Walker, values: list) -> Value:
     if isinstance(dst, Addr):
         w.set_local(dst.name, None)  # the bytes copied: any value of its type
     return None
+
+
+def atomic(w: Walker, name: str, values: list) -> Value:
+    """``atomic_inc(p)``, ``atomic_add(p, v)``: a read and write of the int at ``p``; the old value, any int (other
+    work-items change it meanwhile)."""
+    if len(values) != ATOMICS[name] or not isinstance(values[0], Ptr) or values[0].t.pointee != INT or \
+            not all(isinstance(v, Ints) and v.t.lanes == 1 for v in values[1:]):
+        raise IndexParseError(f"expected {name} of an int pointer{' and an int' if ATOMICS[name] == 2 else ''}")
+    w.access(values[0], 0, INT.nbytes)
+    return Ints.full(INT)
 
 
 def prefetch(w: Walker, values: list) -> Value:

@@ -3,6 +3,7 @@
 ``parse_kernel(source, entry)`` turns a kernel source into its vector typedefs, its parameters and the body as
 a small tree of tuples (``Stmt`` and ``Expr`` below), for targets/index_ranges.py to evaluate. The grammar is the
 renderer's (targets/cstyle): declarations, assignments, ``for (int v = A; v < B; v++)`` loops, ``if``, blocks,
+``while (condition) {}`` waits with an empty body,
 GCC statement expressions, casts, compound literals and OpenCL vector literals, calls, subscripts, lane members
 and C's operators without the comma operator. Anything outside it is an ``IndexParseError``; the parser never
 raises anything else on any input (its nesting depth is bounded), so a crafted source is refused, not crashed on.
@@ -259,6 +260,14 @@ class _Parser:
             return ("block", ())
         if tok == "for":
             return self.for_loop()
+        if tok == "while":  # a team's wait for its other work-groups (targets/cstyle/walk.py render_team)
+            self.take()
+            self.take("(")
+            cond = self.expr()
+            self.take(")")
+            self.take("{")
+            self.take("}")
+            return ("wait", cond)
         if tok == "if":
             self.take()
             self.take("(")

@@ -113,6 +113,8 @@ class Walker:
             self.loop(*s[1:])
         elif kind == "if":
             self.branch(*s[1:])
+        elif kind == "wait":  # spins on its condition, which changes nothing but the counters it reads
+            self.eval(s[1])
         elif kind == "return":
             return True
         return False

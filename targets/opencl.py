@@ -17,14 +17,15 @@ from jit.codegen.stats import kernel_stats, shared_input
 from jit.common.dtype import DType, dtypes
 from jit.common.helpers import prod
 from jit.ir.uop import Ops, UOp
-from targets.base import DEFAULT_L2, CacheLevel, ChainLimits, Target, TargetLimits
+from targets.base import DEFAULT_L2, CacheLevel, ChainLimits, Target, TargetLimits, TeamLimits
 from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level, cpu_caches
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
 from targets.cstyle.language import CStyleLanguage
-from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_chain, render_kernel
+from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_chain, render_kernel, render_team
 from targets.opencl_local_size import group_local_size, sharing_local_size
 from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime
+from targets.opencl_warm import ZEROED_ARGS
 from targets.scatter import opencl_scatter_helpers
 
 OPENCL_LANGUAGE = CStyleLanguage(
@@ -83,6 +84,11 @@ HOST_L2 = cpu_caches().l2  # a CPU device is the host
 # command to the next through a lock and wake from a condition variable, which costs more than such a kernel's work
 # (benchmarks/bench_opencl_join.py), while one work-item runs a chain's kernels back to back
 CPU_DEVICE_CHAINS = ChainLimits(kernel_flops=1 << 17, kernel_bytes=1 << 17, chain_flops=1 << 19)
+# and where its threads can spin: consecutive kernels run as one team (jit/schedule/chains.py ``team_kernels``), a
+# dispatch of one work-group per thread for up to 16 kernels; PoCL compiles a team's kernel as one function, in time
+# that grows faster than its size, so a kernel of more flops than this (whose dispatch costs it little) stays apart;
+# four chunks per thread even out a member's share where a thread starts late (benchmarks/bench_chains.py)
+CPU_DEVICE_TEAMS = TeamLimits(members=16, min_members=2, chunks=4, kernel_flops=1 << 24)
 # a vector store on a CPU device (``device_language``)
 CPU_DEVICE_VECTOR_STORE = "{{ {vt} _v = {val}; __builtin_memcpy({ptr}, &_v, sizeof(_v)); }}"
 CPU_DEVICE_VECTOR_LOAD = "({{ {vt} _v; __builtin_memcpy(&_v, {ptr}, sizeof(_v)); _v; }})"
@@ -181,6 +187,7 @@ class OpenCLTarget(OpenCLRuntime, Target):
             self.halved_wide_fma = halved_wide_fma(self.language.vector_width)
             self.large_kernel_groups = LARGE_KERNEL_GROUPS_PER_UNIT * max(info.max_compute_units, 1)
             self.chain_limits = CPU_DEVICE_CHAINS
+            self.team_limits = CPU_DEVICE_TEAMS
 
     # --- declared capabilities -----------------------------------------------------------------------------
     def supported_dtypes(self) -> frozenset[DType]:
@@ -246,3 +253,14 @@ class OpenCLTarget(OpenCLRuntime, Target):
         one = (1,)
         return render_chain(replace(self.language, global_dims=0), name, parts, params), \
             {"global_size": one, "group": 0, "local_size": one, "local_request": one}
+
+    def render_team(self, name: str, parts: Sequence[tuple[UOp, tuple[int, ...]]], params: Sequence[Any],
+                    counters: int) -> tuple[str, dict[str, Any]]:
+        """The team as one one-item work-group per compute unit (a CPU device runs each on a thread of its own)."""
+        for sink, _ in parts:
+            self.check_dtypes(name, sink)
+        chunks = (self.team_limits or CPU_DEVICE_TEAMS).chunks
+        lang = replace(self.language, global_dims=0, parallel_range=True)
+        one, units = (1,), (max(self.info.max_compute_units, 1),)
+        return render_team(lang, name, parts, params, counters, chunks * units[0]), \
+            {"global_size": units, "group": 0, "local_size": one, "local_request": one, ZEROED_ARGS: (counters,)}

@@ -39,8 +39,9 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class Launch:
     """One kernel launch the helper runs: its program (an index into the spec's sources), entry, sizes (an empty
-    ``local_size`` lets the runtime choose), and its arguments (each buffer's bytes, then each scalar's raw bytes in
-    hex)."""
+    ``local_size`` lets the runtime choose), its arguments (each buffer's bytes, then each scalar's raw bytes in
+    hex), and the buffer arguments set to zeros before it (those the replay zeroes: a team's counters, whose waits
+    end only from zero)."""
 
     program: int
     entry: str
@@ -48,6 +49,7 @@ class Launch:
     local_size: tuple[int, ...]
     buffer_bytes: tuple[int, ...]
     scalars: tuple[str, ...]
+    zeroed: tuple[int, ...] = ()
 
 
 def prewarm_wanted(platform: str, cpu_device: bool) -> bool:
@@ -140,6 +142,10 @@ def _run_launches(spec: dict[str, Any]) -> None:
                     pool[arg] = (nbytes, mem)
             check("clSetKernelArg", lib.clSetKernelArg(kernel, arg, ffi.sizeof("cl_mem"),
                                                        ffi.new("cl_mem*", pool[arg][1])))
+            if arg in launch["zeroed"]:
+                zeros = bytes(nbytes)
+                check("clEnqueueWriteBuffer", lib.clEnqueueWriteBuffer(queue, pool[arg][1], 1, 0, nbytes,
+                                                                       ffi.from_buffer(zeros), 0, ffi.NULL, ffi.NULL))
         for j, raw in enumerate(bytes.fromhex(s) for s in launch["scalars"]):
             check("clSetKernelArg", lib.clSetKernelArg(kernel, len(launch["buffer_bytes"]) + j, len(raw),
                                                        ffi.from_buffer(raw)))

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from targets.base import Buffer, Program
-from targets.cl_binding import OpenCLError, checked_create
+from targets.cl_binding import OpenCLError, check, checked_create
 
 # seconds the device must have been left alone before a warmer launches again (``DeviceTurns.wait_for_idle``)
 WARM_GRACE = 0.05
@@ -74,6 +74,7 @@ class DeviceTurns:
 class WarmedRuntime(Protocol):
     """What the warmer uses of its runtime (targets/opencl_runtime.py ``OpenCLRuntime``)."""
 
+    ffi: Any
     lib: Any
     context: Any
     device_id: Any
@@ -84,6 +85,9 @@ class WarmedRuntime(Protocol):
     def launch_on(self, queue: Any, prog: Program, bufs: list[Buffer]) -> None: ...
 
 
+# a kernel's launch metadata: the buffer parameters that must hold zeros when it starts (a team's counters,
+# targets/cstyle/walk.py ``render_team``), which the warmers' scratch buffers are set to before its launch
+ZEROED_ARGS = "zeroed_args"
 # a launch as the replay makes it: (kernel source, global size, local size or ())
 WarmKey = tuple[str, tuple[int, ...], tuple[int, ...]]
 
@@ -170,6 +174,11 @@ class LaunchWarmer:
             for i, n in enumerate(nbytes):
                 if i == len(scratch) or scratch[i].nbytes < n:
                     scratch[i:i + 1] = [cl.allocate(n)]
+            for i in program.meta.get(ZEROED_ARGS, ()):  # a team's counters: its waits end only from zero
+                zeros = bytes(nbytes[i])
+                check("clEnqueueWriteBuffer", cl.lib.clEnqueueWriteBuffer(
+                    warm_queue, scratch[i].handle, 1, 0, len(zeros), cl.ffi.from_buffer(zeros), 0, cl.ffi.NULL,
+                    cl.ffi.NULL))
             cl.launch_on(warm_queue, program, scratch[:len(nbytes)])
         except OpenCLError:
             return False

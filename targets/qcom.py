@@ -70,7 +70,7 @@ class QCOMTarget(QCOMRuntime, OpenCLTarget):
         self.language = replace(QCOM_LANGUAGE, headers=fp16)
         self.default_opts = GPU_OPTS  # an Adreno is a GPU, whichever device stands in for it
         # and not the stand-in's host CPU: the Adreno's choices of Winograd and of work-groups, each kernel a dispatch
-        self.halved_wide_fma, self.large_kernel_groups, self.chain_limits = False, 0, None
+        self.halved_wide_fma, self.large_kernel_groups, self.chain_limits, self.team_limits = False, 0, None, None
 
     def __repr__(self) -> str:
         where = "Adreno" if self.on_adreno else "stand-in"

@@ -327,22 +327,8 @@ class OpenCLReplay(Replay):
         fresh = cl.take_fresh_batches(k.source for k in cb.kernels)
         if not fresh or not prewarm_wanted(cl.info.platform, bool(cl.info.device_type & CL_DEVICE_TYPE_CPU)):
             return None
-        sizes = {b.binding: b.nbytes for b in cb.buffers if b.image is None}
-        sources: dict[str, int] = {}
-        launches: dict[tuple[object, ...], Launch] = {}
-        for d in cb.dispatches:
-            spec = cb.kernels[d.kernel]
-            source = fresh.get(spec.source)
-            if source is None or prod(d.global_size) == 0 or any(
-                    b not in sizes and not b.startswith("arena:") for b in d.bindings) or \
-                    warm_key(spec.source, d.global_size, d.local_size) in warmed:
-                continue  # from the cache, no work items, an image argument, or compiled by the capture
-            program = sources.setdefault(source, len(sources))
-            nbytes = tuple(sizes[b] if b in sizes else parse_arena(b)[1] for b in d.bindings)
-            scalars = tuple(_scalar_bytes(s.dtype, s.bits).hex() for s in d.scalars)
-            launch = Launch(program, spec.entry, tuple(d.global_size), tuple(d.local_size or ()), nbytes, scalars)
-            launches.setdefault((program, spec.entry, launch.global_size, launch.local_size), launch)
-        prewarm = start_prewarm(cl.index, cl.build_options, list(sources), list(launches.values()))
+        sources, launches = helper_launches(cb, fresh, warmed)
+        prewarm = start_prewarm(cl.index, cl.build_options, sources, launches)
         if prewarm is not None:
             weakref.finalize(self, prewarm.stop).atexit = False
         return prewarm
@@ -594,3 +580,27 @@ def _scalar_bytes(dtype: str, bits: int) -> bytes:
     """The scalar's bits as the kernel argument bytes (little-endian, its dtype's width)."""
     width = dtype_itemsize(dtype, "scalar")
     return (bits & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+
+
+def helper_launches(cb: CommandBuffer, fresh: dict[str, str], warmed: set[WarmKey]) -> tuple[list[str], list[Launch]]:
+    """The prewarm helper's programs and launches for command buffer ``cb``: one per distinct launch of a kernel
+    whose source ``fresh`` maps to the program text built from scratch, with work items and no image argument, that
+    the capture did not run already (``warmed``); the bindings the replay zeroes are zeroes there too."""
+    sizes = {b.binding: b.nbytes for b in cb.buffers if b.image is None}
+    sources: dict[str, int] = {}
+    launches: dict[tuple[object, ...], Launch] = {}
+    for d in cb.dispatches:
+        spec = cb.kernels[d.kernel]
+        source = fresh.get(spec.source)
+        if source is None or prod(d.global_size) == 0 or any(
+                b not in sizes and not b.startswith("arena:") for b in d.bindings) or \
+                warm_key(spec.source, d.global_size, d.local_size) in warmed:
+            continue  # from the cache, no work items, an image argument, or compiled by the capture
+        program = sources.setdefault(source, len(sources))
+        nbytes = tuple(sizes[b] if b in sizes else parse_arena(b)[1] for b in d.bindings)
+        scalars = tuple(_scalar_bytes(s.dtype, s.bits).hex() for s in d.scalars)
+        zeroed = tuple(i for i, b in enumerate(d.bindings) if b in cb.zeroed)
+        launch = Launch(program, spec.entry, tuple(d.global_size), tuple(d.local_size or ()), nbytes, scalars,
+                        zeroed)
+        launches.setdefault((program, spec.entry, launch.global_size, launch.local_size), launch)
+    return list(sources), list(launches.values())

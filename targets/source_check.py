@@ -82,7 +82,8 @@ _MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt
 _CALLABLE = frozenset({"if", "for", "while", "switch", "return", "sizeof",
                        *_MATH, *(f"{m}f" for m in _MATH), "isnan", "isinf", "isfinite", "signbit",
                        "get_global_id", "get_local_id", "get_group_id", "get_local_size", "get_global_size",
-                       "barrier", "mem_fence", "select", "shuffle", "shuffle2", "read_imagef", "mad", "clamp",
+                       "get_num_groups", "atomic_inc", "atomic_add", "barrier", "mem_fence", "select", "shuffle",
+                       "shuffle2", "read_imagef", "mad", "clamp",
                        "max", "min", "dp_read_image", *(w for w in _RESERVED_OK if w.startswith("__builtin_"))})
 _CALLABLE_PATTERN = re.compile(r"(vload|vstore)(2|3|4|8|16)|(as|convert)_[a-z]+(2|3|4|8|16)?(_rte|_rtz|_sat)*|"
                                r"dp_ipow_[a-z0-9_]+|dp_scatter_(float32|int32)x(4|8|16)|dp_(max|min)_float32x(4|8|16)")

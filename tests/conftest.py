@@ -61,12 +61,12 @@ def wide_vectors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def no_chains(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The OPENCL target dispatching every kernel on its own, where a CPU device would run consecutive small ones as
-    one chain (jit/schedule/chains.py): for tests of what happens per kernel (names, background builds, warm-up)
-    on models whose kernels are all small."""
+    """The OPENCL target dispatching every kernel on its own, where a CPU device would run consecutive ones as one
+    team (jit/schedule/chains.py): for tests of what happens per kernel (names, background builds, warm-up)."""
     from targets.registry import Device
 
     monkeypatch.setattr(Device["OPENCL"], "chain_limits", None)
+    monkeypatch.setattr(Device["OPENCL"], "team_limits", None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

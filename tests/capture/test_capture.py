@@ -102,6 +102,7 @@ def test_identity_duplicate_and_weight_only_outputs() -> None:
     np.testing.assert_array_equal(out["w"], W.T)
 
 
+@pytest.mark.usefixtures("no_chains")  # the kernels counted below, each a dispatch of its own
 @pytest.mark.parametrize("target", ["CPU", pytest.param("OPENCL", marks=pytest.mark.opencl)])
 def test_outputs_viewing_one_contiguous_value_are_written_by_its_kernel(target: str) -> None:
     """A value made contiguous and returned as two views in its element order (a GRU's state as Y and Y_h): its

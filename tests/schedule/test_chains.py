@@ -109,6 +109,7 @@ def test_an_opencl_capture_chains_small_kernels_and_computes_what_it_did_without
     x = {"x": np.random.default_rng(2).standard_normal((1, 32, 24, 24)).astype(np.float32)}
     target = Device["OPENCL"]
     assert target.chain_limits is not None  # PoCL: a CPU device
+    monkeypatch.setattr(target, "team_limits", None)  # chains run where a target runs no teams
     chained = capture(squeeze_excite, x, target="OPENCL")
     monkeypatch.setattr(target, "chain_limits", None)
     apart = capture(squeeze_excite, x, target="OPENCL")
@@ -128,9 +129,10 @@ def test_an_opencl_capture_chains_small_kernels_and_computes_what_it_did_without
 
 
 @pytest.mark.opencl
-def test_a_states_producer_and_write_back_stay_dispatches_of_their_own() -> None:
+def test_a_states_producer_and_write_back_stay_dispatches_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """The state's producer may be rewritten to store into the state (jit/trace.py ``_states_in_place``): no chain
     takes it or the write-back, and the replay keeps the ring buffer as the CPU target does."""
+    monkeypatch.setattr(Device["OPENCL"], "team_limits", None)
     init = np.arange(15, dtype=np.float32).reshape(5, 3)
     cap = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="OPENCL", state={"history": init})
     host = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="CPU", state={"history": init})

@@ -129,6 +129,7 @@ def _garbage_arenas(monkeypatch: pytest.MonkeyPatch, target: str) -> None:
     monkeypatch.setattr(runtime_type, "allocate", dirty)
 
 
+@pytest.mark.usefixtures("no_chains")  # the border kernel and its producer, dispatches of their own
 @pytest.mark.parametrize("target", ["CPU", "OPENCL"])
 def test_a_capture_zeroes_the_border_once_and_the_producer_writes_the_interior_every_call(
         target: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,6 +152,7 @@ def test_a_capture_zeroes_the_border_once_and_the_producer_writes_the_interior_e
                                    atol=1e-4)
 
 
+@pytest.mark.usefixtures("no_chains")  # the arena as a dispatch per kernel plans it
 @pytest.mark.parametrize("target", ["CPU", "OPENCL"])
 def test_a_copy_larger_than_the_rest_of_the_arena_keeps_its_border_kernel(target: str) -> None:
     """Zeroed copies keep their bytes for the whole call; the smallest layouts are taken while their bytes stay
@@ -185,6 +187,7 @@ def test_a_small_border_kernel_is_split_over_threads_like_its_producer() -> None
     assert small and all("dp_lo" not in ck.program.source for ck in small)
 
 
+@pytest.mark.usefixtures("no_chains")  # zeroed copies only, no team's counters
 @pytest.mark.parametrize("target", ["CPU", "OPENCL"])
 def test_a_copy_of_narrow_rows_is_zeroed_whole_before_its_producer_every_call(target: str) -> None:
     """Rows of a few cache lines (efficientnet's 8 x 16 stages: 20 floats with a 5x5 conv's pads): the border touches

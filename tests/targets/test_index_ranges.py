@@ -39,6 +39,18 @@ I8 = "#ifndef DP_INT32X8_T\n#define DP_INT32X8_T\ntypedef int dp_int32x8 __attri
 ZERO8 = "((dp_int32x8){0, 0, 0, 0, 0, 0, 0, 0})"
 I16, F16 = (f"#ifndef DP_{t.upper()}X16_T\n#define DP_{t.upper()}X16_T\ntypedef {c} dp_{t}x16 "
             "__attribute__((vector_size(64)));\n#endif\n" for t, c in (("int32", "int"), ("float32", "float")))
+# a team's claim of chunks of 8 iterations, its done count and its wait (targets/cstyle/walk.py render_team)
+TEAM = ("__kernel void k(__global float* restrict data0, __global int* restrict data1) {\n"
+        "  for (int t = 0; t < 4; t++) {\n    int c = CLAIM;\n    int lo = min(c * 2, 8);\n"
+        "    int hi = min(lo + 2, 8);\n    for (int i = lo; i < hi; i++) *(data0+i) = 1.0f;\n"
+        "    atomic_add(data1 + 1, hi - lo);\n  }\n  WAIT\n}\n")
+
+
+def team(claim: str = "min(max(atomic_inc(data1 + 0), 0), 4)", wait: str = "while (atomic_add(data1 + 1, 0) < 8) {}"
+         ) -> str:
+    return TEAM.replace("CLAIM", claim).replace("WAIT", wait)
+
+
 ZERO8F = "((dp_float32x8){0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f})"
 
 
@@ -226,6 +238,14 @@ CASES = [
      (88, 0), "expected helpers before the kernel to handle values only"),
     ("scatter helper changed", scatter(3, SCATTER_HELPERS["float32"].replace("l < 16", "l < 17")), (1,), None,
      (184, 0), "expected no preprocessor line but"),
+    ("team claims in bounds", team(), (2,), (1,), (32, 8), None),
+    ("team counter past the end", team(wait="while (atomic_add(data1 + 2, 0) < 8) {}"), (2,), (1,), (32, 8),
+     "data1 (b1) expected the 12 bytes"),
+    ("team claim unclamped", team(claim="atomic_inc(data1 + 0)"), (2,), (1,), (32, 8), "data0 (b0) expected"),
+    ("team wait with a body", team(wait="while (atomic_add(data1 + 1, 0) < 8) { *(data0+9) = 0.0f; }"), (2,),
+     (1,), (32, 8), "expected '}'"),
+    ("atomic on a float", team(wait="atomic_inc(data0 + 0);"), (2,), (1,), (32, 8),
+     "expected atomic_inc of an int pointer"),
     ("local array in bounds", GROUP, (32,), (32,), (4, 128), None),
     ("local array overrun", GROUP, (64,), (64,), (4, 256), "accesses to part within its 128 bytes"),
 ]

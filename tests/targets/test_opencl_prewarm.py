@@ -4,17 +4,23 @@ kernel is compiled there."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jit.common.helpers import usable_cores
 from targets.opencl_prewarm import MIN_LAUNCHES, Launch, prewarm_wanted, start_prewarm
+from targets.registry import Device
+from targets.replay_opencl import helper_launches
+from tests.targets.team_sources import BUFFER_BYTES, SPOIL, TEAM
 
 pytestmark = pytest.mark.opencl
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +32,7 @@ SCRIPT = textwrap.dedent("""
     from jit import Tensor, capture
     from targets.registry import Device
 
-    Device["OPENCL"].chain_limits = None  # every small kernel a dispatch of its own: launches for the helper
+    Device["OPENCL"].chain_limits = Device["OPENCL"].team_limits = None  # a dispatch per kernel: for the helper
 
     def chain(x):
         for i in range(18):  # a reduce and an add per step, each step's constant its own: 19 distinct kernels
@@ -95,6 +101,40 @@ def test_a_warm_replay_starts_no_helper(tmp_path: Path) -> None:
     _run(tmp_path, DRIVEPACK_OPENCL_PREWARM="0")
     none, *_ = _run(tmp_path)
     assert none == "none"
+
+
+def test_the_helper_zeroes_what_the_replay_zeroes_before_a_launch(tmp_path: Path) -> None:
+    """Regression: the helper ran a team on a scratch buffer another launch had written, and spun on its wait
+    forever, two cores busy."""
+    spoil = Launch(0, "spoil", (1,), (1,), BUFFER_BYTES, ())
+    team = Launch(1, "team", (2,), (1,), BUFFER_BYTES, (), zeroed=(1,))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"device": Device["OPENCL"].index, "options": "", "sources": [SPOIL, TEAM],
+                                "launches": [asdict(spoil), asdict(team)]}))
+    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path / "pocl"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "targets.opencl_prewarm", str(spec)], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    try:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.close()
+        proc.stderr.close()
+
+
+def test_the_helpers_launches_zero_the_bindings_the_replay_zeroes() -> None:
+    from jit.trace import capture
+    from tests.schedule.test_chains import squeeze_excite
+
+    cap = capture(squeeze_excite, {"x": np.zeros((1, 32, 24, 24), np.float32)}, target="OPENCL")
+    cb = cap.cmdbuf
+    sources, launches = helper_launches(cb, {k.source: k.source for k in cb.kernels}, set())
+    assert sources == list(dict.fromkeys(k.source for k in cb.kernels)) and len(launches) == len(cb.dispatches)
+    for launch, d in zip(launches, cb.dispatches, strict=True):
+        assert [d.bindings[i] for i in launch.zeroed] == [b for b in d.bindings if b in cb.zeroed]
+    assert any(d.bindings[d.writes - 1] in cb.zeroed for d in cb.dispatches if d.writes > 1)  # a team's counters
 
 
 def test_few_launches_start_no_helper() -> None:

@@ -17,6 +17,7 @@ import targets.opencl_warm as opencl_warm
 from targets.opencl_runtime import OpenCLRuntime
 from targets.opencl_warm import LaunchWarmer, warm_key
 from targets.registry import Device
+from tests.targets.team_sources import BUFFER_BYTES, SPOIL, TEAM
 
 pytestmark = pytest.mark.opencl
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,6 +41,19 @@ def test_the_warmer_launches_each_kernel_once_then_stops() -> None:
     warmer.join(60)
     warmer.add([(progs[0], (256, 256))])  # stopped: nothing is launched again
     assert warmer.wait_until_idle(0) and warmer.stop() == want
+
+
+def test_the_warmer_zeroes_a_teams_counters_before_launching_it() -> None:
+    """Regression: a team launched on scratch buffers another kernel had written spun forever on its wait."""
+    target = Device["OPENCL"]
+    spoil, team = target.compile_many([
+        ("spoil", SPOIL, {"global_size": (1,), "local_request": (1,)}),
+        ("team", TEAM, {"global_size": (2,), "local_request": (1,), opencl_warm.ZEROED_ARGS: (1,)})])
+    warmer = LaunchWarmer(target)
+    warmer.add([(spoil, BUFFER_BYTES), (team, BUFFER_BYTES)])
+    assert warmer.wait_until_idle(60)
+    assert len(warmer.stop()) == 2
+    warmer.join(60)
 
 
 def test_a_stopped_warmer_drops_what_it_had_not_launched() -> None:
@@ -78,7 +92,7 @@ SCRIPT = textwrap.dedent("""
     from targets.opencl_warm import LaunchWarmer
     from targets.registry import Device
 
-    Device["OPENCL"].chain_limits = None  # every small kernel a dispatch of its own, as the figures below count
+    Device["OPENCL"].chain_limits = Device["OPENCL"].team_limits = None  # every kernel a dispatch: as counted below
 
     oa.AHEAD_BATCH = 4  # a program every four kernels, each warmed once built
     stop = LaunchWarmer.stop

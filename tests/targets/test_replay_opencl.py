@@ -37,13 +37,14 @@ def as_bytes(out: dict[str, np.ndarray]) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def cap() -> Captured:
-    """``small``'s kernels, each a dispatch of its own (on a CPU device they would run as one chain)."""
+    """``small``'s kernels, each a dispatch of its own (on a CPU device they would run as one team)."""
     target = Device["OPENCL"]
-    limits, target.chain_limits = target.chain_limits, None
+    limits = target.chain_limits, target.team_limits
+    target.chain_limits = target.team_limits = None
     try:
         return capture(small, inputs(0), target="OPENCL")
     finally:
-        target.chain_limits = limits
+        target.chain_limits, target.team_limits = limits
 
 
 def test_pocl_offers_command_buffers_and_replay_records_one(cap: Captured) -> None:
