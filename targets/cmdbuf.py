@@ -283,7 +283,7 @@ class CommandBuffer:
             if k.source:  # a package's cmdbuf section carries none: checked again once the sources are in
                 try:
                     check_kernel(k.source, k.entry, [(b, table[b].image is not None) for b in d.bindings],
-                                 len(d.scalars), f"{where} (kernel {k.name})", d.writes)
+                                 len(d.scalars), f"{where} (kernel {k.name})", d.writes, self.zeroed)
                     check_extents(k.source, k.entry, d.global_size, d.local_size,
                                   [(b, table[b].nbytes, table[b].image) for b in d.bindings],
                                   [(s.dtype, s.bits) for s in d.scalars], f"{where} (kernel {k.name})")

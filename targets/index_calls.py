@@ -60,7 +60,7 @@ _CONVERT = re.compile(r"(convert|as)_([a-z]+(?:2|3|4|8|16)?)((?:_rte|_rtz|_sat)*
 _VLOAD = re.compile(r"v(load|store)(2|3|4|8|16)")
 _WORK_ITEM = frozenset({"get_global_id", "get_local_id", "get_group_id", "get_local_size", "get_global_size",
                         "get_num_groups"})
-ATOMICS = {"atomic_inc": 1, "atomic_add": 2}  # a team's counters (targets/cstyle/walk.py render_team): arguments
+ATOMICS = {"atomic_inc": 1, "atomic_add": 2}  # a team's counters (targets/cstyle/chains.py render_team): arguments
 _FENCES = frozenset({"CLK_LOCAL_MEM_FENCE", "CLK_GLOBAL_MEM_FENCE", "CLK_IMAGE_MEM_FENCE"})
 FLOAT = CType("float", 4)
 SIZE_T = CType("int", 8, False)

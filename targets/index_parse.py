@@ -260,7 +260,7 @@ class _Parser:
             return ("block", ())
         if tok == "for":
             return self.for_loop()
-        if tok == "while":  # a team's wait for its other work-groups (targets/cstyle/walk.py render_team)
+        if tok == "while":  # a team's wait for its other work-groups (targets/cstyle/chains.py render_team)
             self.take()
             self.take("(")
             cond = self.expr()

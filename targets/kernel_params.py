@@ -12,6 +12,7 @@ dispatch may bind to a weight or an input). Anything that reads otherwise is a C
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -199,11 +200,30 @@ def _call_args(stmt: str, start: int) -> list[str]:
     return [*args, "".join(cur)]
 
 
+_ATOMIC = re.compile(r"\batomic_\w+\s*\(")
+
+
+def atomic_params(source: str, where: str) -> frozenset[int]:
+    """The indices ``i`` of the ``data<i>`` whose ints an atomic call of ``source`` changes (a team's counters,
+    targets/cstyle/chains.py); KernelParamsError where an atomic's pointer is not a parameter plus an offset."""
+    out: set[int] = set()
+    text = _COMMENT.sub(" ", source)
+    for call in _ATOMIC.finditer(text):
+        first = _call_args(text, call.end())[0]
+        m = re.fullmatch(r"\s*data(\d+)\s*(?:\+[^,]*)?", first)
+        if m is None:
+            raise KernelParamsError(f"{where}: {call.group()[:-1].strip()} expected on data<i> plus an offset, got "
+                                    f"{first.strip()[:40]!r}")
+        out.add(int(m.group(1)))
+    return frozenset(out)
+
+
 def check_kernel(source: str, entry: str, bindings: list[tuple[str, bool]], n_scalars: int, where: str,
-                 writes: int = 1) -> None:
+                 writes: int = 1, zeroed: Collection[str] = ()) -> None:
     """KernelParamsError unless ``source``'s ``entry`` takes one parameter per binding (each ``(binding, is an
-    image weight)``) then one per scalar, images exactly where the binding is one, and stores through the first
-    ``writes`` parameters only (data0, or each output of a chain)."""
+    image weight)``) then one per scalar, images exactly where the binding is one, stores through the first
+    ``writes`` parameters only (data0, or each output of a chain), and changes ints atomically only in bindings of
+    ``zeroed`` (a team's counters, whose waits end only where a launch starts them at zero)."""
     params = kernel_params(source, entry, where)
     if has_range_params(params):
         params = params[:-2]  # what the launcher passes: a subrange of [0, the dispatch's global_size[0]]
@@ -225,3 +245,8 @@ def check_kernel(source: str, entry: str, bindings: list[tuple[str, bool]], n_sc
             "written bindings)"
         raise KernelParamsError(f"{where}: stores expected through {allowed}, got stores through "
                                 f"{', '.join(f'data{i}' for i in bad)}")
+    for i in sorted(atomic_params(source, where)):
+        if i >= len(bindings) or bindings[i][0] not in zeroed:
+            got = bindings[i][0] if i < len(bindings) else "no binding"
+            raise KernelParamsError(f"{where}: atomic counters (data{i}) expected in a binding the replay zeroes "
+                                    f"(the command buffer's zeroed list), got {got}")

@@ -21,8 +21,9 @@ from targets.base import DEFAULT_L2, CacheLevel, ChainLimits, Target, TargetLimi
 from targets.cl_binding import CL_DEVICE_TYPE_GPU, CLDeviceInfo
 from targets.cpu_caches import cache_level, cpu_caches
 from targets.cpu_fma import halved_wide_fma, wide_vectors_pay
+from targets.cstyle.chains import render_chain, render_team
 from targets.cstyle.language import CStyleLanguage
-from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_chain, render_kernel, render_team
+from targets.cstyle.walk import global_launch_size, global_ranges, group_range, render_kernel
 from targets.opencl_local_size import group_local_size, sharing_local_size
 from targets.opencl_runtime import IMAGE_HELPER, OpenCLRuntime
 from targets.opencl_warm import ZEROED_ARGS

@@ -86,7 +86,7 @@ class WarmedRuntime(Protocol):
 
 
 # a kernel's launch metadata: the buffer parameters that must hold zeros when it starts (a team's counters,
-# targets/cstyle/walk.py ``render_team``), which the warmers' scratch buffers are set to before its launch
+# targets/cstyle/chains.py ``render_team``), which the warmers' scratch buffers are set to before its launch
 ZEROED_ARGS = "zeroed_args"
 # a launch as the replay makes it: (kernel source, global size, local size or ())
 WarmKey = tuple[str, tuple[int, ...], tuple[int, ...]]

@@ -79,7 +79,7 @@ def chained(run: list[ScheduledKernel], team: bool = False) -> ScheduledKernel:
 
 def team_counter_count(members: int) -> int:
     """The int32 counters of a team of ``members`` kernels: a claim and a done count per member, and the count of
-    work-groups that left (targets/cstyle/walk.py ``render_team``)."""
+    work-groups that left (targets/cstyle/chains.py ``render_team``)."""
     return 2 * members + 1
 
 

@@ -16,8 +16,8 @@ from jit.schedule.kernels import ScheduledKernel, create_schedule
 from jit.trace import capture
 from targets.base import ChainLimits
 from targets.cmdbuf import CommandBuffer
+from targets.cstyle.chains import render_chain
 from targets.cstyle.language import CStyleLanguage
-from targets.cstyle.walk import render_chain
 from targets.registry import Device
 from tests.capture.test_capture import shift_history
 
@@ -129,10 +129,13 @@ def test_an_opencl_capture_chains_small_kernels_and_computes_what_it_did_without
 
 
 @pytest.mark.opencl
-def test_a_states_producer_and_write_back_stay_dispatches_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("teams", [False, True])
+def test_a_states_producer_and_write_back_stay_dispatches_of_their_own(monkeypatch: pytest.MonkeyPatch,
+                                                                        teams: bool) -> None:
     """The state's producer may be rewritten to store into the state (jit/trace.py ``_states_in_place``): no chain
-    takes it or the write-back, and the replay keeps the ring buffer as the CPU target does."""
-    monkeypatch.setattr(Device["OPENCL"], "team_limits", None)
+    or team takes it or the write-back, and the replay keeps the ring buffer as the CPU target does."""
+    if not teams:
+        monkeypatch.setattr(Device["OPENCL"], "team_limits", None)
     init = np.arange(15, dtype=np.float32).reshape(5, 3)
     cap = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="OPENCL", state={"history": init})
     host = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="CPU", state={"history": init})

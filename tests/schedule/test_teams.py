@@ -1,5 +1,5 @@
 """Teams of kernels run by one launch of work-groups that claim their work (jit/schedule/chains.py ``team_kernels``,
-targets/cstyle/walk.py ``render_team``): which kernels join, the counters, the rendering, and OPENCL captures that
+targets/cstyle/chains.py ``render_team``): which kernels join, the counters, the rendering, and OPENCL captures that
 use them against the same captures without."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from jit.common.errors import CompileError
 from jit.schedule.chains import ChainInfo, team_counters, team_kernels
 from jit.trace import Captured, capture
 from targets.base import TeamLimits
-from targets.cmdbuf import CommandBuffer
+from targets.cmdbuf import CmdbufError, CommandBuffer
+from targets.cstyle.chains import render_team
 from targets.cstyle.language import CStyleLanguage
-from targets.cstyle.walk import render_team
+from targets.kernel_params import KernelParamsError, check_kernel
 from targets.registry import Device
 from targets.source_check import OPENCL, check_source
-from tests.capture.test_capture import shift_history
 from tests.schedule.test_chains import schedule, squeeze_excite
 
 THREE = TeamLimits(members=3, min_members=2, chunks=4, kernel_flops=1 << 30)
@@ -144,13 +144,25 @@ def test_an_opencl_capture_runs_teams_that_compute_what_kernels_apart_do(monkeyp
 
 
 @pytest.mark.opencl
-def test_a_states_producer_and_write_back_stay_out_of_teams() -> None:
-    init = np.arange(15, dtype=np.float32).reshape(5, 3)
-    cap = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="OPENCL", state={"history": init})
-    host = capture(shift_history, {"x": np.zeros(3, np.float32)}, target="CPU", state={"history": init})
-    writers = [d for d in cap.cmdbuf.dispatches if "state:history" in d.written]
-    assert writers and all(d.writes == 1 for d in writers)
-    for step in range(4):
-        x = np.full(3, step + 0.5, np.float32)
-        np.testing.assert_array_equal(cap(x=x)["weighted"], host(x=x)["weighted"])
-        np.testing.assert_array_equal(cap.read_state("history"), host.read_state("history"))
+def test_a_command_buffer_whose_team_counters_the_replay_would_not_zero_is_refused() -> None:
+    """Its groups would wait on counters that start at whatever the arena held: a launch that may never end."""
+    cap = capture(squeeze_excite, {"x": np.zeros((1, 32, 24, 24), np.float32)}, target="OPENCL")
+    cb = cap.cmdbuf
+    team = next(i for i, d in enumerate(cb.dispatches) if d.writes > 1)
+    counters = cb.dispatches[team].bindings[cb.dispatches[team].writes - 1]
+    with pytest.raises(CmdbufError, match=rf"dispatches\[{team}\] .*atomic counters \(data\d+\) expected in a "
+                                          rf"binding the replay zeroes .*, got {re.escape(counters)}$"):
+        replace(cb, zeroed=tuple(z for z in cb.zeroed if z != counters))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("atomic_inc(p + 1);", "atomic_inc expected on data<i> plus an offset, got 'p + 1'"),
+    ("atomic_add(data1 + 1, 2);", "atomic counters (data1) expected in a binding the replay zeroes"),
+])
+def test_atomics_outside_a_zeroed_parameter_are_refused(call: str, message: str) -> None:
+    source = ("__kernel void k(__global float* restrict data0, __global int* restrict data1) {\n"
+              f"  __global int* p = data1;\n  {call}\n}}\n")
+    with pytest.raises(KernelParamsError, match=re.escape(message)):
+        check_kernel(source, "k", [("arena:0+4", False), ("arena:64+8", False)], 0, "k", writes=2)
+    check_kernel(source.replace("p + 1", "data1 + 1"), "k", [("arena:0+4", False), ("arena:64+8", False)], 0, "k",
+                 writes=2, zeroed=("arena:64+8",))

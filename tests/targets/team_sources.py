@@ -1,4 +1,4 @@
-"""Kernel sources for the warmers' tests of teams (targets/cstyle/walk.py ``render_team``): a team whose wait ends
+"""Kernel sources for the warmers' tests of teams (targets/cstyle/chains.py ``render_team``): a team whose wait ends
 only where its counters start at zero, and a kernel that leaves counters no chunk can be claimed from and nothing
 done, as a scratch buffer may hold them."""
 

@@ -39,7 +39,7 @@ I8 = "#ifndef DP_INT32X8_T\n#define DP_INT32X8_T\ntypedef int dp_int32x8 __attri
 ZERO8 = "((dp_int32x8){0, 0, 0, 0, 0, 0, 0, 0})"
 I16, F16 = (f"#ifndef DP_{t.upper()}X16_T\n#define DP_{t.upper()}X16_T\ntypedef {c} dp_{t}x16 "
             "__attribute__((vector_size(64)));\n#endif\n" for t, c in (("int32", "int"), ("float32", "float")))
-# a team's claim of chunks of 8 iterations, its done count and its wait (targets/cstyle/walk.py render_team)
+# a team's claim of chunks of 8 iterations, its done count and its wait (targets/cstyle/chains.py render_team)
 TEAM = ("__kernel void k(__global float* restrict data0, __global int* restrict data1) {\n"
         "  for (int t = 0; t < 4; t++) {\n    int c = CLAIM;\n    int lo = min(c * 2, 8);\n"
         "    int hi = min(lo + 2, 8);\n    for (int i = lo; i < hi; i++) *(data0+i) = 1.0f;\n"
