@@ -207,6 +207,8 @@ def atomic_params(source: str, where: str) -> frozenset[int]:
     """The indices ``i`` of the ``data<i>`` whose ints an atomic call of ``source`` changes (a team's counters,
     targets/cstyle/chains.py); KernelParamsError where an atomic's pointer is not a parameter plus an offset."""
     out: set[int] = set()
+    if "atomic_" not in source:  # most kernels: checked once per dispatch, the scan below skipped
+        return frozenset()
     text = _COMMENT.sub(" ", source)
     for call in _ATOMIC.finditer(text):
         first = _call_args(text, call.end())[0]
