@@ -30,8 +30,10 @@ from typing import Any
 
 from jit.common.helpers import usable_cores
 
-# fewer launches than this compile in less time than the helper takes to start
+# fewer launches than this compile in less time than the helper takes to start, unless their sources are this long:
+# a team of kernels (jit/schedule/chains.py) is one long source that takes PoCL a second or more
 MIN_LAUNCHES = 16
+MIN_SOURCE_CHARS = 50_000
 PREWARM_ENV = "DRIVEPACK_OPENCL_PREWARM"  # 0: never start the helper
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,9 +96,10 @@ class Prewarm:
 
 def start_prewarm(device_index: int, build_options: str, sources: Sequence[str],
                   launches: Sequence[Launch]) -> Prewarm | None:
-    """A helper running ``launches`` last first, or None when there are too few to be worth it (``MIN_LAUNCHES``) or
-    it cannot start (no temporary file, no interpreter to run it: the first call then compiles everything)."""
-    if len(launches) < MIN_LAUNCHES:
+    """A helper running ``launches`` last first, or None when they are too little work to be worth it (fewer than two,
+    or fewer than ``MIN_LAUNCHES`` of sources shorter than ``MIN_SOURCE_CHARS`` in all) or it cannot start (no
+    temporary file, no interpreter to run it: the first call then compiles everything)."""
+    if len(launches) < 2 or len(launches) < MIN_LAUNCHES and sum(map(len, sources)) < MIN_SOURCE_CHARS:
         return None
     try:
         return Prewarm(device_index, build_options, sources, list(reversed(launches)))

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from jit.common.helpers import usable_cores
-from targets.opencl_prewarm import MIN_LAUNCHES, Launch, prewarm_wanted, start_prewarm
+from targets import opencl_prewarm
+from targets.opencl_prewarm import MIN_LAUNCHES, MIN_SOURCE_CHARS, Launch, prewarm_wanted, start_prewarm
 from targets.registry import Device
 from targets.replay_opencl import helper_launches
 from tests.targets.team_sources import BUFFER_BYTES, SPOIL, TEAM
@@ -137,8 +138,15 @@ def test_the_helpers_launches_zero_the_bindings_the_replay_zeroes() -> None:
     assert any(d.bindings[d.writes - 1] in cb.zeroed for d in cb.dispatches if d.writes > 1)  # a team's counters
 
 
-def test_few_launches_start_no_helper() -> None:
-    assert start_prewarm(0, "", [], []) is None
+def test_few_launches_start_no_helper_unless_their_sources_are_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[tuple] = []
+    monkeypatch.setattr(opencl_prewarm, "Prewarm", lambda *args: started.append(args) or "helper")
+    launches = [Launch(0, "k", (1,), (1,), (4,), ()), Launch(1, "t", (2,), (1,), (4,), ())]
+    short, long = ["k" * 100, "t" * 100], ["k" * 100, "t" * MIN_SOURCE_CHARS]
+    assert start_prewarm(0, "", [], []) is None and start_prewarm(0, "", short, launches) is None
+    assert start_prewarm(0, "", long[1:], launches[1:]) is None  # one launch: the first call compiles it as fast
+    assert start_prewarm(0, "", long, launches) == "helper"  # a team's long source: worth a helper
+    assert started == [(0, "", long, launches[::-1])]
 
 
 @pytest.mark.parametrize(("platform", "cpu", "env", "want"), [
